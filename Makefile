@@ -1,0 +1,52 @@
+# Everything runs from a project-local virtualenv that `make` creates on first use, so a fresh
+# machine needs only Python 3.11+, git and make.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help venv lint typecheck contracts test test-reference demo bench clean
+
+help:
+	@echo "make demo            run the agent end to end on the loopback sandbox"
+	@echo "make test            lint, type check, import contracts, then the test suite"
+	@echo "make lint            ruff, mypy --strict, import contracts, hadolint, yamllint"
+	@echo "make test-reference  the reference wandb launch-agent against the sandbox (slow)"
+	@echo "make bench           benchmarks (numbers, not pass/fail)"
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required, found " + sys.version' 
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check launch_agent tests
+	$(BIN)/ruff format --check launch_agent tests
+	$(BIN)/mypy launch_agent
+	$(BIN)/lint-imports
+	$(BIN)/hadolint Dockerfile
+	$(BIN)/yamllint --strict .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy launch_agent
+
+contracts: $(STAMP)
+	$(BIN)/lint-imports
+
+test: lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(BIN)/launch-agent demo
+
+bench: $(STAMP)
+	$(BIN)/launch-agent bench all
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,4 @@
+"""Clients of the outside world: W&B GraphQL, Kubernetes, object storage, registries.
+
+The only layer that imports kubernetes_asyncio, boto3, google-cloud-storage or wandb.
+"""

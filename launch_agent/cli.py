@@ -1,0 +1,53 @@
+"""The `launch-agent` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from launch_agent import __version__
+from launch_agent.commands import REGISTRARS
+
+DESCRIPTION = """\
+A Kubernetes dispatcher for W&B Launch. It polls W&B Launch run queues, renders each run from
+an admin-owned queue spec with enforced security defaults, submits it as a Kubernetes Job or
+custom resource, tracks it with watches and reports every outcome back to W&B.
+
+Configuration comes from a W&B-compatible launch-config.yaml (--config), the environment
+(WANDB_API_KEY, WANDB_BASE_URL, WANDB_ENTITY, WANDB_LAUNCH_MAX_JOBS, LAUNCH_AGENT_*) and flags,
+in that order of precedence; `launch-agent config show` prints the result and its sources.
+"""
+
+EPILOG = "Run `launch-agent COMMAND --help` for the options of one command; user docs are in docs/."
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="launch-agent",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"launch-agent {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for register in REGISTRARS:
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `launch-agent ... | head` closed the pipe: not an error worth a traceback.
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

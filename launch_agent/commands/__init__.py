@@ -1,0 +1,16 @@
+"""The `launch-agent` subcommands, one module each.
+
+A module here exposes `register(subparsers)`; `launch_agent.cli` calls every function listed in
+`REGISTRARS`. Add a module to the list only when its command works end to end.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from launch_agent.commands import config_cmd
+
+Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+REGISTRARS: tuple[Registrar, ...] = (config_cmd.register,)

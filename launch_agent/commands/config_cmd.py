@@ -1,0 +1,189 @@
+"""`launch-agent config show`, and the configuration flags every agent command shares.
+
+This module is where the configuration's inputs are read (the file, the environment,
+`~/.netrc`); the rules that combine them are pure and live in `launch_agent.model`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launch_agent.model.config_resolve import (
+    ConfigError,
+    ConfigProblem,
+    Override,
+    ResolvedConfig,
+    Source,
+    resolve,
+)
+
+# W&B's agent reads this file when no --config is given; so do we, for drop-in compatibility.
+WANDB_DEFAULT_CONFIG = Path("~/.config/wandb/launch-config.yaml")
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that override configuration values (highest precedence)."""
+    group = parser.add_argument_group(
+        "configuration",
+        "Precedence: built-in defaults < --config file < environment < these flags.",
+    )
+    group.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        help="launch-config.yaml to read (default: $LAUNCH_AGENT_CONFIG, else"
+        " ~/.config/wandb/launch-config.yaml if it exists)",
+    )
+    group.add_argument(
+        "-q",
+        "--queue",
+        action="append",
+        dest="queues",
+        metavar="NAME",
+        help="W&B run queue to serve; repeat for several (replaces `queues` from the file)",
+    )
+    group.add_argument("-e", "--entity", help="W&B entity that owns the queues")
+    group.add_argument(
+        "-j", "--max-jobs", type=int, metavar="N", help="runs in flight at once; -1 = unlimited"
+    )
+    group.add_argument(
+        "-v", "--verbose", action="count", dest="verbosity", help="more output; repeatable"
+    )
+    group.add_argument("--agent-name", metavar="NAME", help="stable agent identity (a DNS label)")
+    group.add_argument(
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        metavar="NS",
+        help="target namespace; repeat for several",
+    )
+    group.add_argument("--queue-specs", metavar="DIR", help="directory of queue spec files")
+    group.add_argument("--base-url", metavar="URL", help="W&B server URL")
+    group.add_argument("--log-format", choices=["text", "json"], help="log line format")
+
+
+_FLAG_PATHS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("queues", ("queues",), "--queue"),
+    ("entity", ("entity",), "--entity"),
+    ("max_jobs", ("max_jobs",), "--max-jobs"),
+    ("verbosity", ("verbosity",), "-v"),
+    ("agent_name", ("agent_name",), "--agent-name"),
+    ("namespaces", ("namespaces",), "--namespace"),
+    ("queue_specs", ("queue_specs_dir",), "--queue-specs"),
+    ("base_url", ("base_url",), "--base-url"),
+    ("log_format", ("log_format",), "--log-format"),
+)
+
+
+def flag_overrides(args: argparse.Namespace) -> list[Override]:
+    overrides = []
+    for attr, path, flag in _FLAG_PATHS:
+        value = getattr(args, attr, None)
+        if value is not None:
+            overrides.append(Override(path, value, Source("flag", flag)))
+    return overrides
+
+
+def load_config(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> ResolvedConfig:
+    """Read the configuration's inputs and resolve them; raise `ConfigError` on any problem."""
+    env = os.environ if environ is None else environ
+    explicit = getattr(args, "config", None) or env.get("LAUNCH_AGENT_CONFIG") or None
+    path = Path(explicit) if explicit else WANDB_DEFAULT_CONFIG.expanduser()
+    file_text = None
+    if explicit or path.exists():
+        try:
+            file_text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                [ConfigProblem(str(path), "(file)", f"cannot read: {exc.strerror or exc}")]
+            ) from None
+    netrc_text = None
+    netrc_path = Path(env.get("NETRC", "~/.netrc")).expanduser()
+    if netrc_path.is_file():
+        try:
+            netrc_text = netrc_path.read_text(encoding="utf-8")
+        except OSError:
+            netrc_text = None
+    return resolve(
+        file_text=file_text,
+        filename=str(path) if file_text is not None else None,
+        env=env,
+        flags=flag_overrides(args),
+        netrc_text=netrc_text,
+    )
+
+
+def report_config_error(error: ConfigError) -> int:
+    for problem in error.problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 2
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    config = sub.add_parser(
+        "config",
+        help="inspect the agent's configuration",
+        description="Inspect the configuration the agent would run with.",
+    )
+    config_sub = config.add_subparsers(dest="config_command", metavar="COMMAND", required=True)
+    show = config_sub.add_parser(
+        "show",
+        help="print the resolved configuration and where each value came from",
+        description=(
+            "Print the configuration the agent would run with, after applying defaults, the"
+            " config file, the environment and the flags below, in that order. Secrets are"
+            " redacted. Each value is annotated with its source: default, file PATH:LINE,"
+            " env NAME, netrc HOST or flag --NAME. Exit status 2 when the configuration is"
+            " invalid, with one line per problem on stderr."
+        ),
+    )
+    add_config_flags(show)
+    show.add_argument(
+        "-o",
+        "--output",
+        choices=["text", "yaml", "json"],
+        default="text",
+        help="text: one key per line with its source (default); yaml/json: values only",
+    )
+    show.set_defaults(handler=_show)
+
+
+def _show(args: argparse.Namespace) -> int:
+    try:
+        resolved = load_config(args)
+    except ConfigError as exc:
+        return report_config_error(exc)
+    for warning in resolved.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    items = list(resolved.redacted_items())
+    if args.output == "text":
+        width = max(len(key) for key, _, _ in items)
+        for key, value, source in items:
+            shown = json.dumps(value, sort_keys=True)
+            print(f"{key:<{width}}  {shown:<40}  # {source}")
+        return 0
+    tree: dict[str, Any] = {}
+    for key, value, _ in items:
+        _insert(tree, key, value)
+    if args.output == "json":
+        print(json.dumps(tree, indent=2, sort_keys=True))
+    else:
+        print(yaml.safe_dump(tree, sort_keys=True), end="")
+    return 0
+
+
+def _insert(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        tree = tree.setdefault(part, {})
+    tree[parts[-1]] = value

@@ -1,0 +1,187 @@
+"""The agent's configuration schema: W&B's `launch-config.yaml` keys plus this agent's own.
+
+The W&B keys keep W&B's names, types and defaults (wandb 0.31.0 `sdk/launch/agent/config.py`),
+so a file written for `wandb launch-agent` loads unchanged. Two keys that W&B documents but its
+own pydantic model rejects (`queue`, `project`) are accepted here. Every other unknown key is an
+error: a typo in an admin's file must never be ignored silently.
+
+Resolution (defaults < file < environment < flags) and error reporting live in
+`launch_agent.model.config_resolve`; this module is only the shape.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+# The W&B launch project that holds run queues and launch agents (`LAUNCH_DEFAULT_PROJECT`).
+LAUNCH_PROJECT = "model-registry"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class RegistryConfig(_Strict):
+    """W&B's `registry` block (deprecated by W&B in favour of `builder.destination`)."""
+
+    type: Literal["ecr", "acr", "gcr"] | None = None
+    uri: str | None = None
+    repository: str | None = None
+    account_id: str | None = None
+    region: str | None = None
+    image_name: str | None = Field(default=None, alias="image-name")
+    project: str | None = None
+
+
+class EnvironmentConfig(_Strict):
+    """W&B's `environment` block: the cloud the build context store and registry live in."""
+
+    type: Literal["aws", "gcp", "azure"] | None = None
+    region: str | None = None
+    project: str | None = None
+
+
+class BuilderConfig(_Strict):
+    """W&B's `builder` block, with its Kaniko keys spelled as W&B spells them."""
+
+    type: Literal["docker", "kaniko", "noop"] | None = None
+    destination: str | None = None
+    platform: Literal["linux/amd64", "linux/arm64"] | None = None
+    build_context_store: str | None = Field(default=None, alias="build-context-store")
+    build_job_name: str = Field(default="wandb-launch-container-build", alias="build-job-name")
+    secret_name: str | None = Field(default=None, alias="secret-name")
+    secret_key: str | None = Field(default=None, alias="secret-key")
+    kaniko_image: str = Field(
+        default="gcr.io/kaniko-project/executor:v1.23.2", alias="kaniko-image"
+    )
+    # A Job manifest overlay for the build Job; free-form by design (W&B does the same).
+    kaniko_config: dict[str, Any] | None = Field(default=None, alias="kaniko-config")
+
+    @model_validator(mode="after")
+    def _secret_pair(self) -> BuilderConfig:
+        if (self.secret_name is None) != (self.secret_key is None):
+            raise ValueError("secret-name and secret-key must be set together")
+        return self
+
+
+class PollConfig(_Strict):
+    """How often the agent pops: fast right after it found work, slower when queues are idle."""
+
+    active_interval_seconds: float = Field(default=0.5, gt=0)
+    idle_interval_seconds: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PollConfig:
+        if self.active_interval_seconds > self.idle_interval_seconds:
+            raise ValueError("active_interval_seconds must not exceed idle_interval_seconds")
+        return self
+
+
+class HealthConfig(_Strict):
+    """The one HTTP port that serves /healthz, /readyz and /metrics."""
+
+    # All interfaces: kubelet probes and Prometheus reach the pod IP, not loopback.
+    host: str = "0.0.0.0"
+    port: int = Field(default=8080, ge=0, le=65535)
+
+
+class KueueConfig(_Strict):
+    """Delegation to Kueue (`quota.mode: kueue`); the quota issue fills in the rest."""
+
+    default_local_queue: str | None = None
+
+
+class QuotaConfig(_Strict):
+    """Admission: `off` (only `max_jobs`), `agent` (the elastic quota tree) or `kueue`."""
+
+    mode: Literal["off", "agent", "kueue"] = "off"
+    # The elastic quota tree; its schema and rules (R1) are checked by `launch_agent.quota`.
+    tree: dict[str, Any] | None = None
+    kueue: KueueConfig = KueueConfig()
+
+
+class AgentConfig(_Strict):
+    """The resolved configuration of one agent."""
+
+    # --- W&B launch-config.yaml keys -------------------------------------------------------
+    queues: list[str] = Field(default_factory=list)
+    entity: str | None = None
+    max_jobs: int = 1
+    max_schedulers: int = 1
+    secure_mode: bool = False
+    verbosity: int = Field(default=0, ge=0)
+    stopped_run_timeout: int = Field(default=60, ge=0)
+    registry: RegistryConfig | None = None
+    environment: EnvironmentConfig | None = None
+    builder: BuilderConfig | None = None
+    # Documented by W&B but rejected by its own model; accepted here (see docs/configuration.md).
+    queue: str | None = None
+    project: str | None = None
+
+    # --- this agent's keys ---------------------------------------------------------------
+    agent_name: str = "launch-agent"
+    base_url: str = "https://api.wandb.ai"
+    api_key: SecretStr | None = None
+    queue_specs_dir: str = "queue-specs"
+    namespaces: list[str] = Field(default_factory=lambda: ["default"])
+    poll: PollConfig = PollConfig()
+    health: HealthConfig = HealthConfig()
+    log_format: Literal["text", "json"] = "text"
+    quota: QuotaConfig = QuotaConfig()
+
+    @field_validator("max_jobs", "max_schedulers")
+    @classmethod
+    def _limit(cls, value: int) -> int:
+        if value < -1 or value == 0:
+            raise ValueError("must be a positive integer, or -1 for unlimited")
+        return value
+
+    @field_validator("agent_name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if not DNS_LABEL.match(value):
+            raise ValueError(
+                "must be a DNS label (lower-case letters, digits and '-', at most 63 characters)"
+                " because it becomes a Kubernetes label value"
+            )
+        return value
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("must name at least one namespace")
+        for ns in value:
+            if not DNS_LABEL.match(ns):
+                raise ValueError(f"{ns!r} is not a valid namespace name")
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @property
+    def all_queues(self) -> list[str]:
+        """`queues` plus the singular `queue` key, without duplicates, in order."""
+        names = list(self.queues)
+        if self.queue and self.queue not in names:
+            names.append(self.queue)
+        return names
+
+    @property
+    def unlimited_jobs(self) -> bool:
+        return self.max_jobs == -1
+
+
+# Keys whose values never leave the process in clear text (`config show`, logs).
+SECRET_FIELDS = frozenset({"api_key"})
+# Keys that may not come from a file: credentials belong in the environment or a Secret.
+ENV_ONLY_FIELDS = frozenset({"api_key"})

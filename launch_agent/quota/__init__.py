@@ -1,0 +1,1 @@
+"""The elastic quota tree and its admission engine. Pure and deterministic."""

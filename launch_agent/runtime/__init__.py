@@ -1,0 +1,1 @@
+"""The running agent: supervisor, poller, dispatcher, informers, reporter, health server."""

@@ -1,0 +1,102 @@
+"""Guardrails for every async test.
+
+- A test fails if it leaves an asyncio task running: every task must be owned and stopped.
+- A test fails if one callback (a task step, a timer, an I/O callback) holds the event loop for
+  more than 100 ms: that is the latency every other watch, poll and health probe would see.
+- A test fails if it makes a blocking call (sleep, file or socket I/O) on the event loop's
+  thread, detected by blockbuster, like aiohttp's own test suite.
+
+The threshold can be raised for a slow machine with LAUNCH_AGENT_SLOW_CALLBACK_MS; it is never
+disabled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.events
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import pytest
+from blockbuster import BlockBuster, blockbuster_ctx
+
+SLOW_CALLBACK_SECONDS = float(os.environ.get("LAUNCH_AGENT_SLOW_CALLBACK_MS", "100")) / 1000
+
+_slow_callbacks: list[tuple[float, str]] = []
+_watching = [False]  # a cell, so the fixture can flip it without `global`
+_original_run: Callable[[asyncio.Handle], None] = asyncio.events.Handle._run
+
+
+def _timed_run(self: asyncio.Handle) -> None:
+    if not _watching[0]:
+        _original_run(self)
+        return
+    start = time.perf_counter()
+    try:
+        _original_run(self)
+    finally:
+        elapsed = time.perf_counter() - start
+        if elapsed > SLOW_CALLBACK_SECONDS:
+            _slow_callbacks.append((elapsed, _describe(self)))
+
+
+def _describe(handle: asyncio.Handle) -> str:
+    owner = getattr(handle._callback, "__self__", None)  # a task's step method
+    if isinstance(owner, asyncio.Task):
+        coro = owner.get_coro()
+        return f"task {owner.get_name()!r} running {getattr(coro, '__qualname__', coro)}"
+    return repr(handle)[:300]
+
+
+# Patched once for the session: this is the standard library's Handle, not our code.
+asyncio.events.Handle._run = _timed_run  # type: ignore[method-assign]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if isinstance(item, pytest.Function) and asyncio.iscoroutinefunction(item.obj):
+            # First in the list: set up before, torn down after every other fixture.
+            item.fixturenames.insert(0, "_async_guardrails")
+
+
+@pytest.fixture
+def _blockbuster() -> Iterator[BlockBuster]:
+    # Only calls made from the product's own frames count: a test may read a fixture file.
+    with blockbuster_ctx("launch_agent") as bb:
+        yield bb
+
+
+@pytest.fixture
+async def _async_guardrails(_blockbuster: BlockBuster) -> AsyncIterator[None]:
+    _slow_callbacks.clear()
+    _watching[0] = True
+    before = asyncio.all_tasks()
+    try:
+        yield
+    finally:
+        _watching[0] = False
+    # Teardown runs in a task of its own, not the one that ran the setup.
+    me = asyncio.current_task()
+    # Give cancelled tasks one turn to finish unwinding before judging them.
+    await asyncio.sleep(0)
+    leaked = [t for t in asyncio.all_tasks() if t is not me and t not in before and not t.done()]
+    for task in leaked:
+        task.cancel()
+    if leaked:
+        await asyncio.gather(*leaked, return_exceptions=True)
+    problems: list[str] = []
+    if leaked:
+        problems.append(
+            "test leaked running asyncio tasks: "
+            + ", ".join(f"{t.get_name()} ({t.get_coro()!r})" for t in leaked)
+        )
+    if _slow_callbacks:
+        worst = sorted(_slow_callbacks, reverse=True)[:3]
+        budget = f"{SLOW_CALLBACK_SECONDS * 1000:.0f} ms"
+        problems.append(
+            f"a callback blocked the event loop for more than {budget}: "
+            + "; ".join(f"{elapsed * 1000:.0f} ms in {what}" for elapsed, what in worst)
+        )
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)

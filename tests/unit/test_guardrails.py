@@ -1,0 +1,70 @@
+"""The test guardrails in tests/conftest.py catch what they promise to catch.
+
+Each case runs a small test file in a fresh pytest process with this project's conftest and
+checks that the bad test fails for the right reason while the good one passes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+CONFTEST = (Path(__file__).resolve().parents[1] / "conftest.py").read_text()
+
+INNER = """
+import argparse
+import asyncio
+import time
+
+from launch_agent.commands.config_cmd import load_config
+
+
+async def test_clean():
+    task = asyncio.create_task(asyncio.sleep(0.01), name="short")
+    await task
+
+
+async def test_leaks_a_task():
+    asyncio.create_task(asyncio.sleep(30), name="forgotten-watch")
+
+
+async def test_blocks_the_loop():
+    time.sleep(0.25)
+
+
+async def test_blocking_call_in_product_code(tmp_path):
+    (tmp_path / "c.yaml").write_text("queues: [a]\\n")
+    load_config(argparse.Namespace(config=str(tmp_path / "c.yaml")), environ={})
+
+
+def test_sync_tests_are_untouched():
+    time.sleep(0.2)
+"""
+
+
+def test_guardrails_fail_the_right_tests(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini(
+        "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    pytester.makepyfile(test_inner=INNER)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA")
+    # A guardrail fails a test at teardown: pytest counts its call as passed plus an error.
+    result.assert_outcomes(passed=4, failed=1, errors=2)
+    result.stdout.re_match_lines_random(
+        [
+            r"PASSED test_inner.py::test_clean",
+            r"PASSED test_inner.py::test_sync_tests_are_untouched",
+            r"ERROR test_inner.py::test_leaks_a_task",
+            r"ERROR test_inner.py::test_blocks_the_loop",
+            r"FAILED test_inner.py::test_blocking_call_in_product_code",
+        ]
+    )
+    out = result.stdout.str()
+    assert "test leaked running asyncio tasks: forgotten-watch" in out
+    assert "a callback blocked the event loop for more than 100 ms" in out
+    assert "running test_blocks_the_loop" in out
+    assert "BlockingError: Blocking call to io.TextIOWrapper.read" in out
