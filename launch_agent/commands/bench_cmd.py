@@ -1,0 +1,27 @@
+"""`launch-agent bench ...`: benchmarks. They print numbers (and write JSON); they never pass or
+fail on a threshold, that is for the reader and docs/benchmarks.md.
+
+Each benchmark is a module in `launch_agent/commands/` exposing
+`register_bench(subparsers)`; list it in `BENCHMARKS` once it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+BenchRegistrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+BENCHMARKS: tuple[BenchRegistrar, ...] = ()
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    bench = sub.add_parser(
+        "bench",
+        help="run a benchmark and print its numbers",
+        description="Benchmarks print numbers and write JSON (--json FILE); they do not pass or"
+        " fail. Results and method are collected in docs/benchmarks.md.",
+    )
+    bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK", required=True)
+    for register_bench in BENCHMARKS:
+        register_bench(bench_sub)
