@@ -1,0 +1,44 @@
+"""Log output: JSON lines with structured fields, and the API key masked everywhere."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+from launch_agent.runtime.logs import configure_logging
+
+KEY = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _logger(fmt: str) -> tuple[logging.Logger, io.StringIO, logging.Handler]:
+    stream = io.StringIO()
+    handler = configure_logging(fmt, verbosity=0, secrets=[KEY], stream=stream)
+    return logging.getLogger("launch_agent.test"), stream, handler
+
+
+def test_json_lines_carry_structured_fields_and_mask_the_key() -> None:
+    log, stream, handler = _logger("json")
+    try:
+        log.info("created %s with key %s", "job-a", KEY, extra={"run_id": "r1", "queue": "q"})
+        try:
+            raise ValueError(f"bad manifest containing {KEY}")
+        except ValueError:
+            log.exception("render failed")
+    finally:
+        logging.getLogger("launch_agent").removeHandler(handler)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert lines[0]["msg"] == "created job-a with key ********"
+    assert (lines[0]["run_id"], lines[0]["queue"], lines[0]["level"]) == ("r1", "q", "info")
+    assert "bad manifest containing ********" in lines[1]["exc"]
+    assert KEY not in stream.getvalue()
+
+
+def test_text_format_masks_the_key() -> None:
+    log, stream, handler = _logger("text")
+    try:
+        log.warning("key=%s", KEY)
+    finally:
+        logging.getLogger("launch_agent").removeHandler(handler)
+    assert "key=********" in stream.getvalue()
+    assert KEY not in stream.getvalue()
