@@ -1,0 +1,49 @@
+"""When to poll W&B and which queues to pop: pure decisions of the poller.
+
+- Capacity: `max_jobs` with W&B's meaning (-1 unlimited) minus runs in flight. The poller never
+  pops more than it can start, so work it cannot start stays in W&B for other agents.
+- Fairness: one request pops at most one item per queue (aliases batch them); when capacity is
+  smaller than the number of queues, a rotating start gives every queue its turn.
+- Interval: right after a pop returned work the next poll comes after `active` seconds; every
+  empty poll doubles the interval up to `idle`, so an idle agent costs a few requests a minute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+def capacity(max_jobs: int, inflight: int) -> int | None:
+    """How many more runs may start now; None means unlimited."""
+    if max_jobs == -1:
+        return None
+    return max(0, max_jobs - inflight)
+
+
+def queues_to_pop(queues: Sequence[str], room: int | None, turn: int) -> list[str]:
+    """The queues to pop this round: at most one item each and at most `room` in total."""
+    if not queues:
+        return []
+    start = turn % len(queues)
+    rotated = [*queues[start:], *queues[:start]]
+    return rotated if room is None else rotated[:room]
+
+
+@dataclass
+class PollInterval:
+    active: float
+    idle: float
+    factor: float = 2.0
+    current: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.current = self.active
+
+    def after(self, got_work: bool) -> float:
+        """The wait before the next poll, given what the last one returned."""
+        if got_work:
+            self.current = self.active
+        else:
+            self.current = min(self.idle, max(self.active, self.current * self.factor))
+        return self.current
