@@ -1,0 +1,394 @@
+"""The agent's W&B client: GraphQL over one aiohttp session, with retries and typed errors.
+
+One `ClientSession` per client, opened and closed by `async with WandbClient(...)`; no session,
+connector or thread per call or per run. Each request is `POST {base_url}/graphql` with
+`Authorization: Basic base64("api:" + key)` and the headers the reference sends for launch calls
+(`User-Agent: W&B Public Client 0.31.0`, `Use-Admin-Privileges: true`): the W&B backend gates
+some launch access on that user agent.
+
+Documents come from `wandb_documents` (equal to the real client's, batched where that saves
+requests), answers are read by `wandb_results`, the retry rules are `wandb_retry`; this module
+only does the I/O. Per call: an attempt timeout, jittered exponential backoff on network errors,
+5xx, 408 and 429 (honouring `Retry-After`), then `WandbUnavailable`. The caller pauses and tries
+again later: an outage never ends the process.
+
+Request economy (the agent targets at most 4 W&B requests per run): `pop` asks every queue in
+one mutation, `run_stopped` checks many runs in one query (chunked to `stop_check_batch` runs
+so a document never grows without bound), and nothing is polled per run.
+
+Retried mutations: a pop whose answer was lost leaves an item leased, which the server re-queues
+after its lease expires, so retrying is safe. An ack is not: if an attempt may have reached the
+server and the retry answers `success: false`, the first attempt may have won, so `ack` raises
+`WandbAckUncertain` instead of reporting a lost race.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import aiohttp
+
+from launch_agent.adapters import wandb_documents as docs
+from launch_agent.adapters import wandb_results as results
+from launch_agent.adapters.wandb_errors import (
+    WandbAckUncertain,
+    WandbAuthError,
+    WandbError,
+    WandbNotFound,
+    WandbProtocolError,
+    WandbUnavailable,
+)
+from launch_agent.adapters.wandb_results import (
+    LaunchAgentInfo,
+    PushedItem,
+    RunQueue,
+    RunQueueItem,
+    RunRef,
+    Viewer,
+)
+from launch_agent.adapters.wandb_retry import RetryPolicy, classify, parse_retry_after
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "W&B Public Client 0.31.0"
+AgentStatus = Literal["POLLING", "RUNNING", "KILLED"]
+# Keys of the agent configuration that must never travel to W&B in `agentConfig`.
+_SECRET_CONFIG_KEYS = frozenset({"api_key"})
+# (operation, HTTP status or None for a network error, seconds): for metrics.
+Observer = Callable[[str, int | None, float], None]
+
+
+class WandbClient:
+    """Async W&B Launch client. Use as `async with WandbClient(url, key) as wandb: ...`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        retry: RetryPolicy | None = None,
+        stop_check_batch: int = 100,
+        max_connections: int = 16,
+        user_agent: str = USER_AGENT,
+        observer: Observer | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not api_key:
+            raise ValueError("an API key is required (WANDB_API_KEY or ~/.netrc)")
+        if stop_check_batch < 1:
+            raise ValueError("stop_check_batch must be at least 1")
+        self.base_url = base_url.rstrip("/")
+        self.url = f"{self.base_url}/graphql"
+        self.retry = retry or RetryPolicy()
+        self.stop_check_batch = stop_check_batch
+        self.stats: Counter[str] = Counter()
+        self._max_connections = max_connections
+        self._observer = observer
+        self._rng = rng or random.Random()
+        token = base64.b64encode(f"api:{api_key}".encode()).decode("ascii")
+        self._headers = {
+            "Authorization": f"Basic {token}",
+            "User-Agent": user_agent,
+            "Use-Admin-Privileges": "true",
+        }
+        self._session: aiohttp.ClientSession | None = None
+
+    def __repr__(self) -> str:  # never the key
+        return f"WandbClient({self.base_url!r})"
+
+    async def __aenter__(self) -> Self:
+        self._session = aiohttp.ClientSession(
+            headers=self._headers,
+            connector=aiohttp.TCPConnector(limit=self._max_connections),
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # --- operations --------------------------------------------------------------------------
+
+    async def viewer(self) -> Viewer:
+        """Who the key belongs to; `WandbAuthError` naming the URL when W&B does not know it."""
+        data = await self._single(docs.single("Viewer", {}, "viewer"))
+        viewer = results.viewer(data)
+        if viewer is None:
+            raise WandbAuthError(
+                f"W&B at {self.base_url} did not recognise the API key (viewer is null): check"
+                " WANDB_API_KEY or the ~/.netrc entry for this host"
+            )
+        return viewer
+
+    async def project_run_queues(self, entity: str) -> list[RunQueue]:
+        variables = {"entity": entity, "projectName": docs.LAUNCH_PROJECT}
+        data = await self._single(docs.single("ProjectRunQueues", variables, "project"))
+        queues = results.run_queues(data)
+        if queues is None:
+            raise WandbNotFound(
+                f"W&B at {self.base_url}: entity {entity!r} has no project"
+                f" {docs.LAUNCH_PROJECT!r} visible to this API key"
+            )
+        return queues
+
+    async def create_launch_agent(
+        self,
+        entity: str,
+        queue_ids: Sequence[str],
+        hostname: str,
+        agent_config: Mapping[str, Any],
+        version: str,
+    ) -> str:
+        """Register the agent; returns its launch agent id."""
+        config = {k: v for k, v in agent_config.items() if k not in _SECRET_CONFIG_KEYS}
+        variables = {
+            "entity": entity,
+            "project": docs.LAUNCH_PROJECT,
+            "queues": list(queue_ids),
+            "hostname": hostname,
+            "agentConfig": json.dumps(config, default=str),
+            "version": version,
+        }
+        request = docs.single("createLaunchAgent", variables, "createLaunchAgent")
+        return results.launch_agent_id(await self._single(request))
+
+    async def launch_agent(self, agent_id: str) -> LaunchAgentInfo:
+        """The agent's record, including `stop_polling`."""
+        request = docs.single("LaunchAgent", {"agentId": agent_id}, "launchAgent")
+        info = results.launch_agent(await self._single(request))
+        if info is None:
+            raise WandbNotFound(f"W&B at {self.base_url} does not know launch agent {agent_id}")
+        return info
+
+    async def update_launch_agent(self, agent_id: str, status: AgentStatus) -> bool:
+        variables = {"agentId": agent_id, "agentStatus": status}
+        request = docs.single("updateLaunchAgent", variables, "updateLaunchAgent")
+        return results.success("updateLaunchAgent", await self._single(request))
+
+    async def pop(
+        self, entity: str, queues: Sequence[str], agent_id: str | None
+    ) -> dict[str, RunQueueItem | None]:
+        """At most one item from each queue, all in one request; None for an empty queue.
+
+        A queue whose pop failed on the server (for example it was deleted) maps to None and
+        is logged; the items popped from the other queues are returned, because they are
+        already leased to this agent.
+        """
+        names = list(dict.fromkeys(queues))
+        if not names:
+            return {}
+        request = docs.pop_batch(entity, names, agent_id)
+        data, errors = await self._batch(request)
+        out: dict[str, RunQueueItem | None] = {}
+        for queue, key in zip(names, request.keys, strict=True):
+            if key in errors:
+                self.stats["pop_queue_errors"] += 1
+                log.warning("W&B could not pop queue %r: %s", queue, errors[key])
+                out[queue] = None
+                continue
+            try:
+                out[queue] = results.popped(queue, data.get(key))
+            except WandbProtocolError as exc:
+                # Without an item id nothing can be reported back; the lease expires on W&B.
+                self.stats["pop_unreadable"] += 1
+                log.error("unreadable pop answer from W&B: %s", exc)
+                out[queue] = None
+        return out
+
+    async def ack(self, item_id: str, run_name: str) -> bool:
+        """Claim a popped item under `run_name`; False when another agent acked it first."""
+        variables = {"itemId": item_id, "runId": run_name}
+        request = docs.single("ackRunQueueItem", variables, "ackRunQueueItem")
+        body, maybe_applied = await self._post(request)
+        data, _ = results.split_errors(request.operation, body, request.keys)
+        won = results.success("ackRunQueueItem", data.get("ackRunQueueItem"))
+        if not won and maybe_applied:
+            raise WandbAckUncertain(item_id, run_name)
+        return won
+
+    async def fail(
+        self, item_id: str, message: str, stage: str, file_paths: Sequence[str] | None = None
+    ) -> bool:
+        """Mark an item failed with a message a person can act on; `filePaths` only when set."""
+        variables: dict[str, Any] = {"runQueueItemId": item_id, "message": message}
+        variables["stage"] = stage
+        if file_paths is not None:
+            variables["filePaths"] = list(file_paths)
+        request = docs.single("failRunQueueItem", variables, "failRunQueueItem")
+        return results.success("failRunQueueItem", await self._single(request))
+
+    async def warn(
+        self, item_id: str, message: str, stage: str, file_paths: Sequence[str] = ()
+    ) -> bool:
+        """Attach a warning to an item (the reference always sends `filePaths`)."""
+        variables = {
+            "runQueueItemId": item_id,
+            "message": message,
+            "stage": stage,
+            "filePaths": list(file_paths),
+        }
+        request = docs.single("updateRunQueueItemWarning", variables, "updateRunQueueItemWarning")
+        return results.success("updateRunQueueItemWarning", await self._single(request))
+
+    async def run_stopped(self, runs: Sequence[tuple[str, str, str]]) -> dict[RunRef, bool]:
+        """Whether each (entity, project, run id) was stopped from the UI.
+
+        One request per `stop_check_batch` runs. A missing project or run is not stopped, and a
+        run whose check errored on the server counts as not stopped until the next check.
+        """
+        refs = list(dict.fromkeys(RunRef(*run) for run in runs))
+        out: dict[RunRef, bool] = {}
+        for start in range(0, len(refs), self.stop_check_batch):
+            chunk = refs[start : start + self.stop_check_batch]
+            request = docs.run_stopped_batch(chunk)
+            data, errors = await self._batch(request)
+            for ref, key in zip(chunk, request.keys, strict=True):
+                if key in errors:
+                    log.warning("W&B could not check run %s/%s/%s: %s", *ref, errors[key])
+                out[ref] = key not in errors and results.run_stopped(data.get(key))
+        return out
+
+    async def run_state(self, entity: str, project: str, run_id: str) -> str | None:
+        """The W&B run's state (`pending`, `running`, ...); None when it does not exist."""
+        variables = {"project": project, "entity": entity, "name": run_id}
+        data = await self._single(docs.single("RunState", variables, "project"))
+        return results.run_state(data)
+
+    async def push_to_run_queue_by_name(
+        self,
+        entity: str,
+        queue_name: str,
+        run_spec: Mapping[str, Any],
+        *,
+        project: str = docs.LAUNCH_PROJECT,
+        priority: int | None = None,
+        template_variable_values: Mapping[str, Any] | None = None,
+    ) -> PushedItem:
+        """Push a run spec onto a queue (the agent requeues preempted runs with it)."""
+        request = docs.push_to_run_queue_by_name(
+            entity,
+            project,
+            queue_name,
+            run_spec,
+            priority=priority,
+            template_variable_values=template_variable_values,
+        )
+        return results.pushed(await self._single(request))
+
+    # --- transport ---------------------------------------------------------------------------
+
+    async def _single(self, request: docs.Request) -> Any:
+        data, _ = results.split_errors(request.operation, (await self._post(request))[0], ())
+        return data.get(request.keys[0])
+
+    async def _batch(self, request: docs.Request) -> tuple[dict[str, Any], dict[str, str]]:
+        body, _ = await self._post(request)
+        return results.split_errors(request.operation, body, request.keys)
+
+    async def _post(self, request: docs.Request) -> tuple[dict[str, Any], bool]:
+        """The decoded JSON body, and whether an earlier failed attempt may have been applied."""
+        if self._session is None:
+            raise RuntimeError("WandbClient is used outside `async with`")
+        payload = {"query": request.document, "variables": request.variables}
+        timeout = aiohttp.ClientTimeout(total=self.retry.timeout)
+        maybe_applied = False
+        last_error = ""
+        for attempt in range(self.retry.attempts):
+            retry_after: float | None = None
+            started = time.monotonic()
+            self.stats["requests"] += 1
+            self.stats[f"requests:{request.operation}"] += 1
+            status: int | None = None
+            try:
+                async with self._session.post(self.url, json=payload, timeout=timeout) as resp:
+                    status = resp.status
+                    verdict = classify(status)
+                    if verdict == "retry":
+                        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+                        last_error = f"HTTP {status}"
+                        # 429 means "not processed"; a 5xx may come after the work was done.
+                        maybe_applied |= status != 429
+                    else:
+                        raw = await resp.read()
+                        return self._decode(request, verdict, status, raw), maybe_applied
+            except aiohttp.ClientConnectorError as exc:
+                last_error = f"cannot connect: {exc}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                maybe_applied = True
+            finally:
+                if self._observer is not None:
+                    self._observer(request.operation, status, time.monotonic() - started)
+            if attempt + 1 == self.retry.attempts:
+                break
+            wait = self.retry.delay(attempt, self._rng.random(), retry_after)
+            if wait is None:
+                last_error += f" with Retry-After {retry_after:.0f}s"
+                break
+            self.stats["retries"] += 1
+            log.info(
+                "W&B %s failed (%s), attempt %d of %d; retrying in %.2fs",
+                request.operation,
+                last_error,
+                attempt + 1,
+                self.retry.attempts,
+                wait,
+            )
+            await asyncio.sleep(wait)
+        self.stats["unavailable"] += 1
+        raise WandbUnavailable(
+            f"W&B at {self.base_url} is unavailable: {request.operation} failed"
+            f" {attempt + 1} time(s), last: {last_error}",
+            attempts=attempt + 1,
+            last_error=last_error,
+        )
+
+    def _decode(
+        self, request: docs.Request, verdict: str, status: int, raw: bytes
+    ) -> dict[str, Any]:
+        if verdict == "auth":
+            raise WandbAuthError(
+                f"W&B at {self.base_url} refused the API key (HTTP {status}) for"
+                f" {request.operation}: check WANDB_API_KEY or the ~/.netrc entry for this host"
+            )
+        try:
+            body = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            body = None
+        if isinstance(body, dict) and (verdict == "ok" or body.get("errors")):
+            # A 4xx with GraphQL `errors` (a validation error, say) is read like a 200.
+            return body
+        snippet = raw[:200].decode("utf-8", "replace")
+        what = "not a JSON object" if verdict == "ok" else "an error without GraphQL errors"
+        raise WandbProtocolError(
+            f"W&B at {self.base_url} answered {request.operation} with HTTP {status}, {what}:"
+            f" {snippet!r}"
+        )
+
+
+__all__ = [
+    "AgentStatus",
+    "LaunchAgentInfo",
+    "PushedItem",
+    "RunQueue",
+    "RunQueueItem",
+    "RunRef",
+    "Viewer",
+    "WandbClient",
+    "WandbError",
+]

@@ -1,0 +1,259 @@
+"""Typed answers of the W&B client, and the pure functions that read them out of responses.
+
+Every reader takes the decoded `data` value for one answer and either returns a typed result or
+raises `WandbProtocolError` naming the operation and the exact path that had the wrong shape,
+so a server or proxy that answers something unexpected produces an error a person can act on
+instead of a `KeyError` deep in the agent.
+
+Batched answers are read per entry: in a batched pop an error on one alias (a deleted queue, for
+example) must not lose the items the other aliases already popped, because those items are
+leased to this agent the moment the mutation ran. `split_errors` sorts GraphQL `errors` by the
+alias in their `path`; only errors that cannot be attributed make the whole request fail.
+
+A popped item whose `runSpec` cannot be read is still returned, with `problem` set: it has been
+popped, so the agent must fail it in W&B with that message rather than drop it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from launch_agent.adapters.wandb_errors import WandbGraphQLError, WandbProtocolError
+
+
+class RunRef(NamedTuple):
+    """A W&B run: the key of stop checks."""
+
+    entity: str
+    project: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class Viewer:
+    id: str
+    entity: str | None
+    username: str | None
+    email: str | None
+    teams: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunQueue:
+    id: str
+    name: str
+    created_by: str | None
+    access: str | None
+
+
+@dataclass(frozen=True)
+class LaunchAgentInfo:
+    id: str
+    name: str
+    run_queues: tuple[str, ...]
+    hostname: str | None
+    agent_status: str | None
+    stop_polling: bool
+    heartbeat_at: str | None
+
+
+@dataclass(frozen=True)
+class RunQueueItem:
+    """A popped item. `problem` is set when `run_spec` could not be read (it is then `{}`)."""
+
+    id: str
+    queue: str
+    run_spec: dict[str, Any] = field(default_factory=dict)
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class PushedItem:
+    id: str
+    run_spec: dict[str, Any] | None
+
+
+def split_errors(
+    operation: str, body: Mapping[str, Any], keys: Sequence[str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """`data` and the GraphQL error messages per response key.
+
+    Raises `WandbGraphQLError` when an error has no path into one of `keys`, or when every key
+    errored: then nothing in the answer is usable.
+    """
+    data = body.get("data")
+    if data is not None and not isinstance(data, dict):
+        raise WandbProtocolError(f"{operation}: `data` is {type(data).__name__}, not an object")
+    raw_errors = body.get("errors") or []
+    if not isinstance(raw_errors, list):
+        raise WandbProtocolError(f"{operation}: `errors` is not a list")
+    by_key: dict[str, str] = {}
+    unattributed: list[Mapping[str, Any]] = []
+    for error in raw_errors:
+        if not isinstance(error, dict):
+            unattributed.append({"message": str(error)})
+            continue
+        path = error.get("path")
+        head = path[0] if isinstance(path, list) and path else None
+        if isinstance(head, str) and head in keys:
+            message = str(error.get("message", "unknown error"))
+            by_key[head] = f"{by_key[head]}; {message}" if head in by_key else message
+        else:
+            unattributed.append(error)
+    if unattributed or (raw_errors and len(by_key) == len(keys)):
+        raise WandbGraphQLError(operation, unattributed or raw_errors)
+    if data is None:
+        raise WandbProtocolError(f"{operation}: the answer has neither `data` nor `errors`")
+    return data, by_key
+
+
+def _obj(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise WandbProtocolError(f"{where} is {_kind(value)}, expected an object")
+    return value
+
+
+def _str(value: Any, where: str, *, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or (not optional and not value):
+        raise WandbProtocolError(f"{where} is {_kind(value)}, expected a non-empty string")
+    return value
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else f"{type(value).__name__} {json.dumps(value)[:80]}"
+
+
+def viewer(value: Any) -> Viewer | None:
+    """`data.viewer`; None when the server does not recognise the key."""
+    if value is None:
+        return None
+    obj = _obj(value, "Viewer: data.viewer")
+    teams: list[str] = []
+    edges = ((obj.get("teams") or {}) if isinstance(obj.get("teams"), dict) else {}).get("edges")
+    for edge in edges or []:
+        node = edge.get("node") if isinstance(edge, dict) else None
+        if isinstance(node, dict) and isinstance(node.get("name"), str):
+            teams.append(node["name"])
+    return Viewer(
+        id=str(obj.get("id") or ""),
+        entity=_str(obj.get("entity"), "Viewer: data.viewer.entity", optional=True),
+        username=_str(obj.get("username"), "Viewer: data.viewer.username", optional=True),
+        email=_str(obj.get("email"), "Viewer: data.viewer.email", optional=True),
+        teams=tuple(teams),
+    )
+
+
+def run_queues(value: Any) -> list[RunQueue] | None:
+    """`data.project` of ProjectRunQueues; None when the project does not exist."""
+    if value is None:
+        return None
+    project = _obj(value, "ProjectRunQueues: data.project")
+    queues = project.get("runQueues")
+    if queues is None:
+        return []
+    if not isinstance(queues, list):
+        raise WandbProtocolError(f"ProjectRunQueues: data.project.runQueues is {_kind(queues)}")
+    out: list[RunQueue] = []
+    for i, raw in enumerate(queues):
+        where = f"ProjectRunQueues: data.project.runQueues[{i}]"
+        queue = _obj(raw, where)
+        created_by = queue.get("createdBy")
+        out.append(
+            RunQueue(
+                id=_str(queue.get("id"), f"{where}.id"),
+                name=_str(queue.get("name"), f"{where}.name"),
+                created_by=None if created_by is None else str(created_by),
+                access=_str(queue.get("access"), f"{where}.access", optional=True),
+            )
+        )
+    return out
+
+
+def launch_agent_id(value: Any) -> str:
+    obj = _obj(value, "createLaunchAgent: data.createLaunchAgent")
+    return str(_str(obj.get("launchAgentId"), "createLaunchAgent: data.createLaunchAgent.id"))
+
+
+def launch_agent(value: Any) -> LaunchAgentInfo | None:
+    """`data.launchAgent`; None when the server does not know the id."""
+    if value is None:
+        return None
+    obj = _obj(value, "LaunchAgent: data.launchAgent")
+    queues = obj.get("runQueues") or []
+    if not isinstance(queues, list):
+        raise WandbProtocolError(f"LaunchAgent: data.launchAgent.runQueues is {_kind(queues)}")
+    stop = obj.get("stopPolling")
+    if stop is not None and not isinstance(stop, bool):
+        raise WandbProtocolError(f"LaunchAgent: data.launchAgent.stopPolling is {_kind(stop)}")
+    return LaunchAgentInfo(
+        id=_str(obj.get("id"), "LaunchAgent: data.launchAgent.id"),
+        name=_str(obj.get("name"), "LaunchAgent: data.launchAgent.name"),
+        run_queues=tuple(str(q) for q in queues),
+        hostname=_str(obj.get("hostname"), "LaunchAgent: data.launchAgent.hostname", optional=True),
+        agent_status=_str(
+            obj.get("agentStatus"), "LaunchAgent: data.launchAgent.agentStatus", optional=True
+        ),
+        stop_polling=bool(stop),
+        heartbeat_at=None if obj.get("heartbeatAt") is None else str(obj["heartbeatAt"]),
+    )
+
+
+def success(operation: str, value: Any) -> bool:
+    """`{success}` payloads (ack, fail, warn, updateLaunchAgent)."""
+    obj = _obj(value, f"{operation}: data.{operation}")
+    flag = obj.get("success")
+    if not isinstance(flag, bool):
+        raise WandbProtocolError(f"{operation}: data.{operation}.success is {_kind(flag)}")
+    return flag
+
+
+def run_spec(value: Any) -> tuple[dict[str, Any], str | None]:
+    """A popped `runSpec` (a JSON object, or a JSONString holding one) and any problem."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            return {}, f"runSpec is a string that is not JSON: {exc}"
+    if not isinstance(value, dict):
+        return {}, f"runSpec is {_kind(value)}, expected a JSON object"
+    return value, None
+
+
+def popped(queue: str, value: Any) -> RunQueueItem | None:
+    """One queue's `popFromRunQueue` answer: None when the queue was empty."""
+    if value is None:
+        return None
+    where = f"popFromRunQueue ({queue!r})"
+    obj = _obj(value, where)
+    item_id = _str(obj.get("runQueueItemId"), f"{where}.runQueueItemId")
+    spec, problem = run_spec(obj.get("runSpec"))
+    return RunQueueItem(id=item_id, queue=queue, run_spec=spec, problem=problem)
+
+
+def run_stopped(value: Any) -> bool:
+    """`project { run { stopped } }`: a missing project or run is not stopped (reference)."""
+    if not isinstance(value, dict):
+        return False
+    run = value.get("run")
+    return isinstance(run, dict) and run.get("stopped") is True
+
+
+def run_state(value: Any) -> str | None:
+    """`project { run { state } }`; None when the project or run does not exist (yet)."""
+    if not isinstance(value, dict) or not isinstance(value.get("run"), dict):
+        return None
+    state = value["run"].get("state")
+    return state if isinstance(state, str) else None
+
+
+def pushed(value: Any) -> PushedItem:
+    obj = _obj(value, "pushToRunQueueByName: data.pushToRunQueueByName")
+    item_id = _str(obj.get("runQueueItemId"), "pushToRunQueueByName: ....runQueueItemId")
+    spec = obj.get("runSpec")
+    parsed = run_spec(spec)[0] if spec is not None else None
+    return PushedItem(id=item_id, run_spec=parsed)
