@@ -1,1 +1,41 @@
-"""Workload and pod status -> run state and diagnosis. Pure: no I/O, no asyncio."""
+"""Workload and pod status -> run state and diagnosis. Pure: no I/O, no asyncio.
+
+`assess(workload, pods, now)` is the entry point; `assess_deleted` for a workload that is gone;
+`pod_warnings` for every warning the pods show and `new_warnings` to report each once per run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from launch_agent.model.run_state import Diagnosis
+from launch_agent.tracking.assess import (
+    DEFAULT_POLICY,
+    Assessment,
+    TrackingPolicy,
+    assess,
+    assess_deleted,
+)
+from launch_agent.tracking.pods import summarize_pods
+from launch_agent.tracking.warnings import new_warnings
+
+
+def pod_warnings(
+    pods: Sequence[Mapping[str, Any]], now: datetime, policy: TrackingPolicy = DEFAULT_POLICY
+) -> tuple[Diagnosis, ...]:
+    """Every non-terminal problem the pods show, most important first."""
+    summary = summarize_pods(pods, now, policy.unschedulable_deadline)
+    return tuple(d for d in summary.warnings if not d.terminal)
+
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "Assessment",
+    "TrackingPolicy",
+    "assess",
+    "assess_deleted",
+    "new_warnings",
+    "pod_warnings",
+]
