@@ -1,0 +1,237 @@
+{{/*
+Names, labels and the derived lists every template shares.
+
+Design notes:
+- Every object name is release-scoped (W&B's `git-creds` and `azure-storage-access-key` were not).
+- Every namespaced object goes to one namespace, `launch-agent.namespace`: `.Values.namespace`
+  (W&B's key) when set, else the release namespace. W&B's chart used `.Values.namespace` for all
+  objects but the PDB and hard-coded `wandb` for two Secrets; here nothing is hard-coded.
+- The API-key Secret keeps W&B's name `wandb-api-key-<release>` and key `password`, so a W&B
+  user with `agent.useExternalWandbSecret: true` keeps the Secret they already created.
+*/}}
+
+{{- define "launch-agent.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "launch-agent.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "launch-agent.namespace" -}}
+{{- default .Release.Namespace .Values.namespace -}}
+{{- end -}}
+
+{{/* Selector labels: stable for the life of the release (a Deployment selector is immutable). */}}
+{{- define "launch-agent.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "launch-agent.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+{{- end -}}
+
+{{- define "launch-agent.labels" -}}
+{{ include "launch-agent.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | quote }}
+{{- end -}}
+
+{{/* The API-key Secret's name: W&B's name unless `existingSecret` names another one. */}}
+{{- define "launch-agent.apiKeySecretName" -}}
+{{- if .Values.existingSecret -}}
+{{- .Values.existingSecret -}}
+{{- else -}}
+{{- printf "wandb-api-key-%s" (include "launch-agent.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "launch-agent.apiKeySecretKey" -}}
+{{- if .Values.existingSecret -}}{{ .Values.existingSecretKey }}{{- else -}}password{{- end -}}
+{{- end -}}
+
+{{/* True when the chart renders the API-key Secret itself (no external or existing Secret). */}}
+{{- define "launch-agent.createApiKeySecret" -}}
+{{- if and (not .Values.existingSecret) (not .Values.agent.useExternalWandbSecret) -}}true{{- end -}}
+{{- end -}}
+
+{{- define "launch-agent.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (printf "wandb-launch-serviceaccount-%s" (include "launch-agent.fullname" .)) .Values.serviceAccount.name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* `agent.image` (W&B's key, a full reference) wins over `image.repository:image.tag`. */}}
+{{- define "launch-agent.image" -}}
+{{- if .Values.agent.image -}}
+{{- .Values.agent.image -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Target namespaces as a JSON list: the agent's namespace first, then W&B's
+`additionalTargetNamespaces`, without duplicates. Templates read it with `fromJsonArray`.
+*/}}
+{{- define "launch-agent.targetNamespaces" -}}
+{{- $all := prepend (.Values.additionalTargetNamespaces | default list) (include "launch-agent.namespace" .) -}}
+{{- uniq $all | toJson -}}
+{{- end -}}
+
+{{- define "launch-agent.kanikoNamespace" -}}
+{{- default (printf "%s-kaniko" (include "launch-agent.fullname" .)) .Values.kaniko.namespace | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "launch-agent.kanikoServiceAccountName" -}}
+{{- default (printf "%s-kaniko" (include "launch-agent.fullname" .)) .Values.kaniko.serviceAccount.name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "launch-agent.queueSpecsConfigMapName" -}}
+{{- if .Values.existingQueueSpecsConfigMap -}}
+{{- .Values.existingQueueSpecsConfigMap -}}
+{{- else -}}
+{{- printf "%s-queue-specs" (include "launch-agent.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The workload kinds the agent may create, as a JSON list of RBAC rules (one per enabled kind).
+The table below is the only place that maps a `workloads.<key>` toggle to an API group.
+*/}}
+{{- define "launch-agent.workloadRules" -}}
+{{- $table := dict
+  "job" (list "batch" "jobs")
+  "jobset" (list "jobset.x-k8s.io" "jobsets")
+  "pytorchjob" (list "kubeflow.org" "pytorchjobs")
+  "trainjob" (list "trainer.kubeflow.org" "trainjobs")
+  "leaderworkerset" (list "leaderworkerset.x-k8s.io" "leaderworkersets")
+  "rayjob" (list "ray.io" "rayjobs")
+  "volcanojob" (list "batch.volcano.sh" "jobs")
+-}}
+{{- $rules := list -}}
+{{- range $key := keys $table | sortAlpha -}}
+{{- if index $.Values.workloads $key -}}
+{{- $entry := index $table $key -}}
+{{- $rules = append $rules (dict "apiGroups" (list (index $entry 0)) "resources" (list (index $entry 1)) "verbs" (list "create" "get" "list" "watch" "delete")) -}}
+{{- end -}}
+{{- end -}}
+{{- $rules | toJson -}}
+{{- end -}}
+
+{{/*
+The launch config the agent reads (`LAUNCH_AGENT_CONFIG`): W&B's `launchConfig`, a YAML string as
+in W&B's chart (kept verbatim, so the agent's `file:LINE` errors point at the admin's own lines)
+or a mapping, plus a `quota:` block from the chart's `quota` values. Text that is not a YAML
+mapping, or that holds `api_key`, fails the render instead of shipping a ConfigMap the agent
+would refuse at start-up.
+*/}}
+{{- define "launch-agent.launchConfig" -}}
+{{- $text := "" -}}
+{{- $cfg := dict -}}
+{{- if kindIs "string" .Values.launchConfig -}}
+{{- $text = .Values.launchConfig | trimSuffix "\n" -}}
+{{- if trim $text -}}
+{{- $cfg = fromYaml $text -}}
+{{- if hasKey $cfg "Error" -}}
+{{- fail (printf "launchConfig: not a YAML mapping of launch-config keys: %s" (get $cfg "Error")) -}}
+{{- end -}}
+{{- end -}}
+{{- else if kindIs "map" .Values.launchConfig -}}
+{{- $cfg = .Values.launchConfig -}}
+{{- if $cfg -}}{{- $text = toYaml $cfg -}}{{- end -}}
+{{- end -}}
+{{- if hasKey $cfg "api_key" -}}
+{{- fail "launchConfig: api_key may not be stored in the launch config (the agent refuses it); set agent.apiKey or existingSecret instead" -}}
+{{- end -}}
+{{- $mode := include "launch-agent.quotaMode" . -}}
+{{- if ne $mode "off" -}}
+{{- if hasKey $cfg "quota" -}}
+{{- fail (printf "launchConfig: has its own quota block while quota.mode is %q; set admission in one place (remove one of them)" $mode) -}}
+{{- end -}}
+{{- $quota := dict "mode" $mode -}}
+{{- if .Values.quota.tree -}}
+{{- $_ := set $quota "tree" .Values.quota.tree -}}
+{{- end -}}
+{{- if .Values.quota.kueue.defaultLocalQueue -}}
+{{- $_ := set $quota "kueue" (dict "default_local_queue" .Values.quota.kueue.defaultLocalQueue) -}}
+{{- end -}}
+{{- $text = printf "%s\n# From the chart's quota values.\n%s" $text (dict "quota" $quota | toYaml) | trimPrefix "\n" -}}
+{{- end -}}
+{{- if $text -}}{{- printf "%s\n" $text -}}{{- end -}}
+{{- end -}}
+
+{{/* Restricted Pod Security Standard, pod level. */}}
+{{- define "launch-agent.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+fsGroup: 10001
+fsGroupChangePolicy: OnRootMismatch
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* Restricted Pod Security Standard, container level, read-only root file system. */}}
+{{- define "launch-agent.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop:
+    - ALL
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/*
+`additionalEnvVars` / `additionalSecretEnvVars` as env entries. W&B's values declared them as maps
+but its templates iterated them as lists of {name, value}; both shapes are accepted here, and every
+value is quoted (W&B emitted `value: true` unquoted, which the API server rejects).
+Call with (dict "vars" <list or map> "secret" <Secret name, or "" for plain values>).
+*/}}
+{{- define "launch-agent.envList" -}}
+{{- $pairs := list -}}
+{{- if kindIs "map" .vars -}}
+{{- range $name := keys .vars | sortAlpha -}}
+{{- $pairs = append $pairs (dict "name" $name "value" (index $.vars $name)) -}}
+{{- end -}}
+{{- else -}}
+{{- $pairs = .vars | default list -}}
+{{- end -}}
+{{- range $pairs }}
+- name: {{ .name | quote }}
+{{- if $.secret }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $.secret | quote }}
+      key: {{ .name | quote }}
+{{- else }}
+  value: {{ .value | toString | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The same pairs as a name -> value map, for the Secret that holds them. */}}
+{{- define "launch-agent.envMap" -}}
+{{- $out := dict -}}
+{{- if kindIs "map" . -}}
+{{- range $name, $value := . -}}
+{{- $_ := set $out $name ($value | toString) -}}
+{{- end -}}
+{{- else -}}
+{{- range . -}}
+{{- $_ := set $out .name (.value | toString) -}}
+{{- end -}}
+{{- end -}}
+{{- $out | toJson -}}
+{{- end -}}
+
+{{/* `quota.mode` as a string; YAML reads an unquoted `off` as false. */}}
+{{- define "launch-agent.quotaMode" -}}
+{{- if kindIs "bool" .Values.quota.mode -}}off{{- else -}}{{ .Values.quota.mode }}{{- end -}}
+{{- end -}}
