@@ -35,6 +35,11 @@ class FaultRule:
     # W&B only: answer HTTP 200 with a GraphQL `errors` entry instead of an HTTP status.
     graphql_error: bool = False
     fired: int = 0
+    # Kubernetes watches only: `drop` cuts the stream, `stall` keeps it open but silent, in
+    # both cases after `after_events` events were delivered. A `status=410` rule on a watch
+    # key answers with an ERROR event carrying 410 Expired, as a compacted etcd would.
+    stall: bool = False
+    after_events: int = 0
 
     def matches(self, key: str) -> bool:
         if self.match in ("*", key):

@@ -1,0 +1,136 @@
+"""Defaulting and the built-in validation kube-apiserver always applies to Pods and Jobs.
+
+Clients read these defaults back (a Job's `spec.selector` and `controller-uid` label, a pod's
+`restartPolicy`, an image's `imagePullPolicy`), and a manifest that a real cluster refuses must
+be refused here too, with the same field path, or tests would pass against the sandbox and
+fail in production. Only the rules the launch agent can trip over are modelled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Causes = list[tuple[str, str]]
+
+
+def _pull_policy(image: str) -> str:
+    tag = image.rsplit("/", 1)[-1]
+    if "@" in tag:
+        return "IfNotPresent"
+    return "Always" if ":" not in tag or tag.endswith(":latest") else "IfNotPresent"
+
+
+def default_pod_spec(spec: dict[str, Any], path: str, *, job: bool) -> Causes:
+    """Fill in pod spec defaults in place; return validation causes."""
+    causes: Causes = []
+    spec.setdefault("restartPolicy", "Never" if job else "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        causes.append((f"{path}.containers", "Required value"))
+        containers = []
+    valid_restart = ("OnFailure", "Never") if job else ("Always", "OnFailure", "Never")
+    if spec["restartPolicy"] not in valid_restart:
+        allowed = ", ".join(f'"{v}"' for v in valid_restart)
+        causes.append(
+            (
+                f"{path}.restartPolicy",
+                f'Unsupported value: "{spec["restartPolicy"]}": supported values: {allowed}',
+            )
+        )
+    seen: set[str] = set()
+    for field in ("initContainers", "containers"):
+        for i, container in enumerate(spec.get(field) or []):
+            where = f"{path}.{field}[{i}]"
+            if not isinstance(container, dict):
+                causes.append((where, "must be an object"))
+                continue
+            name = container.get("name")
+            if not name:
+                causes.append((f"{where}.name", "Required value"))
+            elif name in seen:
+                causes.append((f"{where}.name", f'Duplicate value: "{name}"'))
+            else:
+                seen.add(str(name))
+            image = container.get("image")
+            if not image:
+                causes.append((f"{where}.image", "Required value"))
+            else:
+                container.setdefault("imagePullPolicy", _pull_policy(str(image)))
+            container.setdefault("terminationMessagePath", "/dev/termination-log")
+            container.setdefault("terminationMessagePolicy", "File")
+            container.setdefault("resources", {})
+    return causes
+
+
+def _qos(spec: dict[str, Any]) -> str:
+    resources = [c.get("resources") or {} for c in spec.get("containers") or []]
+    if not any(r.get("requests") or r.get("limits") for r in resources):
+        return "BestEffort"
+    guaranteed = all(
+        set(r.get("limits") or {}) >= {"cpu", "memory"}
+        and all(
+            (r.get("requests") or {}).get(k, v) == v for k, v in (r.get("limits") or {}).items()
+        )
+        for r in resources
+    )
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def admit_pod(obj: dict[str, Any]) -> Causes:
+    spec = obj.setdefault("spec", {})
+    causes = default_pod_spec(spec, "spec", job=False)
+    spec.setdefault("serviceAccountName", "default")
+    status = obj.setdefault("status", {})
+    status.setdefault("phase", "Pending")
+    status.setdefault("qosClass", _qos(spec))
+    return causes
+
+
+def admit_job(obj: dict[str, Any]) -> Causes:
+    """Job defaults (selector and labels from the uid the store just assigned)."""
+    meta = obj["metadata"]
+    spec = obj.setdefault("spec", {})
+    causes: Causes = []
+    template = spec.get("template")
+    if not isinstance(template, dict):
+        return [("spec.template", "Required value")]
+    tmeta = template.setdefault("metadata", {})
+    tspec = template.setdefault("spec", {})
+    if not spec.get("manualSelector"):
+        labels = {
+            "batch.kubernetes.io/controller-uid": meta["uid"],
+            "batch.kubernetes.io/job-name": meta["name"],
+            "controller-uid": meta["uid"],
+            "job-name": meta["name"],
+        }
+        tmeta["labels"] = {**(tmeta.get("labels") or {}), **labels}
+        spec["selector"] = {
+            "matchLabels": {"batch.kubernetes.io/controller-uid": meta["uid"]},
+        }
+    causes += default_pod_spec(tspec, "spec.template.spec", job=True)
+    for key, default in (
+        ("parallelism", 1),
+        ("backoffLimit", 6),
+        ("completionMode", "NonIndexed"),
+        ("suspend", False),
+        ("podReplacementPolicy", "TerminatingOrFailed"),
+        ("manualSelector", None),
+    ):
+        if default is not None:
+            spec.setdefault(key, default)
+    if "completions" not in spec and spec.get("parallelism", 1) == 1:
+        spec["completions"] = 1
+    for key in ("parallelism", "completions", "backoffLimit", "activeDeadlineSeconds"):
+        value = spec.get(key)
+        if value is not None and (not isinstance(value, int) or value < 0):
+            causes.append((f"spec.{key}", f"Invalid value: {value!r}: must be >= 0"))
+    if spec.get("activeDeadlineSeconds") == 0:
+        causes.append(("spec.activeDeadlineSeconds", "Invalid value: 0: must be greater than 0"))
+    return causes
+
+
+ADMISSION = {"pods": admit_pod, "batch/jobs": admit_job}
