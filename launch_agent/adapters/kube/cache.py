@@ -1,0 +1,84 @@
+"""An informer's local cache and the events that bring it up to date (pure).
+
+The cache maps (namespace, name) to the latest object seen. Two operations change it:
+
+- `apply_event`: one watch event (ADDED / MODIFIED / DELETED) -> the event to deliver, or None
+  when it carries nothing new (an object replayed with a resourceVersion the cache already has,
+  or a DELETED for an object never seen).
+- `reconcile_list`: a full list after (re)connecting -> the differences as events. This is what
+  makes a 410 or a long disconnection safe: an object that changed while the watch was down
+  arrives as MODIFIED with its latest status (so a terminal state is never missed), and one that
+  was deleted meanwhile arrives as DELETED carrying the last state the cache knew.
+
+Events are compared by `metadata.resourceVersion` only, which the API server changes on every
+write; objects are never compared field by field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Obj = dict[str, Any]
+Key = tuple[str, str]
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEvent:
+    type: EventType
+    obj: Obj
+    # True for events synthesised from a list (initial sync or relist), not seen on a watch.
+    from_list: bool = False
+
+
+def key_of(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return ("", "")
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def version_of(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    return str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
+
+
+def apply_event(cache: dict[Key, Obj], etype: str, obj: Obj) -> CacheEvent | None:
+    """Update `cache` with one watch event; the event to deliver, or None if nothing changed."""
+    key = key_of(obj)
+    old = cache.get(key)
+    if etype == "DELETED":
+        if old is None:
+            return None
+        del cache[key]
+        return CacheEvent("DELETED", obj)
+    if etype not in ("ADDED", "MODIFIED"):
+        return None
+    if old is not None and version_of(old) == version_of(obj) and version_of(obj):
+        return None
+    cache[key] = obj
+    return CacheEvent("MODIFIED" if old is not None else "ADDED", obj)
+
+
+def reconcile_list(cache: dict[Key, Obj], items: Iterable[Obj]) -> list[CacheEvent]:
+    """Replace the cache's content with a fresh list; the differences, as events.
+
+    Order: additions and modifications in list order, then deletions sorted by key, so the
+    result is deterministic for a given cache and list.
+    """
+    events: list[CacheEvent] = []
+    seen: set[Key] = set()
+    for obj in items:
+        key = key_of(obj)
+        seen.add(key)
+        old = cache.get(key)
+        if old is None:
+            events.append(CacheEvent("ADDED", obj, from_list=True))
+        elif version_of(old) != version_of(obj) or not version_of(obj):
+            events.append(CacheEvent("MODIFIED", obj, from_list=True))
+        cache[key] = obj
+    for key in sorted(set(cache) - seen):
+        events.append(CacheEvent("DELETED", cache.pop(key), from_list=True))
+    return events

@@ -1,0 +1,411 @@
+"""The agent's one Kubernetes client: kubernetes_asyncio's `ApiClient`, used as a transport.
+
+One `KubeClient` per process, opened with `async with` and closed on exit (the reference agent
+builds a new `ApiClient` per run and never closes it). Requests go through the real client's
+`call_api` (its auth, TLS and connection pool) with `_preload_content=False`, so this module
+sees the status, headers and raw body of every answer: it maps errors to typed exceptions
+(`errors.py`), honours `Retry-After`, and keeps objects as the plain dicts the API returned,
+which is what the pure tracking layer reads. No generated model classes are built.
+
+Operations are what the dispatcher and tracker need, and each has one policy:
+
+- `create`: POST with `fieldValidation=Strict` (an unknown field is an error naming the field,
+  not silently pruned); 409 AlreadyExists means "adopt": the existing object is returned, never
+  a second one created. With deterministic names this makes create idempotent, so it is retried
+  like any other request.
+- `delete`: `propagationPolicy: Background` (dependents are garbage-collected: no pod keeps
+  running after a stop); 404 means already gone.
+- `list` by label selector (paged), `get`, `patch` (merge patch, for suspend/unsuspend),
+  `pod_log_tail`.
+- `watch_stream`: one watch request, yielding raw events; `informer.py` owns reconnects.
+
+Every request has a timeout and is retried on 429/5xx/network errors with jittered backoff
+(`backoff.py`); when retries run out the caller gets `KubeUnavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.config import load_incluster_config, load_kube_config
+
+from launch_agent.adapters.kube.backoff import RETRY_STATUSES, RetryPolicy, parse_retry_after
+from launch_agent.adapters.kube.errors import (
+    KubeApiError,
+    KubeConflict,
+    KubeError,
+    KubeNotFound,
+    KubeUnavailable,
+    error_from_response,
+)
+from launch_agent.adapters.kube.kinds import KindRegistry, Resource
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Query = Sequence[tuple[str, str]]
+NETWORK_ERRORS = (aiohttp.ClientError, TimeoutError, ConnectionError)
+FIELD_MANAGER = "launch-agent"
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    obj: Obj
+    # True when the object already existed (409) and was adopted instead of created.
+    adopted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    items: list[Obj]
+    resource_version: str
+
+
+async def load_configuration(
+    kubeconfig: str | None = None, context: str | None = None, in_cluster: bool | None = None
+) -> Configuration:
+    """A client configuration from a kubeconfig file or the pod's service account.
+
+    `in_cluster=None` picks in-cluster when no kubeconfig is named and the pod environment is
+    present. Loading reads files (and may run an exec credential plugin), so it runs in a worker
+    thread with its own event loop, never on the agent's loop.
+    """
+
+    def load() -> Configuration:
+        cfg = Configuration()
+        use_cluster = in_cluster
+        if use_cluster is None:
+            use_cluster = kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ
+        if use_cluster:
+            load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        else:
+            asyncio.run(
+                load_kube_config(
+                    config_file=kubeconfig,
+                    context=context,
+                    client_configuration=cfg,
+                    persist_config=False,
+                )
+            )
+        return cfg
+
+    return await asyncio.to_thread(load)
+
+
+class KubeClient:
+    """`async with KubeClient(configuration) as kube: ...`; see the module docstring."""
+
+    def __init__(
+        self,
+        configuration: Configuration,
+        *,
+        policy: RetryPolicy | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._configuration = configuration
+        self.policy = policy or RetryPolicy()
+        self._rng = rng or random.Random()
+        self._api: ApiClient | None = None
+        self.kinds = KindRegistry(self._discover)
+        self.requests = 0
+        self.retries = 0
+
+    @classmethod
+    async def from_kubeconfig(
+        cls,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        in_cluster: bool | None = None,
+        **kwargs: Any,
+    ) -> KubeClient:
+        return cls(await load_configuration(kubeconfig, context, in_cluster), **kwargs)
+
+    async def __aenter__(self) -> KubeClient:
+        # Built on the loop: aiohttp binds its session to the running loop.
+        self._api = ApiClient(self._configuration)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        api, self._api = self._api, None
+        if api is not None:
+            await api.close()
+
+    @property
+    def host(self) -> str:
+        return str(self._configuration.host)
+
+    # --- transport -------------------------------------------------------------------------
+
+    async def _open(
+        self,
+        method: str,
+        path: str,
+        query: Query,
+        body: object,
+        *,
+        content_type: str | None,
+        limits: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
+        if self._api is None:
+            raise RuntimeError("KubeClient used outside `async with`")
+        headers = {"Accept": "application/json"}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        self.requests += 1
+        response: aiohttp.ClientResponse = await self._api.call_api(
+            path,
+            method,
+            query_params=list(query),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            _request_timeout=limits,
+        )
+        return response
+
+    async def _once(
+        self, method: str, path: str, query: Query, body: object, content_type: str | None
+    ) -> tuple[int, bytes, str | None]:
+        limits = aiohttp.ClientTimeout(total=self.policy.timeout)
+        response = await self._open(
+            method, path, query, body, content_type=content_type, limits=limits
+        )
+        try:
+            async with asyncio.timeout(self.policy.timeout):
+                data = await response.read()
+        finally:
+            response.release()
+        return response.status, data, response.headers.get("Retry-After")
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query = (),
+        body: object = None,
+        content_type: str | None = None,
+        retry: bool = True,
+        raw: bool = False,
+    ) -> Any:
+        """One API call with retries; the parsed JSON answer (the text if `raw`), or a typed
+        `KubeError`."""
+        attempts = self.policy.attempts if retry else 1
+        last: BaseException | None = None
+        for attempt in range(attempts):
+            retry_after: float | None = None
+            try:
+                status, data, retry_after_header = await self._once(
+                    method, path, query, body, content_type
+                )
+            except NETWORK_ERRORS as exc:
+                last = exc
+            else:
+                if 200 <= status < 300:
+                    return data.decode("utf-8", "replace") if raw else _parse(data, method, path)
+                retry_after = parse_retry_after(retry_after_header)
+                error = error_from_response(
+                    status, data, method=method, path=path, retry_after=retry_after
+                )
+                if status not in RETRY_STATUSES:
+                    raise error
+                last = error
+            if attempt + 1 >= attempts:
+                break
+            delay = self.policy.delay(attempt, self._rng.random(), retry_after)
+            if delay is None:
+                break
+            self.retries += 1
+            log.debug("kubernetes %s %s failed (%s); retry in %.2fs", method, path, last, delay)
+            await asyncio.sleep(delay)
+        assert last is not None
+        if isinstance(last, KubeApiError) and not retry:
+            raise last
+        raise KubeUnavailable(method, path, attempts, last) from last
+
+    async def _discover(self, path: str) -> Mapping[str, Any] | None:
+        try:
+            document = await self.request("GET", path)
+        except KubeNotFound:
+            return None
+        return document if isinstance(document, Mapping) else None
+
+    # --- operations ------------------------------------------------------------------------
+
+    async def resolve(self, api_version: str, kind: str) -> Resource:
+        """The REST resource of a kind; `KindNotInstalled` if the cluster does not serve it."""
+        return await self.kinds.resolve(api_version, kind)
+
+    async def create(self, body: Mapping[str, Any], namespace: str) -> Created:
+        """Create an object, or adopt the existing one of the same name (409)."""
+        resource = await self.resolve(str(body.get("apiVersion", "")), str(body.get("kind", "")))
+        name = str(body.get("metadata", {}).get("name", ""))
+        query = [("fieldValidation", "Strict"), ("fieldManager", FIELD_MANAGER)]
+        # A 409 whose object vanished before the GET (deleted meanwhile) is created again, once.
+        for _ in range(2):
+            try:
+                obj = await self.request("POST", resource.path(namespace), query=query, body=body)
+                return Created(obj, adopted=False)
+            except KubeConflict as exc:
+                if not exc.already_exists or not name:
+                    raise
+            try:
+                existing = await self.request("GET", resource.path(namespace, name))
+            except KubeNotFound:
+                continue
+            return Created(existing, adopted=True)
+        raise KubeError(f"{resource} {namespace}/{name} keeps being deleted while created")
+
+    async def get(self, resource: Resource, namespace: str, name: str) -> Obj:
+        obj: Obj = await self.request("GET", resource.path(namespace, name))
+        return obj
+
+    async def delete(
+        self, resource: Resource, namespace: str, name: str, propagation: str = "Background"
+    ) -> bool:
+        """Delete with dependents garbage-collected; False if it was already gone."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        try:
+            await self.request("DELETE", resource.path(namespace, name), body=body)
+        except KubeNotFound:
+            return False
+        return True
+
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        label_selector: str | None = None,
+        page_size: int = 500,
+    ) -> Listed:
+        """Every object matching the selector, paged; with the list's resourceVersion."""
+        items: list[Obj] = []
+        token: str | None = None
+        version = ""
+        while True:
+            query = [("limit", str(page_size))]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if token:
+                query.append(("continue", token))
+            page = await self.request("GET", resource.path(namespace), query=query)
+            for item in page.get("items") or ():
+                # List items omit kind/apiVersion; put them back so each object stands alone.
+                item.setdefault("apiVersion", resource.api_version)
+                item.setdefault("kind", resource.kind)
+                items.append(item)
+            meta = page.get("metadata") or {}
+            version = str(meta.get("resourceVersion") or version)
+            token = meta.get("continue") or None
+            if not token:
+                return Listed(items, version)
+
+    async def patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        patch: Mapping[str, Any],
+        patch_type: str = "merge",
+    ) -> Obj:
+        """A merge (RFC 7386) or strategic merge patch; e.g. `{"spec": {"suspend": False}}`."""
+        content_type = {
+            "merge": "application/merge-patch+json",
+            "strategic": "application/strategic-merge-patch+json",
+        }[patch_type]
+        obj: Obj = await self.request(
+            "PATCH",
+            resource.path(namespace, name),
+            query=[("fieldManager", FIELD_MANAGER)],
+            body=dict(patch),
+            content_type=content_type,
+        )
+        return obj
+
+    async def pod_log_tail(
+        self,
+        namespace: str,
+        pod: str,
+        container: str | None = None,
+        lines: int = 50,
+        limit_bytes: int = 64 * 1024,
+    ) -> str:
+        """The last `lines` lines of a container's log (bounded in bytes), for failure reports."""
+        query = [("tailLines", str(lines)), ("limitBytes", str(limit_bytes))]
+        if container:
+            query.append(("container", container))
+        path = Resource("", "v1", "Pod", "pods").path(namespace, pod, "log")
+        text: str = await self.request("GET", path, query=query, raw=True)
+        return text
+
+    async def watch_stream(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        *,
+        resource_version: str,
+        label_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[Obj]:
+        """One watch request from `resource_version`, with bookmarks; raw event dicts.
+
+        Ends when the server closes the stream (its `timeoutSeconds`). Errors are raised typed;
+        an `ERROR` event is yielded as is (the informer turns a 410 in it into a relist).
+        """
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        # No total timeout: a watch is long by design. A silent stream (no event, no bookmark)
+        # for longer than the server's own timeout plus a margin is a dead connection.
+        limits = aiohttp.ClientTimeout(
+            total=None, connect=self.policy.timeout, sock_read=timeout_seconds + 30
+        )
+        path = resource.path(namespace)
+        response = await self._open("GET", path, query, None, content_type=None, limits=limits)
+        try:
+            if response.status != 200:
+                data = await response.read()
+                raise error_from_response(
+                    response.status,
+                    data,
+                    method="WATCH",
+                    path=path,
+                    retry_after=parse_retry_after(response.headers.get("Retry-After")),
+                )
+            async for line in response.content:
+                if line.strip():
+                    event = json.loads(line)
+                    if isinstance(event, dict):
+                        yield event
+        finally:
+            response.close()
+
+
+def _parse(data: bytes, method: str, path: str) -> Any:
+    try:
+        return json.loads(data) if data else None
+    except ValueError:
+        head = " ".join(data[:200].decode("utf-8", "replace").split())
+        raise KubeError(f"{method} {path}: the answer is not JSON: {head!r}") from None
