@@ -7,6 +7,7 @@ Helm writes caches under $HOME, so every call gets a private temporary HOME.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -59,7 +60,10 @@ class Helm:
         for path in values_files:
             args += ["--values", str(path)]
         for key, value in (set_values or {}).items():
-            args += ["--set-string" if isinstance(value, str) else "--set", f"{key}={value}"]
+            if isinstance(value, str):
+                args += ["--set-string", f"{key}={value}"]
+            else:
+                args += ["--set", f"{key}={json.dumps(value)}"]
         result = self.run(*args)
         if result.returncode != 0:
             raise HelmError(result.stderr.strip())
