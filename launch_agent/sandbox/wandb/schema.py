@@ -304,7 +304,7 @@ def _parse_json_string(value: Any) -> str:
     return value
 
 
-def _parse_json_string_literal(node: ValueNode, _variables: Any = None) -> str:
+def _parse_json_string_literal(node: ValueNode, _extra: Any = None) -> str:
     if not isinstance(node, StringValueNode):
         raise GraphQLError("JSONString literal must be a string")
     return _parse_json_string(node.value)
@@ -315,7 +315,17 @@ def build() -> GraphQLSchema:
     schema = build_schema(SDL)
     json_string = schema.type_map["JSONString"]
     assert isinstance(json_string, GraphQLScalarType)
-    json_string.serialize = _serialize_json_string  # type: ignore[method-assign]
-    json_string.parse_value = _parse_json_string  # type: ignore[method-assign]
-    json_string.parse_literal = _parse_json_string_literal  # type: ignore[method-assign,assignment]
+    # graphql-core 3.2 calls serialize/parse_value/parse_literal; 3.3 calls the coerce_*
+    # names (which it copies at construction time), so both are set.
+    coercers = {
+        "serialize": _serialize_json_string,
+        "coerce_output_value": _serialize_json_string,
+        "parse_value": _parse_json_string,
+        "coerce_input_value": _parse_json_string,
+        "parse_literal": _parse_json_string_literal,
+        "coerce_input_literal": _parse_json_string_literal,
+    }
+    for name, function in coercers.items():
+        if name in ("serialize", "parse_value", "parse_literal") or hasattr(json_string, name):
+            setattr(json_string, name, function)
     return schema

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import json
 import secrets
 import socket
@@ -44,6 +45,7 @@ from graphql import (
     FieldNode,
     GraphQLError,
     GraphQLFormattedError,
+    GraphQLSchema,
     OperationDefinitionNode,
     execute_sync,
     parse,
@@ -78,7 +80,7 @@ class ParsedDocument:
 class DocumentCache:
     """Parse and validate each distinct document once: clients repeat a handful of them."""
 
-    def __init__(self, graphql_schema: Any, size: int = DOCUMENTS_CACHED) -> None:
+    def __init__(self, graphql_schema: GraphQLSchema, size: int = DOCUMENTS_CACHED) -> None:
         self._schema = graphql_schema
         self._size = size
         self._cache: OrderedDict[str, ParsedDocument] = OrderedDict()
@@ -113,6 +115,12 @@ class DocumentCache:
         return ParsedDocument(None if errors else document, errors, operations)
 
 
+@functools.cache
+def bound_schema() -> GraphQLSchema:
+    """The schema with its resolvers; stateless (the state travels in the context), so shared."""
+    return resolvers.bind(schema.build())
+
+
 def _json_response(status: int, payload: Any) -> web.Response:
     body = json.dumps(payload, separators=(",", ":")).encode()
     return web.Response(status=status, body=body, content_type="application/json")
@@ -145,8 +153,8 @@ class WandbServer:
         self.api_key = api_key
         self.faults = faults if faults is not None else Faults()
         self.log = log if log is not None else RequestLog()
-        self.schema = resolvers.bind(schema.build())
-        self._documents = DocumentCache(self.schema)
+        self.schema: GraphQLSchema | None = None
+        self._documents: DocumentCache | None = None
         self._upload_token = secrets.token_urlsafe(16)
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
@@ -166,6 +174,10 @@ class WandbServer:
         return app
 
     async def start(self) -> None:
+        # Building the schema is CPU work (~10 ms, far more on a loaded machine): done once per
+        # process, off the event loop.
+        self.schema = await asyncio.get_running_loop().run_in_executor(None, bound_schema)
+        self._documents = DocumentCache(self.schema)
         self._runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False)
         await self._runner.setup()
         await self._listen()
@@ -282,10 +294,12 @@ class WandbServer:
             return key, _errors(400, f"request body is not JSON: {exc}")
         if not isinstance(payload, dict) or not isinstance(payload.get("query"), str):
             return key, _errors(400, "request body must be an object with a string `query`")
-        variables = payload.get("variables") or {}
+        variables = payload.get("variables")
+        variables = {} if variables is None else variables
         operation_name = payload.get("operationName")
         if not isinstance(variables, dict) or not isinstance(operation_name, str | None):
             return key, _errors(400, "`variables` must be an object, `operationName` a string")
+        assert self._documents is not None and self.schema is not None, "server not started"
         parsed = self._documents.get(payload["query"])
         key, fields = parsed.key(operation_name)
         for name in fields:

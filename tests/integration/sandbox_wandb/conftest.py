@@ -111,7 +111,12 @@ WARN = FAIL.replace("failRunQueueItem", "updateRunQueueItemWarning")
 
 
 def pop_vars(queue: str = "q1", agent: str | None = None) -> dict[str, Any]:
-    return {"entity": "ent", "project": "model-registry", "queueName": queue, "launchAgentId": agent}
+    return {
+        "entity": "ent",
+        "project": "model-registry",
+        "queueName": queue,
+        "launchAgentId": agent,
+    }
 
 
 SPEC: dict[str, Any] = {
