@@ -1,0 +1,44 @@
+"""Label and annotation keys the agent stamps on everything it creates.
+
+Our own keys live under `launch-agent.io/`. A restarted agent lists its workloads by these
+labels and rebuilds its state from them, so they are part of the on-cluster contract and
+change only with a migration. W&B's own `wandb.ai/run-id` and `wandb.ai/agent` are set too,
+because dashboards and scripts written for `wandb launch-agent` select on them.
+
+Label values must be at most 63 characters of `[A-Za-z0-9_.-]`, starting and ending with an
+alphanumeric. W&B run-queue-item ids are base64 (`UnVuUXVldWVJdGVtOjE=`), so the label carries a
+label-safe form and the exact id is kept in an annotation.
+"""
+
+from __future__ import annotations
+
+import re
+
+PREFIX = "launch-agent.io/"
+
+AGENT = PREFIX + "agent"
+QUEUE = PREFIX + "queue"
+RUN_QUEUE_ITEM = PREFIX + "run-queue-item"
+RUN_ID = PREFIX + "run-id"
+
+# Annotations: exact values that may not fit a label.
+RUN_QUEUE_ITEM_ID = PREFIX + "run-queue-item-id"
+QUEUE_NAME = PREFIX + "queue-name"
+QUEUE_SPEC = PREFIX + "queue-spec"
+ENTITY = PREFIX + "entity"
+PROJECT = PREFIX + "project"
+
+# W&B's keys, for tools written against `wandb launch-agent`.
+WANDB_RUN_ID = "wandb.ai/run-id"
+WANDB_AGENT = "wandb.ai/agent"
+
+KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+GKE_ML_DIAGNOSTICS = "managed-mldiagnostics-gke"
+
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+LABEL_VALUE_MAX = 63
+
+
+def is_label_value(value: str) -> bool:
+    """True if `value` is a valid Kubernetes label value."""
+    return len(value) <= LABEL_VALUE_MAX and LABEL_VALUE.match(value) is not None

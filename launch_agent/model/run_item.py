@@ -1,0 +1,157 @@
+"""The item `popFromRunQueue` returns, typed: `{"runQueueItemId": ..., "runSpec": {...}}`.
+
+The runSpec keys and their meaning follow the W&B agent (wandb 0.31.0 `_project_spec.py`,
+`utils.construct_launch_spec`). `resource_args.kubernetes` arrives already merged by the W&B
+server with the W&B-side queue config; the renderer treats all of it as the submitter's layer.
+
+`parse_run_item` checks types and reports every malformed key with its path (`runSpec.overrides.
+args[2]: must be a string`), so a broken item is failed in W&B with a reason instead of crashing
+the dispatcher.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from launch_agent.model.queue_spec import InvalidInput, Problem
+
+# The only resource this agent runs; W&B's default for a missing key is local-container, but
+# a run popped from a Kubernetes queue always carries `resource: kubernetes`.
+KUBERNETES = "kubernetes"
+
+
+@dataclass(frozen=True, slots=True)
+class RunItem:
+    """A popped run-queue item. `raw` keeps the original for logs and error reports."""
+
+    run_queue_item_id: str
+    entity: str
+    project: str
+    run_id: str | None = None
+    run_name: str | None = None
+    author: str | None = None
+    sweep_id: str | None = None
+    job: str | None = None
+    docker_image: str | None = None
+    resource_args: Mapping[str, Any] = field(default_factory=dict)
+    args: tuple[str, ...] | None = None
+    entry_point: tuple[str, ...] | None = None
+    run_config: Mapping[str, Any] | None = None
+    artifacts: Mapping[str, Any] | None = None
+    files: Mapping[str, Any] | None = None
+    resume_count: int = 0
+    has_api_key_override: bool = False
+    has_additional_services: bool = False
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+def _str(spec: Mapping[str, Any], key: str, problems: list[Problem], *, required: bool) -> Any:
+    value = spec.get(key)
+    if value is None:
+        if required:
+            problems.append(Problem(f"runSpec.{key}", "is required"))
+        return None
+    if not isinstance(value, str) or (required and not value):
+        problems.append(Problem(f"runSpec.{key}", "must be a non-empty string"))
+        return None
+    return value
+
+
+def _str_list(value: Any, path: str, problems: list[Problem]) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        problems.append(Problem(path, f"must be a list of strings, not {type(value).__name__}"))
+        return None
+    bad = [i for i, v in enumerate(value) if not isinstance(v, str | int | float)]
+    for i in bad:
+        problems.append(Problem(f"{path}[{i}]", "must be a string"))
+    # W&B passes numbers through str(); so do we (e.g. args: ["--lr", 0.1]).
+    return None if bad else tuple(str(v) for v in value)
+
+
+def _map(value: Any, path: str, problems: list[Problem]) -> Mapping[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        problems.append(Problem(path, f"must be a mapping, not {type(value).__name__}"))
+        return None
+    return value
+
+
+def parse_run_item(item: Any) -> RunItem:
+    """Type-check a popped item; raises `InvalidInput` listing every problem."""
+    problems: list[Problem] = []
+    if not isinstance(item, dict):
+        raise InvalidInput([Problem("", f"must be a mapping, not {type(item).__name__}")])
+    rqi = item.get("runQueueItemId")
+    if not isinstance(rqi, str) or not rqi:
+        problems.append(Problem("runQueueItemId", "is required and must be a non-empty string"))
+    spec = item.get("runSpec")
+    if not isinstance(spec, dict):
+        problems.append(Problem("runSpec", "is required and must be a mapping"))
+        raise InvalidInput(problems)
+
+    entity = _str(spec, "entity", problems, required=True)
+    project = _str(spec, "project", problems, required=True)
+    optional = {k: _str(spec, k, problems, required=False) for k in ("name", "author", "job")}
+    run_id = spec.get("run_id")
+    if run_id is not None and not isinstance(run_id, str):
+        problems.append(Problem("runSpec.run_id", "must be a string"))
+        run_id = None
+    sweep_id = spec.get("sweep_id")
+    if sweep_id is not None and not isinstance(sweep_id, str):
+        problems.append(Problem("runSpec.sweep_id", "must be a string"))
+        sweep_id = None
+
+    resource = spec.get("resource")
+    if resource is not None and resource != KUBERNETES:
+        problems.append(
+            Problem("runSpec.resource", f"is {resource!r}; this agent only runs 'kubernetes'")
+        )
+    resource_args = _map(spec.get("resource_args"), "runSpec.resource_args", problems) or {}
+    kube = _map(resource_args.get(KUBERNETES), "runSpec.resource_args.kubernetes", problems)
+
+    docker = _map(spec.get("docker"), "runSpec.docker", problems) or {}
+    image = docker.get("docker_image") or spec.get("image_uri")
+    if image is not None and not isinstance(image, str):
+        problems.append(Problem("runSpec.docker.docker_image", "must be a string"))
+        image = None
+
+    overrides = _map(spec.get("overrides"), "runSpec.overrides", problems) or {}
+    args = _str_list(overrides.get("args"), "runSpec.overrides.args", problems)
+    entry = _str_list(overrides.get("entry_point"), "runSpec.overrides.entry_point", problems)
+    run_config = _map(overrides.get("run_config"), "runSpec.overrides.run_config", problems)
+    artifacts = _map(overrides.get("artifacts"), "runSpec.overrides.artifacts", problems)
+    files = _map(overrides.get("files"), "runSpec.overrides.files", problems)
+
+    resume = spec.get("_resume_count", 0)
+    if not isinstance(resume, int) or isinstance(resume, bool) or resume < 0:
+        problems.append(Problem("runSpec._resume_count", "must be a non-negative integer"))
+        resume = 0
+    if problems:
+        raise InvalidInput(problems)
+    assert isinstance(rqi, str)
+    return RunItem(
+        run_queue_item_id=rqi,
+        entity=entity,
+        project=project.lower(),  # W&B lower-cases the project (`_project_spec.py`)
+        run_id=run_id or None,
+        run_name=optional["name"],
+        author=optional["author"],
+        sweep_id=sweep_id or None,
+        job=optional["job"],
+        docker_image=image or None,
+        resource_args=kube or {},
+        args=args,
+        entry_point=entry,
+        run_config=run_config,
+        artifacts=artifacts,
+        files=files,
+        resume_count=resume,
+        has_api_key_override=bool(spec.get("_wandb_api_key")),
+        has_additional_services=bool(spec.get("additional_services")),
+        raw=item,
+    )

@@ -1,0 +1,315 @@
+"""One table of workload kinds: everything kind-specific the renderer, quota and tracking need.
+
+Each row says where a kind keeps its pod templates, how its replicas turn into pods (pod sets
+for quota), how it is suspended (for Kueue and quota), which defaults apply, which container
+gets the W&B environment and how long its name may be. Code outside this module never
+branches on a kind; it reads the row. Kinds not in the table are accepted only when the
+queue spec declares `podTemplatePaths` (`custom_kind`).
+
+Name limits: every kind derives child names from the workload name and those must stay DNS
+labels (≤ 63 characters), so each row leaves room for its suffixes:
+
+| kind | derived names | max |
+| --- | --- | --- |
+| Job | pods `<name>-<5>`, label `batch.kubernetes.io/job-name` | 63 |
+| JobSet | Jobs `<name>-<rjob>-<i>`, pods and hostnames `<name>-<rjob>-<i>-<j>` | 40 |
+| PyTorchJob | Services and pods `<name>-worker-<i>` | 50 |
+| TrainJob | a JobSet `<name>` with replicated job `dataset-initializer` | 36 |
+| LeaderWorkerSet | StatefulSets `<name>-<group>` + controller-revision-hash label | 40 |
+| RayJob | KubeRay rejects RayJob names over 47 characters | 47 |
+| Volcano Job | pods `<name>-<task>-<i>` | 40 |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from launch_agent.model.queue_spec import CustomKind
+from launch_agent.render.paths import find, get, parse_glob, resolve
+
+PodSet = tuple[int, Mapping[str, Any]]
+"""`(count, pod template)`: `count` pods are created from this PodTemplateSpec."""
+
+EnvTarget = Literal["containers", "trainer"]
+EntryTarget = Literal["containers", "rayjob", "trainer"]
+KueueMode = Literal["suspend", "label"]
+# A default: (glob of the parent mapping, key). Plain-key parents are created when missing.
+Default = tuple[str, str]
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+@dataclass(frozen=True, slots=True)
+class KindInfo:
+    api_version: str
+    kind: str
+    plural: str
+    install_hint: str
+    pod_templates: tuple[str, ...]  # in priority order: the first match is the primary pod
+    pod_sets: Callable[[Mapping[str, Any]], list[PodSet]]
+    suspend_path: tuple[str, ...] | None = None
+    kueue: KueueMode | None = None
+    gke_diagnostics: bool = False
+    max_name: int = 40
+    main_container: str | None = None  # None: the first container
+    backoff_limit: Default | None = None
+    ttl: Default | None = None
+    deadline: Default | None = None
+    # The ttl default applies only when this flag is true; unset, it is defaulted to true.
+    ttl_requires: Default | None = None
+    restart_policy: str | None = None  # default restartPolicy of pod templates
+    env_target: EnvTarget = "containers"
+    entry_target: EntryTarget = "containers"
+    builtin: bool = False
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{self.group}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} ({self.api_version})"
+
+    def not_installed(self) -> str:
+        """What to tell the admin when the API server does not know this kind."""
+        return f"{self.label} is not installed in this cluster: {self.install_hint}"
+
+    def pod_template_matches(self, manifest: Mapping[str, Any]) -> list[tuple[Any, Any]]:
+        """(path, PodTemplateSpec) for each pod template, primary first, no duplicates."""
+        seen: set[Any] = set()
+        out = []
+        for pattern in self.pod_templates:
+            for path, value in find(manifest, parse_glob(pattern)):
+                if path not in seen and isinstance(value, dict):
+                    seen.add(path)
+                    out.append((path, value))
+        return out
+
+
+# ----------------------------------------------------------------------------- pod sets
+
+
+def _job_pods(spec: Mapping[str, Any]) -> int:
+    parallelism = _int(spec.get("parallelism"), 1)
+    completions = spec.get("completions")
+    return min(parallelism, completions) if isinstance(completions, int) else parallelism
+
+
+def _batch_job(m: Mapping[str, Any]) -> list[PodSet]:
+    spec = m.get("spec", {})
+    return [(_job_pods(spec), spec.get("template", {}))]
+
+
+def _jobset(m: Mapping[str, Any]) -> list[PodSet]:
+    out: list[PodSet] = []
+    for rj in get(m, ("spec", "replicatedJobs"), []) or []:
+        job_spec = get(rj, ("template", "spec"), {})
+        count = _int(rj.get("replicas"), 1) * _job_pods(job_spec)
+        out.append((count, job_spec.get("template", {})))
+    return out
+
+
+def _pytorchjob(m: Mapping[str, Any]) -> list[PodSet]:
+    specs = get(m, ("spec", "pytorchReplicaSpecs"), {}) or {}
+    return [(_int(rs.get("replicas"), 1), rs.get("template", {})) for rs in specs.values()]
+
+
+def _trainjob(m: Mapping[str, Any]) -> list[PodSet]:
+    # The pods come from the referenced runtime; per node the TrainJob states the resources
+    # of the trainer container, which is what quota needs.
+    trainer = get(m, ("spec", "trainer"), {}) or {}
+    container: dict[str, Any] = {"name": "node"}
+    if "resourcesPerNode" in trainer:
+        container["resources"] = trainer["resourcesPerNode"]
+    return [(_int(trainer.get("numNodes"), 1), {"spec": {"containers": [container]}})]
+
+
+def _lws(m: Mapping[str, Any]) -> list[PodSet]:
+    spec = m.get("spec", {})
+    lwt = spec.get("leaderWorkerTemplate", {})
+    groups = _int(spec.get("replicas"), 1)
+    size = _int(lwt.get("size"), 1)
+    worker = lwt.get("workerTemplate", {})
+    if "leaderTemplate" in lwt:
+        return [(groups, lwt["leaderTemplate"]), (groups * (size - 1), worker)]
+    return [(groups * size, worker)]
+
+
+def _rayjob(m: Mapping[str, Any]) -> list[PodSet]:
+    rcs = get(m, ("spec", "rayClusterSpec"), {}) or {}
+    out: list[PodSet] = [(1, get(rcs, ("headGroupSpec", "template"), {}))]
+    for wg in rcs.get("workerGroupSpecs", []) or []:
+        replicas = _int(wg.get("replicas"), _int(wg.get("minReplicas"), 1))
+        out.append((replicas * _int(wg.get("numOfHosts"), 1), wg.get("template", {})))
+    submitter = get(m, ("spec", "submitterPodTemplate"))
+    if isinstance(submitter, dict):
+        out.append((1, submitter))
+    return out
+
+
+def _volcano(m: Mapping[str, Any]) -> list[PodSet]:
+    tasks = get(m, ("spec", "tasks"), []) or []
+    return [(_int(t.get("replicas"), 1), t.get("template", {})) for t in tasks]
+
+
+KINDS: tuple[KindInfo, ...] = (
+    KindInfo(
+        api_version="batch/v1",
+        kind="Job",
+        plural="jobs",
+        install_hint="batch/v1 is built into Kubernetes; check the API server version",
+        pod_templates=("spec.template",),
+        pod_sets=_batch_job,
+        suspend_path=("spec", "suspend"),
+        kueue="suspend",
+        max_name=63,
+        backoff_limit=("spec", "backoffLimit"),
+        ttl=("spec", "ttlSecondsAfterFinished"),
+        deadline=("spec", "activeDeadlineSeconds"),
+        restart_policy="Never",
+        builtin=True,
+    ),
+    KindInfo(
+        api_version="jobset.x-k8s.io/v1alpha2",
+        kind="JobSet",
+        plural="jobsets",
+        install_hint="install JobSet (kubernetes-sigs/jobset)",
+        pod_templates=("spec.replicatedJobs[*].template.spec.template",),
+        pod_sets=_jobset,
+        suspend_path=("spec", "suspend"),
+        kueue="suspend",
+        gke_diagnostics=True,
+        backoff_limit=("spec.replicatedJobs[*].template.spec", "backoffLimit"),
+        ttl=("spec", "ttlSecondsAfterFinished"),
+        deadline=("spec.replicatedJobs[*].template.spec", "activeDeadlineSeconds"),
+        restart_policy="Never",
+    ),
+    KindInfo(
+        api_version="kubeflow.org/v1",
+        kind="PyTorchJob",
+        plural="pytorchjobs",
+        install_hint="install the Kubeflow training operator (v1)",
+        pod_templates=(
+            "spec.pytorchReplicaSpecs.Master.template",
+            "spec.pytorchReplicaSpecs.*.template",
+        ),
+        pod_sets=_pytorchjob,
+        suspend_path=("spec", "runPolicy", "suspend"),
+        kueue="suspend",
+        max_name=50,
+        # The operator only configures torch.distributed in the container named `pytorch`.
+        main_container="pytorch",
+        backoff_limit=("spec.runPolicy", "backoffLimit"),
+        ttl=("spec.runPolicy", "ttlSecondsAfterFinished"),
+        deadline=("spec.runPolicy", "activeDeadlineSeconds"),
+    ),
+    KindInfo(
+        api_version="trainer.kubeflow.org/v1alpha1",
+        kind="TrainJob",
+        plural="trainjobs",
+        install_hint="install Kubeflow Trainer (v2)",
+        pod_templates=(
+            "spec.runtimePatches[*].trainingRuntimeSpec.template.spec.replicatedJobs[*]"
+            ".template.spec.template",
+        ),
+        pod_sets=_trainjob,
+        suspend_path=("spec", "suspend"),
+        kueue="suspend",
+        max_name=36,
+        deadline=("spec", "activeDeadlineSeconds"),
+        env_target="trainer",
+        entry_target="trainer",
+    ),
+    KindInfo(
+        api_version="leaderworkerset.x-k8s.io/v1",
+        kind="LeaderWorkerSet",
+        plural="leaderworkersets",
+        install_hint="install LeaderWorkerSet (kubernetes-sigs/lws)",
+        pod_templates=(
+            "spec.leaderWorkerTemplate.leaderTemplate",
+            "spec.leaderWorkerTemplate.workerTemplate",
+        ),
+        pod_sets=_lws,
+        # No suspend field: Kueue admits LWS pods through scheduling gates from the label.
+        kueue="label",
+        gke_diagnostics=True,
+    ),
+    KindInfo(
+        api_version="ray.io/v1",
+        kind="RayJob",
+        plural="rayjobs",
+        install_hint="install the KubeRay operator (ray-project/kuberay)",
+        pod_templates=(
+            "spec.rayClusterSpec.headGroupSpec.template",
+            "spec.rayClusterSpec.workerGroupSpecs[*].template",
+            "spec.submitterPodTemplate",
+        ),
+        pod_sets=_rayjob,
+        suspend_path=("spec", "suspend"),
+        kueue="suspend",
+        gke_diagnostics=True,
+        max_name=47,
+        backoff_limit=("spec", "backoffLimit"),
+        ttl=("spec", "ttlSecondsAfterFinished"),
+        deadline=("spec", "activeDeadlineSeconds"),
+        # KubeRay rejects ttlSecondsAfterFinished unless the cluster is shut down afterwards.
+        ttl_requires=("spec", "shutdownAfterJobFinishes"),
+        entry_target="rayjob",
+    ),
+    KindInfo(
+        api_version="batch.volcano.sh/v1alpha1",
+        kind="Job",
+        plural="jobs",
+        install_hint="install Volcano (volcano-sh/volcano)",
+        pod_templates=("spec.tasks[*].template",),
+        pod_sets=_volcano,
+        backoff_limit=("spec", "maxRetry"),
+        ttl=("spec", "ttlSecondsAfterFinished"),
+        restart_policy="Never",
+    ),
+)
+
+_BY_TYPE: dict[tuple[str, str], KindInfo] = {(k.api_version, k.kind): k for k in KINDS}
+
+
+def lookup(api_version: str, kind: str) -> KindInfo | None:
+    return _BY_TYPE.get((api_version, kind))
+
+
+def known_kinds() -> list[str]:
+    return [k.label for k in KINDS]
+
+
+def custom_kind_info(api_version: str, kind: str, custom: CustomKind) -> KindInfo:
+    """A row for a kind the admin described with `podTemplatePaths`."""
+    paths = custom.pod_template_paths
+
+    def pod_sets(m: Mapping[str, Any]) -> list[PodSet]:
+        out: list[PodSet] = []
+        for pattern in paths:
+            for path, tmpl in find(m, parse_glob(pattern)):
+                # A sibling `replicas` next to the template counts its pods (the common shape).
+                parent = resolve(m, path[:-1])
+                count = _int(parent.get("replicas"), 1) if isinstance(parent, dict) else 1
+                out.append((count, tmpl))
+        return out
+
+    suspend = tuple(custom.suspend_path.split(".")) if custom.suspend_path else None
+    return KindInfo(
+        api_version=api_version,
+        kind=kind,
+        plural=custom.plural or kind.lower() + "s",
+        install_hint=f"install the operator that serves {kind}",
+        pod_templates=paths,
+        pod_sets=pod_sets,
+        suspend_path=suspend,
+        kueue="suspend" if suspend else None,
+    )

@@ -1,0 +1,224 @@
+"""Paths into manifests: one syntax for override globs, pod-template locations and errors.
+
+A path is dot-separated keys with list selectors:
+
+| form | matches |
+| --- | --- |
+| `spec.template` | the key `template` under `spec` |
+| `containers[main]` | the list item whose `name` is `main` (or index `main` if unnamed) |
+| `containers[0]` | the list item at index 0 (items without a name) |
+| `containers[*]` | any list item |
+| `*` | any one key |
+| `**` | any number of keys and items, including none |
+| `["example.com/x"]` | a key containing dots or brackets |
+
+Concrete paths (from walking data) are tuples of `str` (a key) and `Item` (a list item); glob
+patterns compile to tuples of the segment classes below. Matching is segment-wise, so a key
+that happens to contain a dot can never be confused with two keys.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """A list item in a concrete path: its `name`, or its index as a string."""
+
+    label: str
+
+
+PathSeg = str | Item
+Path = tuple[PathSeg, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AnyKey:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class AnyItem:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Deep:
+    pass
+
+
+GlobSeg = str | Item | AnyKey | AnyItem | Deep
+Glob = tuple[GlobSeg, ...]
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+        \["(?P<quoted>[^"]*)"\]      # ["dotted.key"]
+      | \[(?P<sel>[^\]"]*)\]         # [name] [0] [*]
+      | (?P<deep>\*\*)
+      | (?P<key>[^.\[\]"]+)          # plain key or *
+      | (?P<dot>\.)
+    )""",
+    re.VERBOSE,
+)
+
+
+class PathSyntaxError(ValueError):
+    pass
+
+
+@lru_cache(maxsize=4096)
+def parse_glob(text: str) -> Glob:
+    """Parse a path pattern; raises `PathSyntaxError` with the offending position."""
+    segs: list[GlobSeg] = []
+    pos = 0
+    expect_key = True  # after a dot (or at the start) a key is required
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None or m.end() == pos:
+            raise PathSyntaxError(f"unexpected {text[pos:]!r} at position {pos}")
+        pos = m.end()
+        if m.group("dot") is not None:
+            if expect_key:
+                raise PathSyntaxError(f"empty key before position {pos}")
+            expect_key = True
+            continue
+        if m.group("deep") is not None:
+            segs.append(Deep())
+        elif m.group("key") is not None:
+            key = m.group("key").strip()
+            if not expect_key:
+                raise PathSyntaxError(f"missing '.' before {key!r}")
+            segs.append(AnyKey() if key == "*" else key)
+        elif m.group("quoted") is not None:
+            segs.append(m.group("quoted"))
+        else:
+            sel = m.group("sel").strip()
+            if not sel:
+                raise PathSyntaxError(f"empty [] at position {m.start()}")
+            segs.append(AnyItem() if sel == "*" else Item(sel))
+        expect_key = False
+    if not segs or expect_key:
+        raise PathSyntaxError("path is empty or ends with '.'")
+    return tuple(segs)
+
+
+def _seg_matches(g: GlobSeg, s: PathSeg) -> bool:
+    if isinstance(g, AnyKey):
+        return isinstance(s, str)
+    if isinstance(g, AnyItem):
+        return isinstance(s, Item)
+    return g == s
+
+
+def glob_matches_prefix(glob: Glob, path: Path) -> bool:
+    """True if `glob` matches `path` or any prefix of it.
+
+    Granting `**.containers[*].resources` grants everything below `resources` too.
+    """
+
+    @cache
+    def match(gi: int, pi: int) -> bool:
+        if gi == len(glob):
+            return True  # the glob is used up: it matched a prefix
+        if pi == len(path):
+            return all(isinstance(g, Deep) for g in glob[gi:])
+        g = glob[gi]
+        if isinstance(g, Deep):
+            return match(gi + 1, pi) or match(gi, pi + 1)
+        return _seg_matches(g, path[pi]) and match(gi + 1, pi + 1)
+
+    return match(0, 0) if path else False
+
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_$-]+$")
+
+
+def format_path(path: Path, prefix: str = "") -> str:
+    """`("spec", "containers", Item("main"), "env")` → `spec.containers[main].env`."""
+    out = prefix
+    for seg in path:
+        if isinstance(seg, Item):
+            out += f"[{seg.label}]"
+        elif _PLAIN_KEY.match(seg):
+            out += f".{seg}" if out else seg
+        else:
+            out += f'["{seg}"]'
+    return out
+
+
+def find(obj: Any, glob: Glob) -> Iterator[tuple[Path, Any]]:
+    """Every value in `obj` at a path matching `glob` (no `**`), with its concrete path."""
+
+    def walk(node: Any, gi: int, path: Path) -> Iterator[tuple[Path, Any]]:
+        if gi == len(glob):
+            yield path, node
+            return
+        g = glob[gi]
+        if isinstance(g, str):
+            if isinstance(node, dict) and g in node:
+                yield from walk(node[g], gi + 1, (*path, g))
+        elif isinstance(g, AnyKey):
+            if isinstance(node, dict):
+                for k, v in node.items():
+                    yield from walk(v, gi + 1, (*path, k))
+        elif isinstance(g, AnyItem | Item):
+            if isinstance(node, list):
+                for i, v in enumerate(node):
+                    label = item_label(v, i)
+                    if isinstance(g, AnyItem) or g.label == label:
+                        yield from walk(v, gi + 1, (*path, Item(label)))
+        else:
+            raise PathSyntaxError("'**' is not allowed in a location path")
+
+    yield from walk(obj, 0, ())
+
+
+def item_label(value: Any, index: int) -> str:
+    """How a list item is named in paths: its `name` (or Ray's `groupName`), else its index."""
+    if isinstance(value, dict):
+        name = value.get("name", value.get("groupName"))
+        if isinstance(name, str):
+            return name
+    return str(index)
+
+
+def resolve(obj: Any, path: Path) -> Any:
+    """The value at a concrete path (as produced by `find`), or None."""
+    node = obj
+    for seg in path:
+        if isinstance(seg, Item):
+            if not isinstance(node, list):
+                return None
+            node = next((v for i, v in enumerate(node) if item_label(v, i) == seg.label), None)
+        elif isinstance(node, dict):
+            node = node.get(seg)
+        else:
+            return None
+    return node
+
+
+def get(obj: Any, path: tuple[str, ...], default: Any = None) -> Any:
+    """The value at a path of plain keys, or `default`."""
+    node = obj
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return default
+        node = node[key]
+    return node
+
+
+def ensure_map(obj: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    """The mapping at `path`, created (and replacing non-mappings) as needed."""
+    node = obj
+    for key in path:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    return node

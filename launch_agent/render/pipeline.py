@@ -1,0 +1,359 @@
+"""`render(queue_spec, item, image_uri, settings)`: a popped item → the objects to create.
+
+The stages, in order (each one pure; none reaches back):
+
+1. parse the item (`model.run_item`), normalise the submitter's `resource_args.kubernetes`;
+2. check the submitter's layer and `overrides` against `overridable` (all violations at once);
+3. merge the layer onto the template (`merge.py`), then substitute allow-listed macros, which
+   also makes the one deep copy the later stages edit in place;
+4. name, namespace, labels, annotations, image, entry point, W&B environment, kind defaults,
+   Kueue and diagnostics labels, per the kind's row in `kinds.py`;
+5. enforced security, last, on every pod template (`security.py`).
+
+Errors raise `InvalidInput` with every problem; warnings come back in `RenderResult`. Nothing
+here validates against JSON schemas: that is `output_check`, for `validate`, tests and an
+optional check in the dispatcher, and it would cost more than the render itself.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from launch_agent.model import labels as L
+from launch_agent.model.queue_spec import CustomKind, InvalidInput, Problem, QueueSpec
+from launch_agent.model.run_item import RunItem, parse_run_item
+from launch_agent.render import naming
+from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, known_kinds, lookup
+from launch_agent.render.macros import macro_values, substitute
+from launch_agent.render.merge import merge, normalise
+from launch_agent.render.paths import Glob, find, format_path, parse_glob
+from launch_agent.render.policy import LAYER_PREFIX, check_layer, check_overrides
+from launch_agent.render.security import enforce_pod_template
+from launch_agent.render.settings import RenderResult, RenderSettings
+from launch_agent.render.wandb_env import payloads, set_env, wandb_env
+
+
+def kind_info(api_version: str, kind: str, custom: CustomKind | None = None) -> KindInfo | None:
+    """The table row for a kind, or a row built from the spec's `podTemplatePaths`."""
+    if custom is not None:
+        return custom_kind_info(api_version, kind, custom)
+    return lookup(api_version, kind)
+
+
+def unknown_kind(api_version: str, kind: str) -> str:
+    return (
+        f"{kind} ({api_version}) is not a known workload kind ({', '.join(known_kinds())});"
+        " declare spec.podTemplatePaths to use it"
+    )
+
+
+def _spec_info(spec: QueueSpec) -> KindInfo:
+    info = spec.cache.get("kind")
+    if info is None:
+        info = kind_info(spec.api_version, spec.kind, spec.custom_kind)
+        if info is None:
+            raise InvalidInput(
+                [Problem("spec.template", unknown_kind(spec.api_version, spec.kind))]
+            )
+        spec.cache["kind"] = info
+    assert isinstance(info, KindInfo)
+    return info
+
+
+def _globs(spec: QueueSpec) -> list[Glob]:
+    globs = spec.cache.get("globs")
+    if globs is None:
+        globs = [parse_glob(g) for g in spec.overridable]
+        spec.cache["globs"] = globs
+    return list(globs)
+
+
+def render(
+    spec: QueueSpec,
+    item: Mapping[str, Any] | RunItem,
+    image_uri: str | None,
+    settings: RenderSettings,
+    *,
+    queue_name: str | None = None,
+) -> RenderResult:
+    """Render one popped item; raises `InvalidInput` listing every problem."""
+    run = item if isinstance(item, RunItem) else parse_run_item(item)
+    info = _spec_info(spec)
+    problems: list[Problem] = []
+    warnings: list[Problem] = []
+    queue = queue_name or spec.queues[0]
+    if queue not in spec.queues:
+        problems.append(Problem("queue", f"{queue!r} is not served by queue spec {spec.name!r}"))
+    if run.has_additional_services:
+        problems.append(Problem("runSpec.additional_services", "is not supported by this agent"))
+    if run.has_api_key_override:
+        warnings.append(
+            Problem(
+                "runSpec._wandb_api_key",
+                f"ignored: pods get the API key only from Secret {settings.api_key_secret!r}",
+            )
+        )
+    image = image_uri or run.docker_image
+    if not image:
+        problems.append(
+            Problem("runSpec.docker.docker_image", "the item names no image and none was built")
+        )
+
+    layer: dict[str, Any] = {}
+    if run.resource_args:
+        layer, ns, p, w = normalise(run.resource_args, LAYER_PREFIX, infer_job=False)
+        problems += p
+        warnings += w
+        if ns is not None and ns != spec.namespace:
+            problems.append(
+                Problem(
+                    f"{LAYER_PREFIX}.namespace",
+                    f"{ns!r} differs from the queue spec's namespace {spec.namespace!r}",
+                )
+            )
+        for key, want in (("apiVersion", spec.api_version), ("kind", spec.kind)):
+            got = layer.pop(key, None)
+            if got is not None and got != want:
+                problems.append(
+                    Problem(f"{LAYER_PREFIX}.{key}", f"is {got!r}; the queue spec runs {want!r}")
+                )
+        problems += check_layer(layer, spec.template, _globs(spec), spec.name, spec.overridable)
+    problems += check_overrides(run, _globs(spec), spec.name, spec.overridable)
+
+    payload = payloads(run)
+    size = sum(len(v) for v in payload.values())
+    if size > settings.max_env_bytes:
+        problems.append(
+            Problem(
+                "runSpec.overrides",
+                f"run_config, files and artifacts are {size:,} bytes as JSON; the limit is"
+                f" {settings.max_env_bytes:,} (Kubernetes objects must stay under 1.5 MiB)",
+            )
+        )
+    if spec.kueue_queue_name and info.kueue is None:
+        problems.append(Problem("spec.kueue", f"Kueue cannot queue a {info.label}"))
+    if problems:
+        raise InvalidInput(problems)
+    assert image is not None
+
+    run_id = run.run_id or naming.derived_run_id(run.run_queue_item_id)
+    merged = merge(spec.template, layer) if layer else spec.template
+    values = macro_values(
+        run_id=run_id,
+        image_uri=image,
+        project=run.project,
+        entity=run.entity,
+        run_name=run.run_name,
+        author=run.author,
+        queue_name=queue,
+    )
+    manifest: dict[str, Any] = substitute(merged, values)
+
+    name = naming.workload_name(spec.name, run.run_queue_item_id, info.max_name)
+    meta = _map(manifest, "metadata")
+    meta.pop("generateName", None)
+    meta["name"] = name
+    meta["namespace"] = spec.namespace
+    pod_labels = {
+        L.AGENT: settings.agent_name,
+        L.QUEUE: naming.label_value(queue),
+        L.RUN_QUEUE_ITEM: naming.label_value(run.run_queue_item_id),
+        L.RUN_ID: naming.label_value(run_id),
+        L.WANDB_RUN_ID: naming.label_value(run_id),
+        L.WANDB_AGENT: settings.agent_name,
+    }
+    workload_labels = _map(meta, "labels")
+    workload_labels.update(pod_labels)
+    _map(meta, "annotations").update(
+        {
+            L.RUN_QUEUE_ITEM_ID: run.run_queue_item_id,
+            L.QUEUE_NAME: queue,
+            L.QUEUE_SPEC: spec.name,
+            L.ENTITY: run.entity,
+            L.PROJECT: run.project,
+        }
+    )
+
+    templates = info.pod_template_matches(manifest)
+    for index, (_path, tmpl) in enumerate(templates):
+        _map(_map(tmpl, "metadata"), "labels").update(pod_labels)
+        pod_spec = _map(tmpl, "spec")
+        if info.restart_policy and "restartPolicy" not in pod_spec:
+            pod_spec["restartPolicy"] = info.restart_policy
+        containers = pod_spec.get("containers")
+        if not isinstance(containers, list) or not containers:
+            containers = [{}]
+            pod_spec["containers"] = containers
+        for i, c in enumerate(containers):
+            if isinstance(c, dict) and not c.get("name"):
+                c["name"] = f"launch{i}"  # W&B's names for unnamed containers
+        if info.env_target != "containers":
+            continue
+        main = _main_container(containers, info.main_container)
+        if main is None:
+            continue
+        if not main.get("image"):
+            main["image"] = image
+        if info.entry_target == "containers":
+            if run.entry_point:
+                main["command"] = list(run.entry_point)
+            if run.args is not None:
+                main["args"] = list(run.args)
+        env = wandb_env(
+            run,
+            settings,
+            run_id=run_id,
+            image=image,
+            queue_name=queue,
+            payload=payload,
+            primary=index == 0,
+        )
+        set_env(main, env)
+
+    spec_body = _map(manifest, "spec")
+    if info.env_target == "trainer":
+        trainer = _map(spec_body, "trainer")
+        trainer.setdefault("image", image)
+        if run.entry_point:
+            trainer["command"] = list(run.entry_point)
+        if run.args is not None:
+            trainer["args"] = list(run.args)
+        set_env(
+            trainer,
+            wandb_env(
+                run,
+                settings,
+                run_id=run_id,
+                image=image,
+                queue_name=queue,
+                payload=payload,
+                primary=True,
+            ),
+        )
+    if info.entry_target == "rayjob" and (run.entry_point or run.args is not None):
+        head = (
+            list(run.entry_point)
+            if run.entry_point
+            else shlex.split(str(spec_body.get("entrypoint", "")))
+        )
+        spec_body["entrypoint"] = shlex.join(head + list(run.args or ()))
+
+    _apply_defaults(manifest, info, spec, settings)
+
+    if spec.kueue_queue_name:
+        workload_labels[L.KUEUE_QUEUE_NAME] = spec.kueue_queue_name
+        if info.kueue == "suspend":
+            set_suspended(manifest, info, True)
+    if spec.gke_ml_diagnostics:
+        workload_labels[L.GKE_ML_DIAGNOSTICS] = "true"
+        if not info.gke_diagnostics:
+            warnings.append(
+                Problem(
+                    "spec.diagnostics.gkeManagedMLDiagnostics",
+                    f"the GKE ML diagnostics webhook supports JobSet, LeaderWorkerSet and"
+                    f" RayJob; a {info.label} gets the label but may not be instrumented",
+                )
+            )
+
+    for path, tmpl in templates:
+        warnings += enforce_pod_template(tmpl, spec.security, format_path(path))
+    # Conventional key order, so `render` output reads like a hand-written manifest.
+    head = {k: manifest.pop(k) for k in ("apiVersion", "kind", "metadata") if k in manifest}
+    return RenderResult([{**head, **manifest}], warnings)
+
+
+def _map(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        value = {}
+        parent[key] = value
+    return value
+
+
+def _main_container(containers: list[Any], preferred: str | None) -> dict[str, Any] | None:
+    if preferred is not None:
+        for c in containers:
+            if isinstance(c, dict) and c.get("name") == preferred:
+                return c
+    first = containers[0]
+    return first if isinstance(first, dict) else None
+
+
+def _apply_defaults(
+    manifest: dict[str, Any], info: KindInfo, spec: QueueSpec, settings: RenderSettings
+) -> None:
+    d = spec.defaults
+    wanted = (
+        (info.backoff_limit, d.backoff_limit, settings.backoff_limit),
+        (info.ttl, d.ttl_seconds_after_finished, settings.ttl_seconds_after_finished),
+        (info.deadline, d.active_deadline_seconds, settings.active_deadline_seconds),
+    )
+    for where, from_spec, from_settings in wanted:
+        value = from_spec if from_spec is not None else from_settings
+        if where is None or value is None:
+            continue
+        if where == info.ttl and info.ttl_requires is not None:
+            flag_path = info.ttl_requires
+            holders = _parents(manifest, flag_path[0])
+            if holders and flag_path[1] not in holders[0]:
+                holders[0][flag_path[1]] = True
+            if not holders or holders[0].get(flag_path[1]) is not True:
+                continue
+        for parent in _parents(manifest, where[0]):
+            parent.setdefault(where[1], value)
+
+
+def _parents(manifest: dict[str, Any], glob_text: str) -> list[dict[str, Any]]:
+    glob = parse_glob(glob_text)
+    if all(isinstance(g, str) for g in glob):
+        node = manifest
+        for key in glob:
+            assert isinstance(key, str)
+            node = _map(node, key)
+        return [node]
+    return [v for _p, v in find(manifest, glob) if isinstance(v, dict)]
+
+
+def _info_for(manifest: Mapping[str, Any], custom: CustomKind | None) -> KindInfo:
+    api_version, kind = str(manifest.get("apiVersion", "")), str(manifest.get("kind", ""))
+    info = kind_info(api_version, kind, custom)
+    if info is None:
+        raise InvalidInput([Problem("kind", unknown_kind(api_version, kind))])
+    return info
+
+
+def pod_sets(manifest: Mapping[str, Any], custom: CustomKind | None = None) -> list[PodSet]:
+    """`[(count, pod template)]` of a rendered workload, for quota."""
+    return _info_for(manifest, custom).pod_sets(manifest)
+
+
+def set_suspended(manifest: dict[str, Any], info: KindInfo, value: bool) -> None:
+    if info.suspend_path is None:
+        raise InvalidInput(
+            [Problem("spec", f"a {info.label} has no suspend field: admit it before creating it")]
+        )
+    node = manifest
+    for key in info.suspend_path[:-1]:
+        node = _map(node, key)
+    node[info.suspend_path[-1]] = value
+
+
+def suspend(manifest: dict[str, Any], custom: CustomKind | None = None) -> None:
+    """Mark a workload suspended (in place); raises `InvalidInput` for kinds without one."""
+    set_suspended(manifest, _info_for(manifest, custom), True)
+
+
+def unsuspend(manifest: dict[str, Any], custom: CustomKind | None = None) -> None:
+    set_suspended(manifest, _info_for(manifest, custom), False)
+
+
+def is_suspended(manifest: Mapping[str, Any], custom: CustomKind | None = None) -> bool:
+    info = _info_for(manifest, custom)
+    if info.suspend_path is None:
+        return False
+    node: Any = manifest
+    for key in info.suspend_path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node is True
