@@ -299,7 +299,8 @@ class WandbServer:
         operation_name = payload.get("operationName")
         if not isinstance(variables, dict) or not isinstance(operation_name, str | None):
             return key, _errors(400, "`variables` must be an object, `operationName` a string")
-        assert self._documents is not None and self.schema is not None, "server not started"
+        assert self._documents is not None, "server not started"
+        assert self.schema is not None, "server not started"
         parsed = self._documents.get(payload["query"])
         key, fields = parsed.key(operation_name)
         for name in fields:

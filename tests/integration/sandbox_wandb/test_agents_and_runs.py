@@ -161,12 +161,14 @@ async def test_run_files_upload_and_file_stream(server: WandbServer, client: Cli
     assert [f["name"] for f in data["files"]] == names
     for upload in data["files"]:
         # Upload URLs are presigned: no Authorization header.
-        async with aiohttp.ClientSession() as anonymous:
-            async with anonymous.put(upload["uploadUrl"], data=b"boom\n") as response:
-                assert response.status == 200
+        async with (
+            aiohttp.ClientSession() as anonymous,
+            anonymous.put(upload["uploadUrl"], data=b"boom\n") as response,
+        ):
+            assert response.status == 200
     run = server.state.run("ent", "model-registry", "agent-1")
     assert run is not None
-    assert run.files == {name: b"boom\n" for name in names}
+    assert run.files == dict.fromkeys(names, b"boom\n")
     stream = f"{server.url}/files/ent/model-registry/agent-1/file_stream"
     lines = {"files": {"output.log": {"offset": 0, "content": ["hello", "world"]}}}
     async with client.session.post(stream, json=lines) as response:
@@ -181,9 +183,9 @@ async def test_run_files_upload_and_file_stream(server: WandbServer, client: Cli
 
 
 async def test_an_upload_url_with_a_wrong_signature_is_refused(server: WandbServer) -> None:
-    async with aiohttp.ClientSession() as anonymous:
-        async with anonymous.put(f"{server.url}/upload/forged/ent/p/r/f", data=b"x") as response:
-            assert response.status == 403
+    forged = f"{server.url}/upload/forged/ent/p/r/f"
+    async with aiohttp.ClientSession() as anonymous, anonymous.put(forged, data=b"x") as response:
+        assert response.status == 403
 
 
 async def test_a_bad_file_stream_body_is_a_400(server: WandbServer, client: Client) -> None:

@@ -159,9 +159,12 @@ async def test_a_wrong_api_key_is_a_401(
 async def test_the_right_key_with_any_user_name(server: WandbServer) -> None:
     token = base64.b64encode(f"someone:{server.api_key}".encode()).decode()
     headers = {"Authorization": f"Basic {token}"}
-    async with aiohttp.ClientSession(headers=headers) as session:
-        async with session.post(f"{server.url}/graphql", json={"query": "{ viewer { id } }"}) as r:
-            assert r.status == 200
+    query = {"query": "{ viewer { id } }"}
+    async with (
+        aiohttp.ClientSession(headers=headers) as session,
+        session.post(f"{server.url}/graphql", json=query) as r,
+    ):
+        assert r.status == 200
 
 
 BAD_BODIES = [
