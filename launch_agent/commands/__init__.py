@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from launch_agent.commands import config_cmd
+from launch_agent.commands import config_cmd, quota_cmd
 
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
-REGISTRARS: tuple[Registrar, ...] = (config_cmd.register,)
+REGISTRARS: tuple[Registrar, ...] = (config_cmd.register, quota_cmd.register)

@@ -1,0 +1,137 @@
+"""`launch-agent quota simulate` and `launch-agent quota check`: try a quota tree before
+deploying it.
+
+The files are read and parsed here; everything else is the pure `launch_agent.quota`
+package. Any problem in either file exits with status 2 and one line per problem,
+`error: <file>: <path>: <reason>`, and nothing on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launch_agent.quota.simulate import SimulationError, simulate
+from launch_agent.quota.tree import TreeError, parse_tree
+
+SIMULATE_HELP = """\
+Apply EVENTS.yaml to the quota tree in TREE.yaml, one event at a time, and print one JSON
+object per event after the admission cycle reaches its fixpoint:
+
+  {"event": N, "running": [...], "pending": [...], "evicting": [...], "inadmissible": [...],
+   "evicted": [...], "usage": {"<node>": {"<resource>": "<quantity>"}}}
+
+N is the event's 0-based index. Run lists are sorted by name, except "evicted", which lists
+the runs evicted during that event in eviction order; finished runs are omitted. Usage is the
+quota charged to each node (Kubernetes notation), including evicted runs still terminating.
+
+TREE.yaml:
+  reclaimPolicy: Any          # or LowerPriority
+  instantTermination: true    # false: evicted runs stay charged until a `terminated` event
+  root:
+    name: root
+    min: {cpu: 40}
+    max: {cpu: 40}
+    children:
+      - {name: a.1, min: {cpu: 10}, max: {cpu: 20}, queues: [q1]}
+
+EVENTS.yaml (a list; the clock starts at 0 and moves only with `advance`):
+  - submit: {run: q1-r1, queue: q1, priority: 0, pods: [{count: 1, requests: {cpu: 5}}]}
+  - submit: {runs: [{run: r2, queue: q1, pods: [...]}, ...]}   # one cycle for the batch
+  - finish: {run: q1-r1}
+  - ready: {run: q1-r1}         # for runs submitted with ready: false
+  - terminated: {run: q1-r1}    # with instantTermination: false
+  - advance: {seconds: 60}
+
+docs/quota.md describes every key, the rules and worked examples. Exit status 2 on any
+problem in either file, with `error: FILE: PATH: REASON` lines on stderr.
+"""
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    quota = sub.add_parser(
+        "quota",
+        help="try an elastic quota tree: validate it or simulate events against it",
+        description="Tools for the elastic quota tree (quota.mode: agent). See docs/quota.md.",
+    )
+    quota_sub = quota.add_subparsers(dest="quota_command", metavar="COMMAND", required=True)
+    sim = quota_sub.add_parser(
+        "simulate",
+        help="apply a list of events to a tree and print the state after each",
+        description=SIMULATE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sim.add_argument("--tree", required=True, metavar="TREE.yaml", help="the quota tree")
+    sim.add_argument("--events", required=True, metavar="EVENTS.yaml", help="the events")
+    sim.set_defaults(handler=_simulate)
+    check = quota_sub.add_parser(
+        "check",
+        help="validate a tree (rule R1) and print its leaves and queues",
+        description="Validate TREE.yaml (the same format as quota.tree in launch-config.yaml)."
+        " Exit status 0 and a summary when it is valid; 2 and one `error: FILE: PATH: REASON`"
+        " line per problem when it is not. A tree with any problem is rejected as a whole.",
+    )
+    check.add_argument("--tree", required=True, metavar="TREE.yaml", help="the quota tree")
+    check.set_defaults(handler=_check)
+
+
+class _FileError(Exception):
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+
+def _load(path: str) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise _FileError([f"{path}: (file): cannot read: {exc.strerror or exc}"]) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "(document)"
+        reason = getattr(exc, "problem", None) or str(exc)
+        raise _FileError([f"{path}: {where}: invalid YAML: {reason}"]) from None
+
+
+def _fail(lines: list[str]) -> int:
+    for line in lines:
+        print(f"error: {line}", file=sys.stderr)
+    return 2
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    try:
+        tree_data = _load(args.tree)
+        events_data = _load(args.events)
+    except _FileError as exc:
+        return _fail(exc.lines)
+    try:
+        reports = simulate(tree_data, events_data)
+    except SimulationError as exc:
+        files = {"tree": args.tree, "events": args.events}
+        return _fail([f"{files[p.document]}: {p.path}: {p.reason}" for p in exc.problems])
+    for item in reports:
+        print(json.dumps(item))
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    try:
+        tree = parse_tree(_load(args.tree))
+    except _FileError as exc:
+        return _fail(exc.lines)
+    except TreeError as exc:
+        return _fail([f"{args.tree}: {p.path}: {p.reason}" for p in exc.problems])
+    nodes = list(tree.nodes())
+    leaves = [n for n in nodes if n.is_leaf]
+    print(f"{args.tree}: valid: {len(nodes)} nodes, {len(leaves)} leaves")
+    for leaf in leaves:
+        queues = ", ".join(leaf.queues) or "(no queues)"
+        print(f"  {leaf.name}: {queues}")
+    return 0
