@@ -56,6 +56,7 @@ from launch_agent.adapters.wandb_results import (
     Viewer,
 )
 from launch_agent.adapters.wandb_retry import RetryPolicy, classify, parse_retry_after
+from launch_agent.model.config import AgentConfig
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,16 @@ class WandbClient:
             "Use-Admin-Privileges": "true",
         }
         self._session: aiohttp.ClientSession | None = None
+
+    @classmethod
+    def from_config(cls, config: AgentConfig, **options: Any) -> WandbClient:
+        """A client for the configured W&B server and key (`options` as for the constructor)."""
+        if config.api_key is None or not config.api_key.get_secret_value():
+            raise WandbAuthError(
+                f"no API key for W&B at {config.base_url}: set WANDB_API_KEY or add the host"
+                " to ~/.netrc"
+            )
+        return cls(config.base_url, config.api_key.get_secret_value(), **options)
 
     def __repr__(self) -> str:  # never the key
         return f"WandbClient({self.base_url!r})"

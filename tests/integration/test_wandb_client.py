@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from pydantic import SecretStr
 
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.adapters.wandb_errors import (
@@ -26,6 +27,7 @@ from launch_agent.adapters.wandb_errors import (
 )
 from launch_agent.adapters.wandb_results import RunRef
 from launch_agent.adapters.wandb_retry import RetryPolicy
+from launch_agent.model.config import AgentConfig
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState, LaunchState, WandbServer
 
@@ -384,3 +386,11 @@ async def test_the_client_needs_its_context_manager(wb: WandbServer) -> None:
     with pytest.raises(RuntimeError, match="outside `async with`"):
         await wandb.viewer()
     assert "0123" not in repr(wandb)
+
+
+async def test_from_config(wb: WandbServer) -> None:
+    config = AgentConfig(base_url=wb.url, api_key=SecretStr(wb.api_key))
+    async with WandbClient.from_config(config, retry=FAST) as wandb:
+        assert (await wandb.viewer()).entity == "ent"
+    with pytest.raises(WandbAuthError, match=f"no API key for W&B at {wb.url}"):
+        WandbClient.from_config(AgentConfig(base_url=wb.url))
