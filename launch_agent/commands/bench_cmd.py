@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from launch_agent.commands import bench_render
+
 BenchRegistrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
-BENCHMARKS: tuple[BenchRegistrar, ...] = ()
+BENCHMARKS: tuple[BenchRegistrar, ...] = (bench_render.register_bench,)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

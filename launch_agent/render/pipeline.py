@@ -260,8 +260,10 @@ def render(
     for path, tmpl in templates:
         warnings += enforce_pod_template(tmpl, spec.security, format_path(path))
     # Conventional key order, so `render` output reads like a hand-written manifest.
-    head = {k: manifest.pop(k) for k in ("apiVersion", "kind", "metadata") if k in manifest}
-    return RenderResult([{**head, **manifest}], warnings)
+    first: dict[str, Any] = {
+        k: manifest.pop(k) for k in ("apiVersion", "kind", "metadata") if k in manifest
+    }
+    return RenderResult([{**first, **manifest}], warnings)
 
 
 def _map(parent: dict[str, Any], key: str) -> dict[str, Any]:

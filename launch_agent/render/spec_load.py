@@ -58,12 +58,11 @@ def json_path(parts: Any) -> str:
     return out
 
 
-def parse_yaml(text: str) -> Any:
+def parse_yaml(text: str, *, max_bytes: int = MAX_SPEC_BYTES) -> Any:
     """YAML text → data; raises `InvalidInput` with the line and column of a syntax error."""
-    if len(text.encode()) > MAX_SPEC_BYTES:
-        raise InvalidInput(
-            [Problem("", f"is {len(text.encode()):,} bytes; the limit is {MAX_SPEC_BYTES:,}")]
-        )
+    size = len(text.encode())
+    if size > max_bytes:
+        raise InvalidInput([Problem("", f"is {size:,} bytes; the limit is {max_bytes:,}")])
     try:
         docs = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:

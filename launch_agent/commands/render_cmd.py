@@ -1,0 +1,127 @@
+"""`launch-agent render`: show exactly what the agent would create for one item.
+
+An admin tries a queue spec against a popped item (copy it from W&B or write one) before the
+agent ever runs it; an ML engineer sees why an override is refused. Reading the files happens
+here; everything else is the pure render pipeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launch_agent.model.queue_spec import InvalidInput, Problem
+from launch_agent.model.run_item import parse_run_item
+from launch_agent.render.pipeline import render
+from launch_agent.render.settings import RenderSettings
+from launch_agent.render.spec_load import load_queue_spec, parse_yaml
+
+MAX_ITEM_BYTES = 10_000_000
+
+DESCRIPTION = """\
+Render one run-queue item with a queue spec and print the Kubernetes objects the agent would
+create: the submitter's overrides checked against the spec's `overridable` paths, the layered
+merge, macros, W&B environment, labels and the enforced restricted Pod Security defaults.
+
+--item is what W&B's popFromRunQueue returns, as YAML or JSON:
+  {"runQueueItemId": "...", "runSpec": {"entity": ..., "project": ...,
+   "docker": {"docker_image": ...}, "resource_args": {"kubernetes": {...}}, "overrides": {...}}}
+
+Invalid input exits with status 2 and one line per problem on stderr:
+  error: <file>: <path>: <reason>
+Warnings (values the enforcement changed, ignored keys) go to stderr as `warning: ...`.
+"""
+
+
+class _NoAliases(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump_yaml(objects: list[dict[str, Any]]) -> str:
+    return yaml.dump_all(objects, Dumper=_NoAliases, sort_keys=False, default_flow_style=False)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "render",
+        help="print the Kubernetes objects a queue spec makes of one run-queue item",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--spec", required=True, metavar="FILE", help="queue spec YAML file")
+    parser.add_argument(
+        "--item", required=True, metavar="FILE", help="popped run-queue item (YAML or JSON)"
+    )
+    parser.add_argument(
+        "--image", metavar="URI", help="image to run (default: the item's docker_image)"
+    )
+    parser.add_argument(
+        "--queue", metavar="NAME", help="W&B queue the item came from (default: the spec's first)"
+    )
+    parser.add_argument("--agent-name", default="launch-agent", metavar="NAME")
+    parser.add_argument("--base-url", default="https://api.wandb.ai", metavar="URL")
+    parser.add_argument(
+        "-o", "--output", choices=["yaml", "json"], default="yaml", help="output format"
+    )
+    parser.set_defaults(handler=run)
+
+
+def _read(path: str, limit: int) -> tuple[str | None, list[Problem]]:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        return None, [Problem("", f"cannot read: {exc.strerror or exc}")]
+    if len(data) > limit:
+        return None, [Problem("", f"is {len(data):,} bytes; the limit is {limit:,}")]
+    try:
+        return data.decode(), []
+    except UnicodeDecodeError as exc:
+        return None, [Problem("", f"is not UTF-8 text: {exc.reason} at byte {exc.start}")]
+
+
+def print_problems(file: str, problems: list[Problem], level: str = "error") -> None:
+    for p in problems:
+        print(f"{level}: {file}: {p.path or '(root)'}: {p.reason}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    spec_text, spec_problems = _read(args.spec, MAX_ITEM_BYTES)
+    item_text, item_problems = _read(args.item, MAX_ITEM_BYTES)
+    spec = item = None
+    if spec_text is not None:
+        try:
+            spec, warnings = load_queue_spec(spec_text)
+            print_problems(args.spec, warnings, "warning")
+        except InvalidInput as exc:
+            spec_problems += exc.problems
+    if item_text is not None:
+        try:
+            item = parse_run_item(parse_yaml(item_text, max_bytes=MAX_ITEM_BYTES))
+        except InvalidInput as exc:
+            item_problems += exc.problems
+    print_problems(args.spec, spec_problems)
+    print_problems(args.item, item_problems)
+    if spec is None or item is None:
+        return 2
+    settings = RenderSettings(agent_name=args.agent_name, base_url=args.base_url.rstrip("/"))
+    try:
+        result = render(spec, item, args.image, settings, queue_name=args.queue)
+    except InvalidInput as exc:
+        for p in exc.problems:
+            from_item = p.path.startswith(("runSpec", "runQueueItemId"))
+            print_problems(args.item if from_item else args.spec, [p])
+        return 2
+    for p in result.warnings:
+        from_item = p.path.startswith(("runSpec", "runQueueItemId"))
+        print_problems(args.item if from_item else args.spec, [p], "warning")
+    if args.output == "json":
+        print(json.dumps(result.objects, indent=2))
+    else:
+        print(dump_yaml(result.objects), end="")
+    return 0
