@@ -116,9 +116,14 @@ class DocumentCache:
 
 
 @functools.cache
-def bound_schema() -> GraphQLSchema:
-    """The schema with its resolvers; stateless (the state travels in the context), so shared."""
-    return resolvers.bind(schema.build())
+def shared_schema() -> tuple[GraphQLSchema, DocumentCache]:
+    """The schema with its resolvers and the cache of validated documents, one per process.
+
+    Both are stateless (the state travels in the execution context), so every server shares
+    them and a document is validated once, not once per server a test starts.
+    """
+    bound = resolvers.bind(schema.build())
+    return bound, DocumentCache(bound)
 
 
 def _json_response(status: int, payload: Any) -> web.Response:
@@ -176,8 +181,9 @@ class WandbServer:
     async def start(self) -> None:
         # Building the schema is CPU work (~10 ms, far more on a loaded machine): done once per
         # process, off the event loop.
-        self.schema = await asyncio.get_running_loop().run_in_executor(None, bound_schema)
-        self._documents = DocumentCache(self.schema)
+        self.schema, self._documents = await asyncio.get_running_loop().run_in_executor(
+            None, shared_schema
+        )
         self._runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False)
         await self._runner.setup()
         await self._listen()
