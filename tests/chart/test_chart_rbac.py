@@ -25,7 +25,7 @@ EXPECTED: dict[str, tuple[str, set[str], set[tuple[str, str]]]] = {
     "default-values.yaml": (RELEASE_NAMESPACE, {RELEASE_NAMESPACE}, {JOB}),
     "diagnostics-values.yaml": (
         RELEASE_NAMESPACE,
-        {RELEASE_NAMESPACE},
+        {RELEASE_NAMESPACE, "ml-training"},
         {JOB, ("jobset.x-k8s.io", "jobsets")},
     ),
     "existing-secret-values.yaml": (RELEASE_NAMESPACE, {RELEASE_NAMESPACE, "ml-training"}, {JOB}),
