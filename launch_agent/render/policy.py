@@ -57,7 +57,12 @@ def changed_leaves(overlay: Any, base: Any, path: Path = ()) -> Iterator[tuple[P
 
 
 def _item_leaves(item: Any, base_item: Any, path: Path, index: int) -> Iterator[tuple[Path, Any]]:
-    yield from changed_leaves(item, base_item, (*path, Item(item_label(item, index))))
+    # An unnamed item merges with the base item at its index: it is *that* item (`[main]`),
+    # so globs and messages name it the way the merged result will.
+    label = item_label(item, index)
+    if label == str(index) and base_item is not None:
+        label = item_label(base_item, index)
+    yield from changed_leaves(item, base_item, (*path, Item(label)))
 
 
 def allowed(path: Path, globs: Sequence[Glob]) -> bool:
