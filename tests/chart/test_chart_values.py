@@ -282,3 +282,22 @@ def test_dockerfile_matches_the_chart() -> None:
     assert "HOME=/home/launch-agent" in dockerfile
     helpers = (CHART / "templates" / "_helpers.tpl").read_text()
     assert "runAsUser: 10001" in helpers and "runAsGroup: 10001" in helpers
+
+
+def test_install_doc_shows_the_real_notes(helm: Helm) -> None:
+    # docs/install.md quotes the notes for the realistic values file; keep them in step.
+    result = helm.run(
+        "install",
+        "launch-agent",
+        str(CHART),
+        "--dry-run=client",
+        "--namespace",
+        "launch-agent",
+        "--values",
+        str(ci_file("multi-namespace-values.yaml")),
+    )
+    assert result.returncode == 0, result.stderr
+    notes = result.stdout.split("NOTES:\n", 1)[1].strip().splitlines()
+    doc = (ROOT / "docs" / "install.md").read_text()
+    missing = [line for line in notes if line.strip() and line not in doc]
+    assert not missing, f"docs/install.md is out of date: {missing}"
