@@ -1,0 +1,272 @@
+"""The Job controller (batch/v1), as the launch agent observes it.
+
+Per Job: create pods from the template (named `<job>-<suffix>`, labelled `job-name` and
+`controller-uid` by the API server's defaulting, with a controller ownerReference and the
+`batch.kubernetes.io/job-tracking` finalizer that lets the controller count a pod even after
+it was deleted); count `active`, `ready`, `succeeded`, `failed`, `terminating`; recreate
+failed pods after the 10 s doubling back-off until `backoffLimit` (for `restartPolicy:
+OnFailure`, container restarts count instead); finish with `SuccessCriteriaMet` + `Complete`
+or `FailureTarget` + `Failed` (reasons `BackoffLimitExceeded`, `DeadlineExceeded`), as
+Kubernetes 1.31+ does; honour `suspend` (active pods are deleted, condition `Suspended`) and
+`activeDeadlineSeconds`; delete a finished Job `ttlSecondsAfterFinished` later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from launch_agent.sandbox.cluster.common import (
+    Ctx,
+    condition,
+    has_condition,
+    merge_conditions,
+    pod_from_template,
+)
+from launch_agent.sandbox.kube.store import Obj
+
+TRACKING = "batch.kubernetes.io/job-tracking"
+
+
+def _seconds(ctx: Ctx, stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    moment = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=ctx.clock.now().tzinfo)
+    return ctx.t + (moment - ctx.clock.now()).total_seconds()
+
+
+def _finished(job: Obj) -> str | None:
+    for kind in ("Complete", "Failed"):
+        if has_condition(job, kind):
+            return kind
+    return None
+
+
+class JobController:
+    def __init__(self, on_pod_created: Callable[[Obj, Obj], None] | None = None) -> None:
+        self._last_failure: dict[str, float] = {}
+        self._on_pod_created = on_pod_created
+
+    def reconcile(self, ctx: Ctx) -> None:
+        rt_pods = ctx.store.rt("pods")
+        self._release_orphans(ctx, ctx.store.list(rt_pods, None))
+        for job in ctx.store.list(ctx.store.rt("jobs"), None):
+            if not job["metadata"].get("deletionTimestamp"):
+                self._job(ctx, job)
+
+    def _release_orphans(self, ctx: Ctx, pods: list[Obj]) -> None:
+        """Drop the tracking finalizer of pods whose Job is gone (deleted or orphaned them)."""
+        for pod in pods:
+            meta = pod["metadata"]
+            if TRACKING not in (meta.get("finalizers") or []):
+                continue
+            refs = [r for r in meta.get("ownerReferences") or [] if r.get("kind") == "Job"]
+            owner = ctx.store.by_uid(refs[0]["uid"]) if refs else None
+            if owner is None or owner[1]["metadata"].get("deletionTimestamp"):
+                self._untrack(ctx, pod)
+
+    def _untrack(self, ctx: Ctx, pod: Obj) -> None:
+        finalizers = [f for f in pod["metadata"].get("finalizers") or [] if f != TRACKING]
+        ctx.update({**pod, "metadata": {**pod["metadata"], "finalizers": finalizers}})
+
+    def _job(self, ctx: Ctx, job: Obj) -> None:
+        spec, status = job["spec"], dict(job.get("status") or {})
+        uid, now = job["metadata"]["uid"], ctx.ts()
+        pods = ctx.children(job, "Pod")
+        done = _finished(job)
+        if done:
+            self._ttl(ctx, job, spec)
+            for pod in pods:
+                if TRACKING in (pod["metadata"].get("finalizers") or []):
+                    self._untrack(ctx, pod)
+            return
+        succeeded, failed = int(status.get("succeeded", 0)), int(status.get("failed", 0))
+        for pod in pods:
+            phase = (pod.get("status") or {}).get("phase")
+            tracked = TRACKING in (pod["metadata"].get("finalizers") or [])
+            if tracked and (
+                phase in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp")
+            ):
+                if phase == "Succeeded":
+                    succeeded += 1
+                else:
+                    failed += 1
+                    self._last_failure[uid] = ctx.t
+                self._untrack(ctx, pod)
+        active = [
+            p
+            for p in pods
+            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+        restarts = sum(
+            int(cs.get("restartCount", 0))
+            for p in pods
+            for cs in (p.get("status") or {}).get("containerStatuses") or []
+        )
+        conditions = list(status.get("conditions") or [])
+        if spec.get("suspend"):
+            for pod in active:
+                ctx.delete(pod)
+            conditions = merge_conditions(
+                conditions,
+                [
+                    condition(
+                        "Suspended", True, "JobSuspended", "Job suspended", now, lastProbeTime=now
+                    )
+                ],
+            )
+            status.update(active=0, ready=0, conditions=conditions)
+            status.pop("startTime", None)
+            ctx.set_status(job, {k: v for k, v in status.items() if v is not None})
+            return
+        if has_condition(job, "Suspended"):
+            conditions = merge_conditions(
+                conditions,
+                [
+                    condition(
+                        "Suspended", False, "JobResumed", "Job resumed", now, lastProbeTime=now
+                    )
+                ],
+            )
+        start = status.get("startTime") or now
+        status["startTime"] = start
+        completions = spec.get("completions")
+        parallelism = int(spec.get("parallelism", 1))
+        backoff = int(spec.get("backoffLimit", 6))
+        failure: tuple[str, str] | None = None
+        over = restarts if spec["template"]["spec"].get("restartPolicy") == "OnFailure" else failed
+        if over > backoff:
+            failure = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+        deadline = spec.get("activeDeadlineSeconds")
+        started = _seconds(ctx, start)
+        if failure is None and deadline is not None and started is not None:
+            if ctx.t >= started + deadline:
+                failure = ("DeadlineExceeded", "Job was active longer than specified deadline")
+            else:
+                ctx.wake_at(started + deadline)
+        complete = (
+            (succeeded >= completions)
+            if completions is not None
+            else (succeeded >= 1 and not active)
+        )
+        if failure or complete:
+            for pod in active:
+                ctx.delete(pod)
+            if failure:
+                reason, message = failure
+                conditions = merge_conditions(
+                    conditions,
+                    [
+                        condition("FailureTarget", True, reason, message, now, lastProbeTime=now),
+                        condition("Failed", True, reason, message, now, lastProbeTime=now),
+                    ],
+                )
+                ctx.event(job, "Warning", reason, message, "job-controller")
+            else:
+                conditions = merge_conditions(
+                    conditions,
+                    [
+                        condition(
+                            "SuccessCriteriaMet",
+                            True,
+                            "CompletionsReached",
+                            "Reached expected number of succeeded pods",
+                            now,
+                            lastProbeTime=now,
+                        ),
+                        condition(
+                            "Complete",
+                            True,
+                            "CompletionsReached",
+                            "Reached expected number of succeeded pods",
+                            now,
+                            lastProbeTime=now,
+                        ),
+                    ],
+                )
+                status["completionTime"] = now
+                ctx.event(job, "Normal", "Completed", "Job completed", "job-controller")
+            status.update(
+                active=0,
+                ready=0,
+                succeeded=succeeded,
+                failed=failed,
+                terminating=0,
+                conditions=conditions,
+            )
+            status["uncountedTerminatedPods"] = {}
+            ctx.set_status(job, status)
+            if spec.get("ttlSecondsAfterFinished") is not None:
+                ctx.wake_at(ctx.t + float(spec["ttlSecondsAfterFinished"]))
+            return
+        wanted = parallelism if completions is None else min(parallelism, completions - succeeded)
+        if completions is None and succeeded:
+            wanted = 0
+        missing, created = wanted - len(active), 0
+        if missing > 0:
+            retry_at = self._retry_at(uid, failed)
+            if retry_at is not None and ctx.t < retry_at:
+                ctx.wake_at(retry_at)
+            else:
+                for i in range(missing):
+                    self._create_pod(ctx, job, len(pods) + i)
+                created = missing
+        status.update(
+            active=len(active) + created,
+            ready=sum(1 for p in active if _ready(p)),
+            succeeded=succeeded,
+            failed=failed,
+            terminating=sum(1 for p in pods if p["metadata"].get("deletionTimestamp")),
+            uncountedTerminatedPods={},
+        )
+        if conditions:
+            status["conditions"] = conditions
+        ctx.set_status(job, status)
+
+    def _retry_at(self, uid: str, failed: int) -> float | None:
+        if not failed or uid not in self._last_failure:
+            return None
+        return float(self._last_failure[uid] + min(10.0 * 2 ** (failed - 1), 360.0))
+
+    def _create_pod(self, ctx: Ctx, job: Obj, index: int) -> None:
+        template = job["spec"]["template"]
+        annotations = {}
+        if job["spec"].get("completionMode") == "Indexed":
+            annotations["batch.kubernetes.io/job-completion-index"] = str(index)
+        pod = pod_from_template(template, job, annotations=annotations, finalizers=[TRACKING])
+        created = ctx.create("pods", job["metadata"]["namespace"], pod)
+        ctx.event(
+            job,
+            "Normal",
+            "SuccessfulCreate",
+            f"Created pod: {created['metadata']['name']}",
+            "job-controller",
+        )
+        if self._on_pod_created is not None:
+            self._on_pod_created(job, created)
+
+    def _ttl(self, ctx: Ctx, job: Obj, spec: dict[str, Any]) -> None:
+        ttl = spec.get("ttlSecondsAfterFinished")
+        if ttl is None:
+            return
+        finished_at = max(
+            (
+                _seconds(ctx, c.get("lastTransitionTime")) or 0.0
+                for c in job["status"].get("conditions") or []
+                if c.get("type") in ("Complete", "Failed")
+            ),
+            default=0.0,
+        )
+        if ctx.t >= finished_at + float(ttl):
+            ctx.delete(job, propagation="Foreground")
+        else:
+            ctx.wake_at(finished_at + float(ttl))
+
+
+def _ready(pod: Obj) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )

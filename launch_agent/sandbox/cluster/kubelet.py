@@ -1,0 +1,430 @@
+"""The scheduler and the kubelet: bind pods to nodes and play each pod's outcome.
+
+A pod's status is a pure function of its outcome and of the seconds since it was bound
+(`timeline`), so the same script gives the same statuses at the same simulated instants. The
+kubelet writes the status only when it changed (no event for a no-op) and tells the loop when
+the next transition is due. What it models, in kubelet's own words: `ContainerCreating`,
+`ErrImagePull` → `ImagePullBackOff`, `InvalidImageName`, `CreateContainerConfigError`,
+running and Ready, terminated with `Completed` / `Error` / `OOMKilled` and the exit code,
+`CrashLoopBackOff` with restarts on a 10 s doubling back-off (capped at 300 s), eviction
+(`Failed`, reason `Evicted`, condition `DisruptionTarget`) and preemption (`DisruptionTarget`
+by the scheduler, then the pod is deleted). Containers "print" log lines into the store, which
+the API server serves as `pods/{name}/log`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from launch_agent.sandbox.cluster.common import Ctx, condition, merge_conditions
+from launch_agent.sandbox.cluster.nodes import Node, fit, pod_requests
+from launch_agent.sandbox.cluster.outcomes import Outcome
+from launch_agent.sandbox.kube.store import Obj
+
+DEFAULT_NODE = "sandbox-node"
+FAILING = ("fail", "exit", "oomkilled")
+WAITING = {
+    "invalidimagename": (
+        "InvalidImageName",
+        'Failed to apply default image tag "{image}": couldn\'t parse image name "{image}":'
+        " invalid reference format",
+    ),
+    "createcontainerconfigerror": (
+        "CreateContainerConfigError",
+        'secret "{container}-config" not found',
+    ),
+}
+
+
+@dataclass
+class PodSim:
+    outcome: Outcome
+    bound_at: float | None = None
+    node: str = ""
+    logged: int = 0
+    seen: set[str] = field(default_factory=set)  # event signatures already recorded
+    deleted: bool = False
+
+
+def _crash_cycles(o: Outcome, run_from: float, t: float) -> tuple[int, float, float | None]:
+    """For a crash loop: (restarts so far, start of the current run, end of back-off or None)."""
+    start, k = run_from, 0
+    while True:
+        end = start + o.after
+        if t < end:
+            return k, start, None
+        restart = end + min(10.0 * 2**k, 300.0)
+        if t < restart:
+            return k + 1, start, restart
+        start, k = restart, k + 1
+
+
+def timeline(o: Outcome, restart_policy: str, b: float, t: float) -> dict[str, Any]:
+    """The target container's state at `t` for a pod bound at `b`; keys described inline."""
+    ready_at = b + o.start
+    kind = o.kind
+    if kind in FAILING and restart_policy != "Never":
+        kind = "crashloop"  # kubelet restarts a failing container in place
+    if t < ready_at:
+        return {"phase": "Pending", "waiting": "ContainerCreating", "next": ready_at}
+    if kind in ("imagepullbackoff", "errimagepull"):
+        backoff_at = ready_at + o.after
+        if kind == "errimagepull" or t < backoff_at:
+            return {
+                "phase": "Pending",
+                "waiting": "ErrImagePull",
+                "next": backoff_at if kind != "errimagepull" else None,
+            }
+        return {"phase": "Pending", "waiting": "ImagePullBackOff", "next": None}
+    if kind in WAITING:
+        return {"phase": "Pending", "waiting": WAITING[kind][0], "next": None}
+    if kind == "run":
+        return {"phase": "Running", "running": ready_at, "next": None}
+    if kind == "crashloop":
+        restarts, run_start, backoff_end = _crash_cycles(o, ready_at, t)
+        state: dict[str, Any] = {"phase": "Running", "restarts": restarts, "crash": True}
+        if backoff_end is None:
+            state.update(running=run_start, next=run_start + o.after)
+            if restarts:
+                state["last"] = (
+                    run_start - min(10.0 * 2 ** (restarts - 1), 300.0) - o.after,
+                    run_start - min(10.0 * 2 ** (restarts - 1), 300.0),
+                )
+        else:
+            state.update(
+                waiting="CrashLoopBackOff",
+                next=backoff_end,
+                last=(run_start, run_start + o.after),
+                backoff=min(10.0 * 2 ** (restarts - 1), 300.0),
+            )
+        return state
+    end = ready_at + o.after
+    if t < end:
+        return {"phase": "Running", "running": ready_at, "next": end}
+    phase = "Succeeded" if kind == "succeed" else "Failed"
+    return {
+        "phase": phase,
+        "terminated": (ready_at, end),
+        "next": None,
+        "evicted": kind == "evicted",
+        "preempted": kind == "preempted",
+    }
+
+
+def _terminated(o: Outcome, started: str, finished: str, code: int | None = None) -> dict[str, Any]:
+    code = o.exit_code if code is None else code
+    reason = "OOMKilled" if o.kind == "oomkilled" else ("Completed" if code == 0 else "Error")
+    return {
+        "terminated": {
+            "exitCode": code,
+            "reason": reason,
+            "startedAt": started,
+            "finishedAt": finished,
+            "containerID": "sandbox://0",
+        }
+    }
+
+
+class Kubelet:
+    def __init__(self, nodes: Sequence[Node], outcome_for: Callable[[Obj], Outcome]) -> None:
+        self.nodes = list(nodes)
+        self.outcome_for = outcome_for
+        self.pods: dict[str, PodSim] = {}
+
+    def _used(self, ctx: Ctx) -> dict[str, dict[str, Decimal]]:
+        used: dict[str, dict[str, Decimal]] = {}
+        for pod in ctx.store.list(ctx.store.rt("pods"), None):
+            node = pod["spec"].get("nodeName")
+            if node and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                bucket = used.setdefault(node, {})
+                for k, v in pod_requests(pod["spec"]).items():
+                    bucket[k] = bucket.get(k, Decimal(0)) + v
+                bucket["pods"] = bucket.get("pods", Decimal(0)) + 1
+        return used
+
+    def reconcile(self, ctx: Ctx) -> None:
+        pods = ctx.store.list(ctx.store.rt("pods"), None)
+        live = {p["metadata"]["uid"] for p in pods}
+        for uid in [u for u in self.pods if u not in live]:
+            del self.pods[uid]
+        for pod in pods:
+            uid = pod["metadata"]["uid"]
+            if uid not in self.pods:
+                self.pods[uid] = PodSim(self.outcome_for(pod))
+            sim = self.pods[uid]
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            if sim.bound_at is None and not self._schedule(ctx, pod, sim):
+                continue
+            self._play(ctx, pod, sim)
+
+    def _schedule(self, ctx: Ctx, pod: Obj, sim: PodSim) -> bool:
+        o = sim.outcome
+        if o.kind == "unschedulable":
+            n = max(len(self.nodes), 1)
+            message = o.message or f"0/{n} nodes are available: {n} Insufficient nvidia.com/gpu."
+            node = None
+        elif self.nodes:
+            used = self._used(ctx)
+            pods_spec = {**pod["spec"]}
+            node, message = fit(self.nodes, used, pods_spec)
+        else:
+            node, message = DEFAULT_NODE, ""
+        if node is None:
+            status = dict(pod.get("status") or {})
+            status["conditions"] = merge_conditions(
+                status.get("conditions"),
+                [
+                    condition(
+                        "PodScheduled",
+                        False,
+                        "Unschedulable",
+                        message,
+                        ctx.ts(),
+                        lastProbeTime=None,
+                    )
+                ],
+            )
+            status["phase"] = "Pending"
+            if "FailedScheduling" not in sim.seen:
+                sim.seen.add("FailedScheduling")
+                ctx.event(pod, "Warning", "FailedScheduling", message, "default-scheduler")
+            ctx.set_status(pod, status)
+            return False
+        sim.bound_at, sim.node = ctx.t, node
+        ctx.update({**pod, "spec": {**pod["spec"], "nodeName": node}})
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        ctx.event(
+            pod,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {ns}/{name} to {node}",
+            "default-scheduler",
+        )
+        return True
+
+    def _play(self, ctx: Ctx, pod: Obj, sim: PodSim) -> None:
+        o, b = sim.outcome, sim.bound_at
+        assert b is not None
+        spec = pod["spec"]
+        containers = [c["name"] for c in spec.get("containers") or []]
+        target = o.container if o.container and o.container in containers else containers[0]
+        state = timeline(o, spec.get("restartPolicy", "Always"), b, ctx.t)
+        if state.get("next") is not None:
+            ctx.wake_at(state["next"])
+        statuses = []
+        for c in spec.get("containers") or []:
+            statuses.append(self._container_status(ctx, pod, c, state, o, mine=c["name"] == target))
+        phase = state["phase"]
+        ready = all(s.get("ready") for s in statuses)
+        now = ctx.ts()
+        conds = [
+            condition("PodReadyToStartContainers", ctx.t >= b + o.start, "", "", ctx.ts(b)),
+            condition("Initialized", True, "", "", ctx.ts(b)),
+            condition(
+                "Ready",
+                ready,
+                ""
+                if ready
+                else ("PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady"),
+                ""
+                if ready
+                else f"containers with unready status: [{' '.join(s['name'] for s in statuses if not s.get('ready'))}]",
+                now,
+            ),
+            condition("ContainersReady", ready, "" if ready else "ContainersNotReady", "", now),
+            condition("PodScheduled", True, "", "", ctx.ts(b)),
+        ]
+        for c in conds:
+            if not c["reason"]:
+                del c["reason"]
+            if not c["message"]:
+                del c["message"]
+        status: dict[str, Any] = {
+            **(pod.get("status") or {}),
+            "phase": phase,
+            "hostIP": "10.0.0.1",
+            "podIP": f"10.244.0.{1 + int(pod['metadata']['uid'][:2], 16)}",
+            "startTime": ctx.ts(b),
+            "containerStatuses": statuses,
+        }
+        if spec.get("initContainers"):
+            status["initContainerStatuses"] = [
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "ready": False,
+                    "restartCount": 0,
+                    **_terminated(Outcome(), ctx.ts(b), ctx.ts(b), 0),
+                }
+                for c in spec["initContainers"]
+            ]
+        if state.get("evicted"):
+            message = (
+                o.message
+                or "The node was low on resource: memory. Threshold quantity: 100Mi, available: 12Mi."
+            )
+            status.update(reason="Evicted", message=message)
+            conds.append(condition("DisruptionTarget", True, "TerminationByKubelet", message, now))
+        if state.get("preempted"):
+            message = (
+                o.message or "default-scheduler: preempting to accommodate a higher priority pod"
+            )
+            conds.append(condition("DisruptionTarget", True, "PreemptionByScheduler", message, now))
+        status["conditions"] = merge_conditions(status.get("conditions"), conds)
+        self._events(ctx, pod, sim, state, o, target)
+        self._print(ctx, pod, sim, state, o, target)
+        updated = ctx.set_status(pod, status)
+        if state.get("preempted") and not sim.deleted:
+            sim.deleted = True
+            ctx.delete(updated)
+
+    def _container_status(
+        self, ctx: Ctx, pod: Obj, c: dict[str, Any], state: dict[str, Any], o: Outcome, mine: bool
+    ) -> dict[str, Any]:
+        base: dict[str, Any] = {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "",
+            "restartCount": state.get("restarts", 0) if mine else 0,
+            "started": False,
+            "ready": False,
+        }
+        if not mine:
+            # Side containers follow the pod: created, running, then completed with it.
+            if state.get("waiting") == "ContainerCreating":
+                return {**base, "state": {"waiting": {"reason": "ContainerCreating"}}}
+            if "terminated" in state:
+                started, ended = state["terminated"]
+                return {**base, "state": _terminated(Outcome(), ctx.ts(started), ctx.ts(ended), 0)}
+            return {
+                **base,
+                "started": True,
+                "ready": True,
+                "state": {"running": {"startedAt": ctx.ts(pod_start(state, ctx))}},
+            }
+        if "last" in state:
+            started, ended = state["last"]
+            base["lastState"] = _terminated(
+                o, ctx.ts(started), ctx.ts(ended), o.exit_code if o.kind != "crashloop" else o.code
+            )
+        if "waiting" in state:
+            reason = state["waiting"]
+            message = self._waiting_message(pod, c, reason, o, state)
+            waiting = {"reason": reason, **({"message": message} if message else {})}
+            return {**base, "state": {"waiting": waiting}}
+        if "running" in state:
+            return {
+                **base,
+                "started": True,
+                "ready": True,
+                "state": {"running": {"startedAt": ctx.ts(state["running"])}},
+            }
+        started, ended = state["terminated"]
+        return {**base, "state": _terminated(o, ctx.ts(started), ctx.ts(ended))}
+
+    def _waiting_message(
+        self, pod: Obj, c: dict[str, Any], reason: str, o: Outcome, state: dict[str, Any]
+    ) -> str:
+        image, name = c.get("image", ""), c["name"]
+        if reason == "ContainerCreating":
+            return ""
+        if o.message:
+            return o.message
+        if reason == "ErrImagePull":
+            return (
+                f'failed to pull and unpack image "{image}": failed to resolve reference "{image}":'
+                f" {image}: not found"
+            )
+        if reason == "ImagePullBackOff":
+            return f'Back-off pulling image "{image}"'
+        if reason == "CrashLoopBackOff":
+            meta = pod["metadata"]
+            return (
+                f"back-off {int(state['backoff'])}s restarting failed container={name}"
+                f" pod={meta['name']}_{meta['namespace']}({meta['uid']})"
+            )
+        template = WAITING.get(o.kind, ("", ""))[1]
+        return template.format(image=image, container=name)
+
+    def _events(
+        self, ctx: Ctx, pod: Obj, sim: PodSim, state: dict[str, Any], o: Outcome, target: str
+    ) -> None:
+        def once(sig: str, kind: str, reason: str, message: str) -> None:
+            if sig not in sim.seen:
+                sim.seen.add(sig)
+                ctx.event(pod, kind, reason, message, "kubelet")
+
+        waiting = state.get("waiting")
+        if waiting in (
+            "ErrImagePull",
+            "ImagePullBackOff",
+            "InvalidImageName",
+            "CreateContainerConfigError",
+        ):
+            once(
+                waiting,
+                "Warning",
+                "Failed" if waiting != "ImagePullBackOff" else "BackOff",
+                f"Error: {waiting}",
+            )
+        if "running" in state:
+            once(
+                f"Started{state.get('restarts', 0)}",
+                "Normal",
+                "Started",
+                f"Started container {target}",
+            )
+        if waiting == "CrashLoopBackOff":
+            once(
+                f"BackOff{state.get('restarts')}",
+                "Warning",
+                "BackOff",
+                "Back-off restarting failed container",
+            )
+        if state.get("evicted"):
+            once(
+                "Evicted",
+                "Warning",
+                "Evicted",
+                o.message or "The node was low on resource: memory.",
+            )
+        if state.get("preempted"):
+            once("Preempted", "Normal", "Preempted", "Preempted by a pod with higher priority")
+
+    def _print(
+        self, ctx: Ctx, pod: Obj, sim: PodSim, state: dict[str, Any], o: Outcome, target: str
+    ) -> None:
+        """Append the lines the target container has printed by now."""
+        b = sim.bound_at
+        assert b is not None
+        if "running" not in state and "terminated" not in state and "last" not in state:
+            return
+        start = b + o.start
+        image = next(
+            (c.get("image", "") for c in pod["spec"]["containers"] if c["name"] == target), ""
+        )
+        lines = [(start, f"sandbox: container {target} started (image {image})")]
+        lines += [(start, line) for line in o.logs]
+        if "terminated" in state or "last" in state:
+            end = (state.get("terminated") or state["last"])[1]
+            if o.kind == "oomkilled":
+                lines.append((end, "Killed"))
+            elif o.exit_code != 0 or o.kind in ("fail", "exit", "crashloop"):
+                lines.append((end, f"sandbox: exiting with code {o.exit_code or o.code}"))
+            else:
+                lines.append((end, "sandbox: done"))
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"], target)
+        out = ctx.store.pod_logs.setdefault(key, [])
+        for c in pod["spec"]["containers"]:
+            ctx.store.pod_logs.setdefault((key[0], key[1], c["name"]), [])
+        for when, line in lines[sim.logged :]:
+            out.append((ctx.ts(when).replace("Z", ".000000000Z"), line))
+        sim.logged = max(sim.logged, len(lines))
+
+
+def pod_start(state: dict[str, Any], ctx: Ctx) -> float:
+    return float(state.get("running", ctx.t))

@@ -1,0 +1,207 @@
+"""`SimulatedCluster`: the controllers and the kubelet around a `KubeApiServer`, on a clock.
+
+Off unless a test starts it: without it, the API server only stores objects. With it, every
+write (over HTTP or from Python) wakes a background task that runs all controllers until
+nothing changes; with a `ManualClock` time then stands still until `advance(seconds)`, which
+jumps from one due transition to the next (a pod's start, its exit, a retry back-off, a
+deadline, a TTL) so intermediate states happen at the right simulated instants. With a
+`RealClock` the task also wakes itself when the next transition is due.
+
+Outcomes come from, in this order, for the pod and then each controlling owner up the chain
+(Job, JobSet, TrainJob, ...): a script whose label selector matches that object's labels
+(latest first), then that object's `sandbox.launch-agent.io/outcome` annotation. The Nth pod a
+controller creates plays the Nth attempt of the outcome. A malformed annotation is reported as a
+Warning Event `InvalidOutcome` on the object and in `cluster.problems`, and the default outcome
+is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from types import TracebackType
+
+from launch_agent.sandbox.cluster.clock import Clock, ManualClock
+from launch_agent.sandbox.cluster.common import Ctx
+from launch_agent.sandbox.cluster.jobs import JobController
+from launch_agent.sandbox.cluster.kubelet import DEFAULT_NODE, Kubelet
+from launch_agent.sandbox.cluster.nodes import Node
+from launch_agent.sandbox.cluster.outcomes import (
+    ANNOTATION,
+    Outcome,
+    OutcomeError,
+    parse_outcome,
+    pick,
+)
+from launch_agent.sandbox.cluster.workloads import CONTROLLERS
+from launch_agent.sandbox.kube.apiserver import KubeApiServer
+from launch_agent.sandbox.kube.selectors import LabelSelector, parse_label_selector
+from launch_agent.sandbox.kube.store import Obj, Store, timestamp
+
+MAX_PASSES = 50
+
+
+class SimulatedCluster:
+    def __init__(
+        self,
+        kube: KubeApiServer | Store,
+        *,
+        clock: Clock | None = None,
+        nodes: Sequence[Node] | None = None,
+        default_outcome: str = "succeed after=5s",
+        tick: float = 0.05,
+    ) -> None:
+        self.store = kube.store if isinstance(kube, KubeApiServer) else kube
+        self.clock: Clock = clock or ManualClock()
+        self.nodes = list(nodes or [])
+        self.default = parse_outcome(default_outcome)
+        self.tick = tick
+        self.problems: list[str] = []
+        self._scripts: list[tuple[LabelSelector, tuple[Outcome, ...]]] = []
+        self._attempts: dict[str, int] = {}
+        self.jobs = JobController()
+        self.kubelet = Kubelet(self.nodes, self._outcome_for)
+        self._wakeups: list[float] = []
+        self._dirty = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._saved_now = self.store.now
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> SimulatedCluster:
+        self.store.now = self.clock.now
+        self.store.listeners.append(self._on_write)
+        for node in self.nodes or [
+            Node(DEFAULT_NODE, {"cpu": "1000", "memory": "4000Gi", "pods": "10000"})
+        ]:
+            if self.store.find(self.store.rt("nodes"), "", node.name) is None:
+                manifest = node.manifest(timestamp(self.clock.now()))
+                status = manifest.pop("status")
+                self.store.create(self.store.rt("nodes"), "", manifest)
+                self.store.update(
+                    self.store.rt("nodes"), "", node.name, {"status": status}, subresource="status"
+                )
+        self.step()
+        self._task = asyncio.create_task(self._run(), name="sandbox-simulated-cluster")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._on_write in self.store.listeners:
+            self.store.listeners.remove(self._on_write)
+        self.store.now = self._saved_now
+
+    def _on_write(self, storage: str, kind: str, obj: Obj) -> None:
+        self._dirty.set()
+
+    async def _run(self) -> None:
+        while True:
+            if self.clock.manual:
+                await self._dirty.wait()
+            else:
+                due = min(self._wakeups, default=self.clock.seconds() + 1.0)
+                wait = max(min(due - self.clock.seconds(), 1.0), self.tick)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await self._dirty.wait()
+            self._dirty.clear()
+            self.step()
+
+    # --- scripting ----------------------------------------------------------------------------
+
+    def script(self, selector: str, outcome: str | Outcome | Sequence[Outcome]) -> None:
+        """Pods of workloads whose labels match `selector` get `outcome` (grammar in outcomes)."""
+        if isinstance(outcome, str):
+            attempts = parse_outcome(outcome)
+        elif isinstance(outcome, Outcome):
+            attempts = (outcome,)
+        else:
+            attempts = tuple(outcome)
+        self._scripts.insert(0, (parse_label_selector(selector), attempts))
+
+    def clear_scripts(self) -> None:
+        self._scripts.clear()
+
+    def _chain(self, pod: Obj) -> list[Obj]:
+        chain, current = [pod], pod
+        while len(chain) < 10:
+            refs = [
+                r for r in current["metadata"].get("ownerReferences") or [] if r.get("controller")
+            ]
+            found = self.store.by_uid(refs[0]["uid"]) if refs else None
+            if found is None:
+                break
+            current = found[1]
+            chain.append(current)
+        return chain
+
+    def _outcome_for(self, pod: Obj) -> Outcome:
+        chain = self._chain(pod)
+        owner = chain[1]["metadata"]["uid"] if len(chain) > 1 else pod["metadata"]["uid"]
+        attempt = self._attempts.get(owner, 0)
+        self._attempts[owner] = attempt + 1
+        for obj in chain:
+            meta = obj["metadata"]
+            for selector, attempts in self._scripts:
+                if selector.matches(meta.get("labels")):
+                    return pick(attempts, attempt)
+            text = (meta.get("annotations") or {}).get(ANNOTATION)
+            if text is not None:
+                try:
+                    return pick(parse_outcome(text), attempt)
+                except OutcomeError as exc:
+                    where = f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']}"
+                    problem = f"{where}: annotation {ANNOTATION}: {exc}"
+                    self.problems.append(problem)
+                    Ctx(self.store, self.clock).event(
+                        obj, "Warning", "InvalidOutcome", problem, "sandbox"
+                    )
+                    break
+        return pick(self.default, attempt)
+
+    # --- time ---------------------------------------------------------------------------------
+
+    def step(self) -> int:
+        """Run every controller until a pass writes nothing; returns the number of writes."""
+        total = 0
+        for _ in range(MAX_PASSES):
+            ctx = Ctx(self.store, self.clock)
+            self.jobs.reconcile(ctx)
+            for resource, reconcile in CONTROLLERS.items():
+                rt = self.store.registry.find(resource)
+                if rt is None:
+                    continue
+                for obj in self.store.list(rt, None):
+                    if not obj["metadata"].get("deletionTimestamp"):
+                        reconcile(ctx, obj)
+            self.kubelet.reconcile(ctx)
+            self._wakeups = ctx.wakeups
+            total += ctx.writes
+            if ctx.writes == 0:
+                break
+        return total
+
+    def advance(self, seconds: float) -> None:
+        """Move a manual clock forward, stopping at every transition due on the way."""
+        if not isinstance(self.clock, ManualClock):
+            raise TypeError("advance() needs a ManualClock; a RealClock moves by itself")
+        target = self.clock.seconds() + seconds
+        self.step()
+        while True:
+            due = [w for w in self._wakeups if self.clock.seconds() < w <= target]
+            if not due:
+                break
+            self.clock.set(min(due))
+            self.step()
+        self.clock.set(target)
+        self.step()
