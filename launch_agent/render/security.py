@@ -255,6 +255,8 @@ class _Enforcer:
                 del caps["add"]
         drop = caps.get("drop")
         if not isinstance(drop, list) or "ALL" not in drop:
+            if drop:
+                self.note(f"{where}.securityContext.capabilities.drop", "set to [ALL]")
             caps["drop"] = ["ALL"]
         if not sec.run_as_root:
             if csc.get("runAsNonRoot") is False:
