@@ -301,3 +301,19 @@ def test_install_doc_shows_the_real_notes(helm: Helm) -> None:
     doc = (ROOT / "docs" / "install.md").read_text()
     missing = [line for line in notes if line.strip() and line not in doc]
     assert not missing, f"docs/install.md is out of date: {missing}"
+
+
+@pytest.mark.parametrize("entry", ["ghcr-pull", {"name": "ghcr-pull"}])
+def test_image_pull_secrets_as_names_or_references(helm: Helm, entry: object) -> None:
+    key = "imagePullSecrets[0]" if isinstance(entry, str) else "imagePullSecrets[0].name"
+    manifests = helm.template([DEFAULT], {key: "ghcr-pull"})
+    spec = one(manifests, "Deployment")["spec"]["template"]["spec"]
+    assert spec["imagePullSecrets"] == [{"name": "ghcr-pull"}]
+
+
+def test_agent_quota_tree_reaches_the_agent(helm: Helm) -> None:
+    manifests = helm.template([DEFAULT], {"quota.mode": "agent", "quota.tree.name": "root"})
+    config = load_agent_config(manifests).config
+    assert config.quota.mode == "agent"
+    assert config.quota.tree == {"name": "root"}
+    assert find(manifests, "ClusterRole") == [], "only Kueue admission reads cluster scope"
