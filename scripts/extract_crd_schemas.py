@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     for filename, version in WANTED:
         with (crd_dir / filename).open("rb") as f:
-            crd = yaml.safe_load(f)
+            crd = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         names = crd["spec"]["names"]
         group = crd["spec"]["group"]
         served = next(v for v in crd["spec"]["versions"] if v["name"] == version)

@@ -42,7 +42,12 @@ def make_spec(
     if overridable is not None:
         spec["overridable"] = overridable
     spec.update(extra)
-    data = {"apiVersion": "launch-agent/v1", "kind": "QueueSpec", "metadata": {"name": name}, "spec": spec}
+    data = {
+        "apiVersion": "launch-agent/v1",
+        "kind": "QueueSpec",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
     queue_spec, _ = build_queue_spec(copy.deepcopy(data))
     return queue_spec
 

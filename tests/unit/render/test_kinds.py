@@ -21,14 +21,67 @@ SETTINGS = RenderSettings()
 # file, pod templates, pod-set counts, suspend path, defaults (path → value), containers with
 # the W&B env (by pod template order)
 ROWS = [
-    ("job.yaml", 1, [1], ("spec", "suspend"), {"spec.backoffLimit": 0, "spec.ttlSecondsAfterFinished": 3600, "spec.activeDeadlineSeconds": 86400}, ["main"]),
-    ("job-wandb-form.yaml", 1, [1], ("spec", "suspend"), {"spec.backoffLimit": 0, "spec.activeDeadlineSeconds": 604800}, ["launch0"]),
-    ("jobset-gke.yaml", 2, [1, 4], ("spec", "suspend"), {"spec.ttlSecondsAfterFinished": 3600, "spec.replicatedJobs[*].template.spec.backoffLimit": 0}, ["main", "main"]),
-    ("pytorchjob.yaml", 2, [1, 2], ("spec", "runPolicy", "suspend"), {"spec.runPolicy.backoffLimit": 0, "spec.runPolicy.ttlSecondsAfterFinished": 3600}, ["pytorch", "pytorch"]),
+    (
+        "job.yaml",
+        1,
+        [1],
+        ("spec", "suspend"),
+        {
+            "spec.backoffLimit": 0,
+            "spec.ttlSecondsAfterFinished": 3600,
+            "spec.activeDeadlineSeconds": 86400,
+        },
+        ["main"],
+    ),
+    (
+        "job-wandb-form.yaml",
+        1,
+        [1],
+        ("spec", "suspend"),
+        {"spec.backoffLimit": 0, "spec.activeDeadlineSeconds": 604800},
+        ["launch0"],
+    ),
+    (
+        "jobset-gke.yaml",
+        2,
+        [1, 4],
+        ("spec", "suspend"),
+        {
+            "spec.ttlSecondsAfterFinished": 3600,
+            "spec.replicatedJobs[*].template.spec.backoffLimit": 0,
+        },
+        ["main", "main"],
+    ),
+    (
+        "pytorchjob.yaml",
+        2,
+        [1, 2],
+        ("spec", "runPolicy", "suspend"),
+        {"spec.runPolicy.backoffLimit": 0, "spec.runPolicy.ttlSecondsAfterFinished": 3600},
+        ["pytorch", "pytorch"],
+    ),
     ("trainjob.yaml", 0, [2], ("spec", "suspend"), {"spec.activeDeadlineSeconds": 604800}, []),
     ("leaderworkerset.yaml", 2, [1, 3], None, {}, ["leader", "worker"]),
-    ("rayjob.yaml", 2, [1, 2], ("spec", "suspend"), {"spec.shutdownAfterJobFinishes": True, "spec.ttlSecondsAfterFinished": 3600, "spec.backoffLimit": 0}, ["ray-head", "ray-worker"]),
-    ("volcano-job.yaml", 2, [1, 2], None, {"spec.maxRetry": 0, "spec.ttlSecondsAfterFinished": 3600}, ["main", "main"]),
+    (
+        "rayjob.yaml",
+        2,
+        [1, 2],
+        ("spec", "suspend"),
+        {
+            "spec.shutdownAfterJobFinishes": True,
+            "spec.ttlSecondsAfterFinished": 3600,
+            "spec.backoffLimit": 0,
+        },
+        ["ray-head", "ray-worker"],
+    ),
+    (
+        "volcano-job.yaml",
+        2,
+        [1, 2],
+        None,
+        {"spec.maxRetry": 0, "spec.ttlSecondsAfterFinished": 3600},
+        ["main", "main"],
+    ),
 ]
 
 
@@ -41,10 +94,18 @@ def _env_names(container: dict[str, Any]) -> set[str]:
     return {e["name"] for e in container.get("env", [])}
 
 
-@pytest.mark.parametrize(("file", "n_templates", "counts", "suspend_path", "defaults", "env_containers"), ROWS, ids=[r[0] for r in ROWS])
+@pytest.mark.parametrize(
+    ("file", "n_templates", "counts", "suspend_path", "defaults", "env_containers"),
+    ROWS,
+    ids=[r[0] for r in ROWS],
+)
 def test_kind_row(
-    file: str, n_templates: int, counts: list[int], suspend_path: tuple[str, ...] | None,
-    defaults: dict[str, Any], env_containers: list[str],
+    file: str,
+    n_templates: int,
+    counts: list[int],
+    suspend_path: tuple[str, ...] | None,
+    defaults: dict[str, Any],
+    env_containers: list[str],
 ) -> None:
     obj = _render(file)
     info = lookup(obj["apiVersion"], obj["kind"])

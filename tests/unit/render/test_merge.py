@@ -10,15 +10,30 @@ import pytest
 from launch_agent.render.merge import merge, normalise
 
 MERGE_CASES = [
-    ("maps merge deeply", {"a": {"b": 1, "c": 2}}, {"a": {"c": 3, "d": 4}}, {"a": {"b": 1, "c": 3, "d": 4}}),
+    (
+        "maps merge deeply",
+        {"a": {"b": 1, "c": 2}},
+        {"a": {"c": 3, "d": 4}},
+        {"a": {"b": 1, "c": 3, "d": 4}},
+    ),
     ("null removes a key", {"a": 1, "b": 2}, {"a": None}, {"b": 2}),
     ("scalars replace", {"a": 1}, {"a": "x"}, {"a": "x"}),
     ("a map replaces a scalar", {"a": 1}, {"a": {"b": 1}}, {"a": {"b": 1}}),
     (
         "containers merge by name",
-        {"containers": [{"name": "main", "image": "a", "args": ["x"]}, {"name": "side", "image": "s"}]},
+        {
+            "containers": [
+                {"name": "main", "image": "a", "args": ["x"]},
+                {"name": "side", "image": "s"},
+            ]
+        },
         {"containers": [{"name": "main", "image": "b"}]},
-        {"containers": [{"name": "main", "image": "b", "args": ["x"]}, {"name": "side", "image": "s"}]},
+        {
+            "containers": [
+                {"name": "main", "image": "b", "args": ["x"]},
+                {"name": "side", "image": "s"},
+            ]
+        },
     ),
     (
         "a new name appends",
@@ -36,14 +51,29 @@ MERGE_CASES = [
         "env merges by name",
         {"env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]},
         {"env": [{"name": "B", "value": "3"}, {"name": "C", "value": "4"}]},
-        {"env": [{"name": "A", "value": "1"}, {"name": "B", "value": "3"}, {"name": "C", "value": "4"}]},
+        {
+            "env": [
+                {"name": "A", "value": "1"},
+                {"name": "B", "value": "3"},
+                {"name": "C", "value": "4"},
+            ]
+        },
     ),
     (
         "volumes and volumeMounts merge by name",
-        {"volumes": [{"name": "v", "emptyDir": {}}], "volumeMounts": [{"name": "v", "mountPath": "/a"}]},
-        {"volumes": [{"name": "w", "secret": {"secretName": "s"}}], "volumeMounts": [{"name": "v", "mountPath": "/b"}]},
         {
-            "volumes": [{"name": "v", "emptyDir": {}}, {"name": "w", "secret": {"secretName": "s"}}],
+            "volumes": [{"name": "v", "emptyDir": {}}],
+            "volumeMounts": [{"name": "v", "mountPath": "/a"}],
+        },
+        {
+            "volumes": [{"name": "w", "secret": {"secretName": "s"}}],
+            "volumeMounts": [{"name": "v", "mountPath": "/b"}],
+        },
+        {
+            "volumes": [
+                {"name": "v", "emptyDir": {}},
+                {"name": "w", "secret": {"secretName": "s"}},
+            ],
             "volumeMounts": [{"name": "v", "mountPath": "/b"}],
         },
     ),
@@ -76,15 +106,21 @@ MERGE_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("rule", "base", "overlay", "expected"), MERGE_CASES, ids=[c[0] for c in MERGE_CASES])
-def test_merge_rules(rule: str, base: dict[str, Any], overlay: dict[str, Any], expected: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("rule", "base", "overlay", "expected"), MERGE_CASES, ids=[c[0] for c in MERGE_CASES]
+)
+def test_merge_rules(
+    rule: str, base: dict[str, Any], overlay: dict[str, Any], expected: dict[str, Any]
+) -> None:
     before = (copy.deepcopy(base), copy.deepcopy(overlay))
     assert merge(base, overlay) == expected
     assert (base, overlay) == before, "merge must not modify its inputs"
 
 
 JOB_FORM = {
-    "spec": {"template": {"spec": {"containers": [{"env": [{"name": "MY_ENV_VAR", "value": "v"}]}]}}},
+    "spec": {
+        "template": {"spec": {"containers": [{"env": [{"name": "MY_ENV_VAR", "value": "v"}]}]}}
+    },
     "metadata": {"labels": {"queue": "k8s-test"}},
     "namespace": "wandb",
 }
@@ -96,15 +132,37 @@ CR_FORM = {"kubernetes": {"kind": "PyTorchJob", "apiVersion": "kubeflow.org/v1",
     [
         (JOB_FORM, "batch/v1", "Job", "wandb", []),
         (CR_FORM, "kubeflow.org/v1", "PyTorchJob", None, []),
-        ({"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"namespace": "a"}}, "ray.io/v1", "RayJob", "a", []),
-        ({"kind": "PyTorchJob", "spec": {}}, None, "PyTorchJob", None, ["spec.template.apiVersion"]),
+        (
+            {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"namespace": "a"}},
+            "ray.io/v1",
+            "RayJob",
+            "a",
+            [],
+        ),
+        (
+            {"kind": "PyTorchJob", "spec": {}},
+            None,
+            "PyTorchJob",
+            None,
+            ["spec.template.apiVersion"],
+        ),
         ({"apiVersion": "ray.io/v1", "spec": {}}, "ray.io/v1", None, None, ["spec.template.kind"]),
-        ({"namespace": "a", "metadata": {"namespace": "b"}}, "batch/v1", "Job", "a", ["spec.template.metadata.namespace"]),
+        (
+            {"namespace": "a", "metadata": {"namespace": "b"}},
+            "batch/v1",
+            "Job",
+            "a",
+            ["spec.template.metadata.namespace"],
+        ),
         ({"spec": []}, "batch/v1", "Job", None, ["spec.template.spec"]),
     ],
 )
 def test_normalise_forms(
-    raw: dict[str, Any], api_version: str | None, kind: str | None, namespace: str | None, problems: list[str]
+    raw: dict[str, Any],
+    api_version: str | None,
+    kind: str | None,
+    namespace: str | None,
+    problems: list[str],
 ) -> None:
     manifest, ns, found, _warnings = normalise(raw, "spec.template")
     assert manifest.get("apiVersion") == api_version

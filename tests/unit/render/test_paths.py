@@ -22,7 +22,10 @@ from launch_agent.render.paths import (
     [
         ("spec.template", ("spec", "template")),
         ("**.containers[*].resources", (Deep(), "containers", AnyItem(), "resources")),
-        ("spec.pytorchReplicaSpecs.*.replicas", ("spec", "pytorchReplicaSpecs", AnyKey(), "replicas")),
+        (
+            "spec.pytorchReplicaSpecs.*.replicas",
+            ("spec", "pytorchReplicaSpecs", AnyKey(), "replicas"),
+        ),
         ("containers[main].env", ("containers", Item("main"), "env")),
         ('metadata.labels["example.com/team"]', ("metadata", "labels", "example.com/team")),
         ("overrides.args", ("overrides", "args")),
@@ -44,14 +47,42 @@ C = Item("main")
 @pytest.mark.parametrize(
     ("glob", "path", "matches"),
     [
-        ("**.containers[*].resources", ("spec", "template", "spec", "containers", C, "resources", "limits", "cpu"), True),
-        ("**.containers[*].resources", ("spec", "template", "spec", "containers", C, "image"), False),
-        ("**.containers[*].resources", ("spec", "template", "spec", "initContainers", C, "resources"), False),
-        ("**.containers[main].env", ("spec", "containers", Item("main"), "env", Item("X"), "value"), True),
+        (
+            "**.containers[*].resources",
+            ("spec", "template", "spec", "containers", C, "resources", "limits", "cpu"),
+            True,
+        ),
+        (
+            "**.containers[*].resources",
+            ("spec", "template", "spec", "containers", C, "image"),
+            False,
+        ),
+        (
+            "**.containers[*].resources",
+            ("spec", "template", "spec", "initContainers", C, "resources"),
+            False,
+        ),
+        (
+            "**.containers[main].env",
+            ("spec", "containers", Item("main"), "env", Item("X"), "value"),
+            True,
+        ),
         ("**.containers[main].env", ("spec", "containers", Item("side"), "env"), False),
-        ("spec.pytorchReplicaSpecs.Worker.replicas", ("spec", "pytorchReplicaSpecs", "Worker", "replicas"), True),
-        ("spec.pytorchReplicaSpecs.Worker.replicas", ("spec", "pytorchReplicaSpecs", "Master", "replicas"), False),
-        ("spec.pytorchReplicaSpecs.*.replicas", ("spec", "pytorchReplicaSpecs", "Master", "replicas"), True),
+        (
+            "spec.pytorchReplicaSpecs.Worker.replicas",
+            ("spec", "pytorchReplicaSpecs", "Worker", "replicas"),
+            True,
+        ),
+        (
+            "spec.pytorchReplicaSpecs.Worker.replicas",
+            ("spec", "pytorchReplicaSpecs", "Master", "replicas"),
+            False,
+        ),
+        (
+            "spec.pytorchReplicaSpecs.*.replicas",
+            ("spec", "pytorchReplicaSpecs", "Master", "replicas"),
+            True,
+        ),
         ("spec.*", ("spec", Item("0")), False),  # * is a key, not an item
         ("**", ("anything", Item("0"), "at", "all"), True),
         ("spec.**", ("spec",), True),
@@ -64,7 +95,9 @@ def test_glob_matches_prefix(glob: str, path: tuple[object, ...], matches: bool)
 
 
 def test_find_uses_names_and_indexes() -> None:
-    obj = {"spec": {"tasks": [{"name": "a", "t": 1}, {"t": 2}], "m": {"x": {"t": 3}, "y": {"t": 4}}}}
+    obj = {
+        "spec": {"tasks": [{"name": "a", "t": 1}, {"t": 2}], "m": {"x": {"t": 3}, "y": {"t": 4}}}
+    }
     assert [(format_path(p), v) for p, v in find(obj, parse_glob("spec.tasks[*].t"))] == [
         ("spec.tasks[a].t", 1),
         ("spec.tasks[1].t", 2),

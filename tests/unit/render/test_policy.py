@@ -13,7 +13,9 @@ from launch_agent.render.settings import RenderSettings
 from .helpers import job_template, make_item, make_spec
 
 SETTINGS = RenderSettings()
-TEMPLATE = job_template(image="${image_uri}", resources={"limits": {"cpu": "1"}}, env=[{"name": "A", "value": "1"}])
+TEMPLATE = job_template(
+    image="${image_uri}", resources={"limits": {"cpu": "1"}}, env=[{"name": "A", "value": "1"}]
+)
 
 
 def containers(**c: Any) -> dict[str, Any]:
@@ -24,15 +26,29 @@ CASES = [
     # (what, overridable, submitter layer, overrides, forbidden paths)
     ("nothing set", [], None, {}, []),
     ("an exact echo of the template is not an override", [], TEMPLATE, {}, []),
-    ("an echo in W&B's Job-spec form is not an override", [], {k: v for k, v in TEMPLATE.items() if k not in ("apiVersion", "kind")}, {}, []),
+    (
+        "an echo in W&B's Job-spec form is not an override",
+        [],
+        {k: v for k, v in TEMPLATE.items() if k not in ("apiVersion", "kind")},
+        {},
+        [],
+    ),
     (
         "a changed resource is forbidden by default",
         [],
         containers(resources={"limits": {"cpu": "2"}}),
         {},
-        ["runSpec.resource_args.kubernetes.spec.template.spec.containers[main].resources.limits.cpu"],
+        [
+            "runSpec.resource_args.kubernetes.spec.template.spec.containers[main].resources.limits.cpu"
+        ],
     ),
-    ("a granted resource", ["**.containers[*].resources"], containers(resources={"limits": {"cpu": "2", "memory": "1Gi"}}), {}, []),
+    (
+        "a granted resource",
+        ["**.containers[*].resources"],
+        containers(resources={"limits": {"cpu": "2", "memory": "1Gi"}}),
+        {},
+        [],
+    ),
     (
         "a grant for resources does not cover the image",
         ["**.containers[*].resources"],
@@ -52,8 +68,10 @@ CASES = [
         [],
         containers(env=[{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]),
         {},
-        ["runSpec.resource_args.kubernetes.spec.template.spec.containers[main].env[B].name",
-         "runSpec.resource_args.kubernetes.spec.template.spec.containers[main].env[B].value"],
+        [
+            "runSpec.resource_args.kubernetes.spec.template.spec.containers[main].env[B].name",
+            "runSpec.resource_args.kubernetes.spec.template.spec.containers[main].env[B].value",
+        ],
     ),
     (
         "deleting a template value is an override",
@@ -65,17 +83,27 @@ CASES = [
     (
         "a new sidecar is forbidden field by field",
         ["**.containers[*].resources"],
-        {"spec": {"template": {"spec": {"containers": [{"name": "main"}, {"name": "x", "image": "i"}]}}}},
+        {
+            "spec": {
+                "template": {
+                    "spec": {"containers": [{"name": "main"}, {"name": "x", "image": "i"}]}
+                }
+            }
+        },
         {},
-        ["runSpec.resource_args.kubernetes.spec.template.spec.containers[x].name",
-         "runSpec.resource_args.kubernetes.spec.template.spec.containers[x].image"],
+        [
+            "runSpec.resource_args.kubernetes.spec.template.spec.containers[x].name",
+            "runSpec.resource_args.kubernetes.spec.template.spec.containers[x].image",
+        ],
     ),
     (
         "securityContext is never granted implicitly",
         ["**.containers[*].resources"],
         containers(securityContext={"privileged": True}),
         {},
-        ["runSpec.resource_args.kubernetes.spec.template.spec.containers[main].securityContext.privileged"],
+        [
+            "runSpec.resource_args.kubernetes.spec.template.spec.containers[main].securityContext.privileged"
+        ],
     ),
     (
         "labels can be granted with a glob",
@@ -91,19 +119,54 @@ CASES = [
         "each overrides key is checked",
         ["overrides.args"],
         None,
-        {"args": ["a"], "entry_point": ["python"], "run_config": {"a": 1}, "files": {"f": "x"}, "artifacts": {"a": "b"}},
-        ["runSpec.overrides.entry_point", "runSpec.overrides.run_config", "runSpec.overrides.artifacts", "runSpec.overrides.files"],
+        {
+            "args": ["a"],
+            "entry_point": ["python"],
+            "run_config": {"a": 1},
+            "files": {"f": "x"},
+            "artifacts": {"a": "b"},
+        },
+        [
+            "runSpec.overrides.entry_point",
+            "runSpec.overrides.run_config",
+            "runSpec.overrides.artifacts",
+            "runSpec.overrides.files",
+        ],
     ),
-    ("a grant on overrides.** covers all", ["overrides.**"], None, {"entry_point": ["python"], "run_config": {"a": 1}}, []),
-    ("changing the kind is refused", ["**"], {"apiVersion": "ray.io/v1", "kind": "RayJob"}, {}, ["runSpec.resource_args.kubernetes.apiVersion", "runSpec.resource_args.kubernetes.kind"]),
-    ("changing the namespace is refused", ["**"], {"namespace": "other"}, {}, ["runSpec.resource_args.kubernetes.namespace"]),
+    (
+        "a grant on overrides.** covers all",
+        ["overrides.**"],
+        None,
+        {"entry_point": ["python"], "run_config": {"a": 1}},
+        [],
+    ),
+    (
+        "changing the kind is refused",
+        ["**"],
+        {"apiVersion": "ray.io/v1", "kind": "RayJob"},
+        {},
+        ["runSpec.resource_args.kubernetes.apiVersion", "runSpec.resource_args.kubernetes.kind"],
+    ),
+    (
+        "changing the namespace is refused",
+        ["**"],
+        {"namespace": "other"},
+        {},
+        ["runSpec.resource_args.kubernetes.namespace"],
+    ),
     ("the spec's namespace may be echoed", [], {"namespace": "ns"}, {}, []),
 ]
 
 
-@pytest.mark.parametrize(("what", "overridable", "layer", "overrides", "forbidden"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("what", "overridable", "layer", "overrides", "forbidden"), CASES, ids=[c[0] for c in CASES]
+)
 def test_override_policy(
-    what: str, overridable: list[str], layer: dict[str, Any] | None, overrides: dict[str, Any], forbidden: list[str]
+    what: str,
+    overridable: list[str],
+    layer: dict[str, Any] | None,
+    overrides: dict[str, Any],
+    forbidden: list[str],
 ) -> None:
     spec = make_spec(TEMPLATE, overridable=overridable)
     item = make_item(layer, overrides=overrides)
@@ -113,7 +176,10 @@ def test_override_policy(
     with pytest.raises(InvalidInput) as exc:
         render(spec, item, None, SETTINGS)
     assert [p.path for p in exc.value.problems] == forbidden
-    assert all("may not be overridden" in p.reason or "queue spec" in p.reason or "differs" in p.reason for p in exc.value.problems)
+    assert all(
+        "may not be overridden" in p.reason or "queue spec" in p.reason or "differs" in p.reason
+        for p in exc.value.problems
+    )
 
 
 def test_violation_names_the_granted_paths() -> None:

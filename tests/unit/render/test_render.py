@@ -31,8 +31,13 @@ def _env(obj: dict[str, Any]) -> dict[str, Any]:
 def test_wandb_environment_matches_the_reference_agent() -> None:
     spec = make_spec(overridable=["overrides.**"])
     item = make_item(
-        run_id="run12345", name="my-run", author="alice", sweep_id="sw1", _resume_count=1,
-        job="ent/proj/job-x:v1", overrides={"run_config": {"lr": 0.1}, "files": {"a.py": "x"}, "artifacts": {"d": "e"}},
+        run_id="run12345",
+        name="my-run",
+        author="alice",
+        sweep_id="sw1",
+        _resume_count=1,
+        job="ent/proj/job-x:v1",
+        overrides={"run_config": {"lr": 0.1}, "files": {"a.py": "x"}, "artifacts": {"d": "e"}},
     )
     env = _env(render(spec, item, None, SETTINGS).workload)
     assert env == {
@@ -75,7 +80,9 @@ def test_api_key_only_as_secret_ref_even_with_a_per_run_key() -> None:
 
 
 def test_user_env_with_the_same_name_is_replaced_not_duplicated() -> None:
-    tmpl = job_template(env=[{"name": "WANDB_PROJECT", "value": "x"}, {"name": "KEEP", "value": "1"}])
+    tmpl = job_template(
+        env=[{"name": "WANDB_PROJECT", "value": "x"}, {"name": "KEEP", "value": "1"}]
+    )
     env = _main(render(make_spec(tmpl), make_item(), None, SETTINGS).workload)["env"]
     names = [e["name"] for e in env]
     assert names.count("WANDB_PROJECT") == 1
@@ -193,7 +200,12 @@ def test_image(template_image: str | None, image_arg: str | None, expected: str)
 
 def test_args_and_entry_point_replace_the_main_containers() -> None:
     spec = make_spec(job_template(command=["old"], args=["--old"]), overridable=["overrides.**"])
-    out = render(spec, make_item(overrides={"args": ["--lr", 0.5], "entry_point": ["python", "t.py"]}), None, SETTINGS)
+    out = render(
+        spec,
+        make_item(overrides={"args": ["--lr", 0.5], "entry_point": ["python", "t.py"]}),
+        None,
+        SETTINGS,
+    )
     assert _main(out.workload)["command"] == ["python", "t.py"]
     assert _main(out.workload)["args"] == ["--lr", "0.5"]
 
@@ -206,18 +218,32 @@ def test_args_and_entry_point_replace_the_main_containers() -> None:
         ({"runQueueItemId": "x", "runSpec": {"project": "p"}}, "runSpec.entity", "is required"),
         (make_item(resource="sagemaker"), "runSpec.resource", "only runs 'kubernetes'"),
         (make_item(overrides={"args": "--x"}), "runSpec.overrides.args", "must be a list"),
-        (make_item(overrides={"args": ["ok", {"no": 1}]}), "runSpec.overrides.args[1]", "must be a string"),
-        (make_item(overrides={"run_config": [1]}), "runSpec.overrides.run_config", "must be a mapping"),
+        (
+            make_item(overrides={"args": ["ok", {"no": 1}]}),
+            "runSpec.overrides.args[1]",
+            "must be a string",
+        ),
+        (
+            make_item(overrides={"run_config": [1]}),
+            "runSpec.overrides.run_config",
+            "must be a mapping",
+        ),
         (make_item([]), "runSpec.resource_args.kubernetes", "must be a mapping"),
         (make_item(_resume_count=-1), "runSpec._resume_count", "non-negative"),
         (make_item(docker={}), "runSpec.docker.docker_image", "names no image"),
-        (make_item(additional_services=[{"config": {}}]), "runSpec.additional_services", "not supported"),
+        (
+            make_item(additional_services=[{"config": {}}]),
+            "runSpec.additional_services",
+            "not supported",
+        ),
     ],
 )
 def test_malformed_items_get_precise_errors(item: dict[str, Any], path: str, reason: str) -> None:
     with pytest.raises(InvalidInput) as exc:
         render(make_spec(), item, None, SETTINGS)
-    assert any(p.path == path and reason in p.reason for p in exc.value.problems), exc.value.problems
+    assert any(p.path == path and reason in p.reason for p in exc.value.problems), (
+        exc.value.problems
+    )
 
 
 def test_all_problems_are_reported_at_once() -> None:
@@ -248,7 +274,15 @@ def test_queue_not_served_by_the_spec() -> None:
 def test_render_does_not_modify_the_spec_or_the_item() -> None:
     spec = make_spec(overridable=["**"])
     before = json.dumps(spec.template, sort_keys=True)
-    item = make_item({"spec": {"template": {"spec": {"containers": [{"name": "main", "env": [{"name": "A", "value": "1"}]}]}}}})
+    item = make_item(
+        {
+            "spec": {
+                "template": {
+                    "spec": {"containers": [{"name": "main", "env": [{"name": "A", "value": "1"}]}]}
+                }
+            }
+        }
+    )
     item_before = json.dumps(item, sort_keys=True)
     render(spec, item, None, SETTINGS)
     render(spec, item, None, SETTINGS)

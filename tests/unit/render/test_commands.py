@@ -1,0 +1,161 @@
+"""`launch-agent render`, `validate` and `bench render` through `launch_agent.cli.main`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launch_agent.cli import main
+
+from .helpers import EXAMPLES, RQI
+
+ITEM = {
+    "runQueueItemId": RQI,
+    "runSpec": {
+        "entity": "ent",
+        "project": "proj",
+        "resource": "kubernetes",
+        "docker": {"docker_image": "registry.example.com/img:1"},
+        "overrides": {"args": ["--lr", "0.1"]},
+    },
+}
+
+
+@pytest.fixture
+def item_file(tmp_path: Path) -> Path:
+    path = tmp_path / "item.json"
+    path.write_text(json.dumps(ITEM))
+    return path
+
+
+def test_render_yaml(item_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(["render", "--spec", str(EXAMPLES / "pytorchjob.yaml"), "--item", str(item_file)]) == 0
+    )
+    out = capsys.readouterr()
+    (obj,) = yaml.safe_load_all(out.out)
+    assert obj["kind"] == "PyTorchJob"
+    assert obj["metadata"]["name"] == "pytorch-ddp-123456789"
+    assert "&id" not in out.out  # no YAML anchors: kubectl users read this
+    assert out.err == ""
+
+
+def test_render_json_with_image_and_queue(
+    item_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [
+        "render",
+        "--spec",
+        str(EXAMPLES / "job.yaml"),
+        "--item",
+        str(item_file),
+        "-o",
+        "json",
+        "--image",
+        "built.example.com/x:2",
+        "--queue",
+        "gpu-job",
+    ]
+    assert main(argv) == 0
+    (obj,) = json.loads(capsys.readouterr().out)
+    assert obj["spec"]["template"]["spec"]["containers"][0]["image"] == "built.example.com/x:2"
+
+
+def test_render_forbidden_override_exits_2_with_one_line_per_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = json.loads(json.dumps(ITEM))
+    bad["runSpec"]["overrides"]["entry_point"] = ["sh"]
+    bad["runSpec"]["resource_args"] = {
+        "kubernetes": {"spec": {"template": {"spec": {"hostNetwork": True}}}}
+    }
+    item = tmp_path / "bad.yaml"
+    item.write_text(yaml.safe_dump(bad))
+    assert main(["render", "--spec", str(EXAMPLES / "job.yaml"), "--item", str(item)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        f"error: {item}: runSpec.resource_args.kubernetes.spec.template.spec.hostNetwork: may not be overridden:"
+        " queue spec 'gpu-job' lets submitters set only **.containers[*].resources, **.containers[*].env,"
+        " overrides.args, overrides.run_config",
+        f"error: {item}: runSpec.overrides.entry_point: may not be overridden: queue spec 'gpu-job' lets"
+        " submitters set only **.containers[*].resources, **.containers[*].env, overrides.args, overrides.run_config",
+    ]
+
+
+def test_render_bad_spec_and_missing_item(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "apiVersion: launch-agent/v1\nkind: QueueSpec\nmetadata: {name: x}\nspec:\n  queues: [a\n"
+    )
+    assert main(["render", "--spec", str(spec), "--item", str(tmp_path / "nope.json")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"error: {spec}: line 6, column 1: invalid YAML")
+    assert (
+        err[1] == f"error: {tmp_path / 'nope.json'}: (root): cannot read: No such file or directory"
+    )
+
+
+def test_validate_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(EXAMPLES)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == len(list(EXAMPLES.glob("*.yaml")))
+    assert all(line.startswith("ok: ") for line in out)
+
+
+def test_validate_lists_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.copy(EXAMPLES / "job.yaml", tmp_path / "a.yaml")
+    shutil.copy(EXAMPLES / "job.yaml", tmp_path / "b.yaml")  # serves the same queue
+    bad = yaml.safe_load((EXAMPLES / "jobset-gke.yaml").read_text())
+    bad["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]["imagee"] = "x"
+    bad["spec"]["kueue"] = {"queueName": "Not_Valid"}
+    (tmp_path / "c.yml").write_text(yaml.safe_dump(bad))
+    (tmp_path / "d.yaml").write_text(
+        yaml.safe_dump(
+            {**bad, "spec": {**bad["spec"], "kueue": {"queueName": "ok"}, "queues": ["other"]}}
+        )
+    )
+    assert main(["validate", str(tmp_path), str(tmp_path / "missing.yaml")]) == 1
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert f"error: {tmp_path / 'missing.yaml'}: (root): no such file or directory" in err
+    assert any(
+        line.startswith(
+            f"error: {tmp_path / 'b.yaml'}: spec.queues: queue 'gpu-job' is also served by"
+        )
+        for line in err
+    )
+    assert any(
+        line.startswith(f"error: {tmp_path / 'c.yml'}: spec.kueue.queueName:") for line in err
+    )
+    assert any(
+        f"{tmp_path / 'd.yaml'}: (rendered JobSet)" in line and "'imagee' was unexpected" in line
+        for line in err
+    )
+    assert f"ok: {tmp_path / 'a.yaml'}" in captured.out
+
+
+def test_bench_render_prints_and_writes_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "bench.json"
+    assert main(["bench", "render", "--seconds", "0.05", "--json", str(target)]) == 0
+    assert "renders/s" in capsys.readouterr().out
+    result = json.loads(target.read_text())
+    assert result["workload"] == "PyTorchJob, 1 master + 8 workers"
+    assert result["renders"] > 0
+
+
+@pytest.mark.parametrize("command", ["render", "validate"])
+def test_help_explains(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert "error: <file>: <path>: <reason>" in out
