@@ -55,6 +55,7 @@ REASONS = {
     503: "ServiceUnavailable",
     504: "Timeout",
 }
+FAULT = web.RequestKey("fault", FaultRule)
 # Objects kube-apiserver returns from an immediate DELETE (others answer a Success Status).
 RETURNS_DELETED = frozenset({"pods", "namespaces"})
 
@@ -174,7 +175,8 @@ class KubeApp:
             if self.faults.refuse:
                 return _drop(request)
             rule = self.faults.pick(key)
-            request["fault"] = rule
+            if rule is not None:
+                request[FAULT] = rule
             await self.faults.delay_for(rule)
             if rule is not None and rule.drop and not key.startswith("WATCH"):
                 status = 0
@@ -326,7 +328,7 @@ class KubeApp:
             raise errors.bad_request(f"invalid resource version {rv_q!r}") from None
         timeout = float(request.query.get("timeoutSeconds") or self.settings.default_watch_timeout)
         bookmarks = _truthy(request.query.get("allowWatchBookmarks"))
-        rule: FaultRule | None = request.get("fault")
+        rule: FaultRule | None = request.get(FAULT)
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         response.enable_chunked_encoding()
         if rule is not None and rule.status == 410:

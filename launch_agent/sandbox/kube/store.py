@@ -207,7 +207,13 @@ class Store:
         self._index(rt.storage, key, obj, old)
 
     def create(self, rt: ResourceType, namespace: str, body: Obj, *, dry_run: bool = False) -> Obj:
-        obj = copy.deepcopy(body)
+        if rt.storage == CRD_STORAGE:
+            # A CRD is up to 1.4 MB of schema: deep-copying it would hold the event loop for
+            # over 100 ms. Only metadata and status are written here, and stored objects are
+            # never mutated, so sharing the caller's schema is safe.
+            obj = {**body, "metadata": dict(body.get("metadata") or {})}
+        else:
+            obj = copy.deepcopy(body)
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise errors.bad_request("metadata must be an object")

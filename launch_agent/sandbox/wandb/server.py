@@ -305,6 +305,9 @@ class WandbServer:
         operation_name = payload.get("operationName")
         if not isinstance(variables, dict) or not isinstance(operation_name, str | None):
             return key, _errors(400, "`variables` must be an object, `operationName` a string")
+        # The launch API's hand-written documents arrive with `"operationName": ""`; like
+        # W&B, treat that as "no name given" and take the document's only operation.
+        operation_name = operation_name or None
         assert self._documents is not None, "server not started"
         assert self.schema is not None, "server not started"
         parsed = self._documents.get(payload["query"])
