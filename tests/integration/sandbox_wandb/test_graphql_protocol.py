@@ -34,6 +34,14 @@ async def test_operation_name_is_read_from_the_document(
     assert server.log.count("field:entity") == 1
 
 
+async def test_an_empty_operation_name_means_none(server: WandbServer, client: Client) -> None:
+    # What wandb 0.31.0 sends for the launch API's documents (observed on the wire).
+    query = "query EntityIsTeam($e: String!) { entity(name: $e) { isTeam } }"
+    data = await client.data(query, {"e": "ent"}, operationName="")
+    assert data == {"entity": {"isTeam": False}}
+    assert server.log.count("EntityIsTeam") == 1
+
+
 async def test_anonymous_documents_are_keyed_by_their_first_root_field(
     server: WandbServer, client: Client
 ) -> None:
