@@ -9,12 +9,20 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from launch_agent.commands import bench_cmd, config_cmd, quota_cmd, render_cmd, validate_cmd
+from launch_agent.commands import (
+    bench_cmd,
+    config_cmd,
+    quota_cmd,
+    render_cmd,
+    run_cmd,
+    validate_cmd,
+)
 
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 REGISTRARS: tuple[Registrar, ...] = (
     config_cmd.register,
+    run_cmd.register,
     quota_cmd.register,
     render_cmd.register,
     validate_cmd.register,

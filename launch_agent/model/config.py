@@ -105,6 +105,19 @@ class QuotaConfig(_Strict):
     kueue: KueueConfig = KueueConfig()
 
 
+class TrackingConfig(_Strict):
+    """How the agent follows runs it created (informers only; nothing here is a poll per run)."""
+
+    # A pod unschedulable this long fails the run with the scheduler's message (and is deleted).
+    unschedulable_timeout_seconds: float = Field(default=600.0, gt=0)
+    # A preempted run is pushed back onto its queue at most this many times (W&B's agent: 5).
+    max_requeues: int = Field(default=5, ge=0)
+    # Lines of the failing container's log attached to a failure message.
+    log_tail_lines: int = Field(default=50, ge=0, le=1000)
+    # One batched RunStoppedStatus request for every in-flight run, this often.
+    stop_check_seconds: float = Field(default=10.0, gt=0)
+
+
 class AgentConfig(_Strict):
     """The resolved configuration of one agent."""
 
@@ -133,6 +146,11 @@ class AgentConfig(_Strict):
     health: HealthConfig = HealthConfig()
     log_format: Literal["text", "json"] = "text"
     quota: QuotaConfig = QuotaConfig()
+    tracking: TrackingConfig = TrackingConfig()
+    # On SIGTERM/SIGINT: how long in-flight creates and the final reports may take.
+    shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    # How often the queue specs directory is checked for edits (a ConfigMap update).
+    specs_reload_seconds: float = Field(default=5.0, gt=0)
 
     @field_validator("max_jobs", "max_schedulers")
     @classmethod

@@ -1,0 +1,281 @@
+"""The agent: every part wired on one `AsyncExitStack`, run by the supervisor.
+
+Start-up order (each step finishes before the next; docs/agent.md, "Start-up"):
+
+1. health server (so `/healthz` answers while the agent starts; `/readyz` says why not ready);
+2. W&B client and Kubernetes client (one session each for the process);
+3. queue specs loaded (off the loop);
+4. `register`: key, entity, queues, `createLaunchAgent`;
+5. the API-key Secret in every target namespace;
+6. informers for every kind the specs run and for pods, and a wait for their first list:
+   this is adoption, every run the agent owns is in the table before anything is popped;
+7. the root tasks: poller, finisher, warnings, stop checks, spec reload, housekeeping.
+
+Shutdown (SIGTERM/SIGINT, `stop()`, the `stop_event`, or W&B's `stopPolling`): the poller stops
+popping, W&B hears `KILLED`, in-flight creates and acks finish within
+`shutdown_grace_seconds`, then everything is closed in reverse order. Workloads keep running;
+the next start adopts them.
+
+`Agent` is also the in-process entry point for the demo and the benchmarks:
+
+    agent = Agent(config, kube_configuration=cfg)
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(agent.run(stop_event), name="agent")
+        await agent.ready.wait()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import platform
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from launch_agent import __version__
+from launch_agent.adapters.kube import (
+    InformerSettings,
+    KubeClient,
+    RetryPolicy,
+    load_configuration,
+)
+from launch_agent.adapters.wandb_client import WandbClient
+from launch_agent.adapters.wandb_retry import RetryPolicy as WandbRetryPolicy
+from launch_agent.model.config import AgentConfig
+from launch_agent.render.settings import RenderSettings
+from launch_agent.runtime.dispatcher import Dispatcher
+from launch_agent.runtime.finisher import Finisher
+from launch_agent.runtime.health import HealthServer, Readiness
+from launch_agent.runtime.metrics import Metrics
+from launch_agent.runtime.poller import Admission, MaxJobs, Poller
+from launch_agent.runtime.reporter import Reporter
+from launch_agent.runtime.runs import RunTable
+from launch_agent.runtime.specs import SpecStore
+from launch_agent.runtime.startup import Stopped, ensure_api_key_secrets, register
+from launch_agent.runtime.stopper import Stopper
+from launch_agent.runtime.supervisor import Supervisor
+from launch_agent.runtime.tracker import Tracker
+from launch_agent.tracking import TrackingPolicy
+
+log = logging.getLogger(__name__)
+
+ADOPTION_TIMEOUT = 120.0
+
+
+class Agent:
+    """One agent process's worth of state; `run()` once."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        kube_configuration: Any = None,
+        kubeconfig: str | None = None,
+        now: Callable[[], datetime] | None = None,
+        hostname: str | None = None,
+        admission: Admission | None = None,
+        wandb_retry: WandbRetryPolicy | None = None,
+        kube_retry: RetryPolicy | None = None,
+        informer_settings: InformerSettings | None = None,
+        agent_check_seconds: float = 30.0,
+    ) -> None:
+        self.config = config
+        self.kube_configuration = kube_configuration
+        self.kubeconfig = kubeconfig
+        self.now = now or (lambda: datetime.now(UTC))
+        self.hostname = hostname or platform.node() or "launch-agent"
+        self.admission = admission or MaxJobs(config.max_jobs)
+        self.wandb_retry = wandb_retry
+        self.kube_retry = kube_retry
+        self.informer_settings = informer_settings
+        self.agent_check_seconds = agent_check_seconds
+        self.metrics = Metrics()
+        self.readiness = Readiness(poll_interval_seconds=config.poll.idle_interval_seconds)
+        self.supervisor = Supervisor(grace_seconds=config.shutdown_grace_seconds)
+        self.runs = RunTable()
+        self.ready = asyncio.Event()
+        self.agent_id: str | None = None
+        self.entity: str | None = None
+        self.health_port: int | None = None
+        # Set once run() built them; for the demo, benchmarks and tests to inspect.
+        self.wandb: WandbClient | None = None
+        self.kube: KubeClient | None = None
+        self.specs: SpecStore | None = None
+        self.tracker: Tracker | None = None
+        self.reporter: Reporter | None = None
+        self.finisher: Finisher | None = None
+        self.poller: Poller | None = None
+
+    def stop(self, reason: str = "requested") -> None:
+        self.supervisor.stop(reason)
+
+    def _observe(self, operation: str, status: int | None, seconds: float) -> None:
+        self.metrics.api_latency.labels(api="wandb", operation=operation).observe(seconds)
+        if status is None or status >= 400:
+            code = "network" if status is None else str(status)
+            self.metrics.api_errors.labels(api="wandb", operation=operation, status=code).inc()
+
+    async def run(
+        self, stop_event: asyncio.Event | None = None, *, install_signals: bool = False
+    ) -> None:
+        """Start, adopt, serve until stopped. Raises `StartupError` if it cannot start."""
+        remove_signals = self.supervisor.install_signal_handlers() if install_signals else None
+        watcher = None
+        if stop_event is not None:
+            watcher = asyncio.create_task(self._forward_stop(stop_event), name="agent-stop-event")
+        try:
+            async with AsyncExitStack() as stack:
+                await self._start(stack)
+                if self.supervisor.stopping.is_set():
+                    return
+                self.ready.set()
+                await self.supervisor.run()
+        except Stopped:
+            log.info("stopped while starting")
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                await asyncio.gather(watcher, return_exceptions=True)
+            if remove_signals is not None:
+                remove_signals()
+
+    async def _forward_stop(self, stop_event: asyncio.Event) -> None:
+        await stop_event.wait()
+        self.supervisor.stop("stop event")
+
+    async def _start(self, stack: AsyncExitStack) -> None:
+        config = self.config
+        stopping = self.supervisor.stopping
+        health = await stack.enter_async_context(
+            HealthServer(self.readiness, self.metrics, config.health.host, config.health.port)
+        )
+        self.health_port = health.port
+        options: dict[str, Any] = {"observer": self._observe}
+        if self.wandb_retry is not None:
+            options["retry"] = self.wandb_retry
+        wandb = await stack.enter_async_context(WandbClient.from_config(config, **options))
+        self.wandb = wandb
+        kube_cfg = self.kube_configuration or await load_configuration(self.kubeconfig)
+        kube = await stack.enter_async_context(KubeClient(kube_cfg, policy=self.kube_retry))
+        self.kube = kube
+
+        specs = SpecStore(config.queue_specs_dir, self.metrics)
+        await specs.reload()
+        self.specs = specs
+        if not specs.specs:
+            log.warning("no valid queue spec in %s: every item will fail", config.queue_specs_dir)
+
+        registration = await register(
+            config, wandb, stopping, hostname=self.hostname, version=__version__
+        )
+        self.agent_id, self.entity = registration.agent_id, registration.entity
+        settings = RenderSettings.from_config(config, queue_entity=registration.entity)
+        assert config.api_key is not None  # WandbClient.from_config checked it
+        await ensure_api_key_secrets(
+            kube,
+            config.namespaces,
+            name=settings.api_key_secret,
+            key=settings.api_key_secret_key,
+            api_key=config.api_key.get_secret_value(),
+            agent_name=config.agent_name,
+            stopping=stopping,
+        )
+
+        reporter = Reporter(wandb, self.metrics, stopping)
+        self.reporter = reporter
+        finisher = Finisher(
+            kube,
+            self.runs,
+            reporter,
+            self.metrics,
+            config.tracking,
+            queue_entity=registration.entity,
+        )
+        self.finisher = finisher
+        policy = TrackingPolicy(
+            unschedulable_deadline=timedelta(seconds=config.tracking.unschedulable_timeout_seconds)
+        )
+        tracker = Tracker(
+            kube,
+            self.runs,
+            reporter,
+            self.metrics,
+            self.readiness,
+            agent_name=config.agent_name,
+            policy=policy,
+            now=self.now,
+            finish=finisher.submit,
+            informer_settings=self.informer_settings,
+        )
+        self.tracker = tracker
+        await stack.enter_async_context(tracker.informers)
+        await tracker.watch_specs(specs.specs, config.namespaces)
+        if not await tracker.wait_synced(ADOPTION_TIMEOUT):
+            log.warning("not every watch listed within %.0fs; popping anyway", ADOPTION_TIMEOUT)
+        log.info("adopted %d run(s) from the cluster", len(self.runs))
+
+        dispatcher = Dispatcher(
+            config,
+            wandb=wandb,
+            kube=kube,
+            specs=specs,
+            runs=self.runs,
+            reporter=reporter,
+            tracker=tracker,
+            metrics=self.metrics,
+            settings=settings,
+        )
+        poller = Poller(
+            wandb,
+            self.runs,
+            dispatcher,
+            self.metrics,
+            self.readiness,
+            entity=registration.entity,
+            queues=registration.queues,
+            agent_id=registration.agent_id,
+            poll=config.poll,
+            admission=self.admission,
+            on_stop_polling=self.supervisor.stop,
+            agent_check_seconds=self.agent_check_seconds,
+        )
+        self.poller = poller
+        self.runs.set_listener(poller.wake.set)
+        stopper = Stopper(
+            wandb,
+            kube,
+            self.runs,
+            interval=config.tracking.stop_check_seconds,
+            timeout=float(config.stopped_run_timeout),
+        )
+        sup = self.supervisor
+        sup.add("poller", poller.run)
+        sup.add("finisher", finisher.run)
+        sup.add("warnings", reporter.run_warnings)
+        sup.add("stop-checks", stopper.run)
+        sup.add("spec-reload", lambda s: specs.watch(config.specs_reload_seconds, s))
+        sup.add("housekeeping", tracker.run_periodic)
+        sup.on_stop(self._on_stop)
+
+    async def _on_stop(self) -> None:
+        self.readiness.shutting_down = True
+        if self.poller is not None:
+            self.poller.wake.set()
+        if self.wandb is None or self.agent_id is None:
+            return
+        try:
+            await self.wandb.update_launch_agent(self.agent_id, "KILLED")
+            log.info("reported KILLED to W&B; running workloads are left for the next start")
+        except Exception as exc:
+            log.warning("could not report KILLED to W&B: %s", exc)
+
+
+async def run_agent(
+    config: AgentConfig, *, stop_event: asyncio.Event | None = None, **options: Any
+) -> Agent:
+    """Run an agent until it stops; returns it (for its metrics and tables)."""
+    agent = Agent(config, **options)
+    await agent.run(stop_event)
+    return agent

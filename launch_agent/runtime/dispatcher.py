@@ -1,0 +1,268 @@
+"""One popped item → one workload, exactly once: validate, render, create, then ack.
+
+Order (docs/agent.md, "Exactly once"): the objects are created *before* the item is acked.
+Names are deterministic (queue spec + run-queue-item id) and so is the run id (from the item id
+unless the runSpec names one), so every crash window ends well:
+
+- crash before the create: the lease lapses, W&B offers the item again, it is created then;
+- crash after the create, before the ack: the item is offered again, the create answers 409,
+  the existing workload is adopted (never a second one) and acked;
+- crash after the ack: the restarted agent adopts the workload from its labels.
+
+`ackRunQueueItem` answering `success: false` means another agent won the item after our lease
+lapsed: its create 409s onto the same workload and it owns the run; this agent stops tracking
+it. `WandbAckUncertain` (an earlier attempt may have been applied) counts as acked.
+
+Every problem that belongs to the item fails it with `failRunQueueItem` and a message a person
+can act on; the agent goes on with the next item. Problems that are not the item's fault (the
+Kubernetes API unavailable) leave it un-acked, so W&B offers it again after the lease.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+
+from launch_agent.adapters.kube import (
+    KindNotInstalled,
+    KubeApiError,
+    KubeClient,
+    KubeError,
+    KubeForbidden,
+    KubeUnavailable,
+)
+from launch_agent.adapters.wandb_client import RunQueueItem, WandbClient
+from launch_agent.adapters.wandb_errors import WandbAckUncertain, WandbError, WandbUnavailable
+from launch_agent.model.config import AgentConfig
+from launch_agent.model.queue_spec import InvalidInput, Problem
+from launch_agent.model.run_item import RunItem, parse_run_item
+from launch_agent.render.naming import derived_run_id
+from launch_agent.render.pipeline import render
+from launch_agent.render.settings import RenderSettings
+from launch_agent.runtime.metrics import Metrics
+from launch_agent.runtime.reporter import Reporter
+from launch_agent.runtime.runs import RUN_SPEC, RunRecord, RunTable
+from launch_agent.runtime.specs import SpecStore
+from launch_agent.runtime.tracker import Tracker
+
+log = logging.getLogger(__name__)
+
+# Larger run specs are not recorded on the workload (annotations share a 256 KiB budget);
+# such a run is failed instead of requeued if it is preempted.
+MAX_RUN_SPEC_ANNOTATION = 64 * 1024
+
+# What to install when a kind's CRD is missing, by API group.
+OPERATORS = {
+    "kubeflow.org": "install the Kubeflow training operator",
+    "trainer.kubeflow.org": "install Kubeflow Trainer (v2)",
+    "jobset.x-k8s.io": "install JobSet (https://jobset.sigs.k8s.io)",
+    "leaderworkerset.x-k8s.io": "install LeaderWorkerSet (https://lws.sigs.k8s.io)",
+    "ray.io": "install the KubeRay operator",
+    "batch.volcano.sh": "install Volcano",
+}
+
+
+def not_installed_message(exc: KindNotInstalled) -> str:
+    group = exc.api_version.rpartition("/")[0]
+    hint = OPERATORS.get(group, f"install the operator that serves the {group} API group")
+    return f"{exc}: {hint}"
+
+
+def problems_text(problems: Sequence[Problem]) -> str:
+    return "; ".join(str(p) for p in problems)
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        wandb: WandbClient,
+        kube: KubeClient,
+        specs: SpecStore,
+        runs: RunTable,
+        reporter: Reporter,
+        tracker: Tracker,
+        metrics: Metrics,
+        settings: RenderSettings,
+    ) -> None:
+        self.config = config
+        self.wandb = wandb
+        self.kube = kube
+        self.specs = specs
+        self.runs = runs
+        self.reporter = reporter
+        self.tracker = tracker
+        self.metrics = metrics
+        self.settings = settings
+        self.namespaces = frozenset(config.namespaces)
+
+    async def _fail(
+        self, item: RunQueueItem, message: str, reason: str, stage: str = "agent"
+    ) -> None:
+        await self.reporter.fail(item.id, message, stage, reason)
+
+    async def dispatch(self, item: RunQueueItem, popped_at: float | None = None) -> None:
+        """Handle one popped item to the end of its ack (or its failure)."""
+        popped_at = time.monotonic() if popped_at is None else popped_at
+        if item.problem is not None:
+            await self._fail(
+                item, f"the run queue item cannot be read: {item.problem}", "malformed"
+            )
+            return
+        spec = self.specs.for_queue(item.queue)
+        if spec is None:
+            await self._fail(
+                item,
+                f"no queue spec serves queue {item.queue!r}: add one to"
+                f" {self.config.queue_specs_dir} (a QueueSpec whose spec.queues lists"
+                f" {item.queue!r})",
+                "no_queue_spec",
+            )
+            return
+        if spec.namespace not in self.namespaces:
+            await self._fail(
+                item,
+                f"queue spec {spec.name!r} targets namespace {spec.namespace!r}, which this agent"
+                f" does not serve (namespaces: {', '.join(sorted(self.namespaces))}): add it to"
+                " `namespaces` in the agent configuration",
+                "namespace",
+            )
+            return
+        try:
+            run = parse_run_item({"runQueueItemId": item.id, "runSpec": item.run_spec})
+        except InvalidInput as exc:
+            await self._fail(
+                item, f"the run queue item is malformed: {problems_text(exc.problems)}", "malformed"
+            )
+            return
+        if run.docker_image is None and run.job is not None:
+            await self._fail(item, self._build_message(run), "build_not_configured", "build")
+            return
+        try:
+            result = render(spec, run, None, self.settings, queue_name=item.queue)
+        except InvalidInput as exc:
+            await self._fail(
+                item,
+                f"queue spec {spec.name!r} refused this run: {problems_text(exc.problems)}",
+                "render",
+            )
+            return
+        workload = result.workload
+        run_id = run.run_id or derived_run_id(run.run_queue_item_id)
+        meta = workload["metadata"]
+        text = json.dumps(
+            {k: v for k, v in item.run_spec.items() if k != "_wandb_api_key"},
+            separators=(",", ":"),
+            default=str,
+        )
+        if len(text) <= MAX_RUN_SPEC_ANNOTATION:
+            meta.setdefault("annotations", {})[RUN_SPEC] = text
+
+        try:
+            resource = await self.kube.resolve(str(workload["apiVersion"]), str(workload["kind"]))
+        except KindNotInstalled as exc:
+            await self._fail(item, not_installed_message(exc), "kind_not_installed")
+            return
+        except KubeError as exc:
+            log.error("item %s left for a later pop: Kubernetes discovery failed: %s", item.id, exc)
+            return
+        record = self.runs.get(item.id)
+        if record is None:
+            record = self.runs.add(
+                RunRecord(
+                    rqi_id=item.id,
+                    queue=item.queue,
+                    entity=run.entity,
+                    project=run.project,
+                    run_id=run_id,
+                    namespace=spec.namespace,
+                    name=str(meta["name"]),
+                    api_version=resource.api_version,
+                    kind=resource.kind,
+                    started=popped_at,
+                )
+            )
+        self.tracker.watch(resource, spec.namespace)
+        try:
+            created = await self.kube.create(workload, spec.namespace)
+        except (KubeUnavailable, KubeError) as exc:
+            if isinstance(exc, KubeApiError) and not isinstance(exc, KubeUnavailable):
+                self.runs.remove(record, finished=False)
+                await self._fail(item, self._refused_message(record, exc), "kube_refused")
+                return
+            self.runs.remove(record, finished=False)
+            self.metrics.submits.labels(queue=item.queue, kind=resource.kind, outcome="error").inc()
+            log.error(
+                "item %s not created, left for a later pop (its lease lapses): %s", item.id, exc
+            )
+            return
+        if record.last is None:
+            record.last = created.obj
+        outcome = "adopted" if created.adopted else "created"
+        self.metrics.submits.labels(queue=item.queue, kind=resource.kind, outcome=outcome).inc()
+        self.metrics.queue_latency.observe(time.monotonic() - popped_at)
+        log.info(
+            "%s %s for item %s (queue %r, run %s)",
+            outcome,
+            record.workload,
+            item.id,
+            item.queue,
+            run_id,
+        )
+        await self._ack(item, record)
+        for warning in result.warnings:
+            self.reporter.warn(item.id, f"{warning}", "agent")
+
+    async def _ack(self, item: RunQueueItem, record: RunRecord) -> None:
+        try:
+            won = await self.wandb.ack(item.id, record.run_id)
+        except WandbAckUncertain as exc:
+            log.warning("%s; the workload exists, so the item counts as acked", exc)
+            won = True
+        except WandbUnavailable as exc:
+            log.warning(
+                "ack of item %s not sent (%s): W&B offers it again after its lease and the"
+                " existing workload is adopted then",
+                item.id,
+                exc,
+            )
+            return
+        except WandbError as exc:
+            log.error("W&B refused the ack of item %s: %s", item.id, exc)
+            return
+        if not won:
+            log.warning(
+                "item %s was acked by another agent (our lease lapsed): leaving %s to it",
+                item.id,
+                record.workload,
+            )
+            self.runs.remove(record)
+            return
+        record.acked = True
+
+    def _build_message(self, run: RunItem) -> str:
+        builder = self.config.builder.type if self.config.builder else None
+        what = f"job {run.job!r} has no image"
+        if builder in (None, "noop"):
+            return (
+                f"this run needs an image build ({what}), but no builder is configured"
+                " (builder.type: kaniko in launch-config.yaml); submit it with a docker image"
+                " (docker.docker_image) or configure a builder"
+            )
+        return (
+            f"this run needs an image build ({what}); builder.type {builder!r} is configured but"
+            " this agent version does not build images yet: submit it with a docker image"
+        )
+
+    def _refused_message(self, record: RunRecord, exc: KubeApiError) -> str:
+        what = f"Kubernetes refused to create {record.workload}"
+        if isinstance(exc, KubeForbidden):
+            return (
+                f"{what}: {exc.message} (the agent's service account may not create"
+                f" {record.kind} in namespace {record.namespace}: check its RBAC)"
+            )
+        causes = "; ".join(f"{f}: {m}" if f else m for f, m in exc.causes)
+        return f"{what}: {exc.reason}: {exc.message}" + (f" ({causes})" if causes else "")

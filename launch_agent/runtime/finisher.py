@@ -1,0 +1,208 @@
+"""What happens once a run is over: report it, requeue it, clean up, free its slot.
+
+The tracker hands terminal runs over with `submit` (no I/O in the informer handler); a few
+worker tasks take them in order:
+
+- failed: `failRunQueueItem(stage="run")` with the diagnosis (OOMKilled in container main,
+  exit code N, ImagePullBackOff for image X, the scheduler's message, ...) and the tail of the
+  failing container's log when it ran at all;
+- preempted: pushed back onto its queue with `_resume_count + 1` and the same run id (so the
+  W&B run resumes), at most `tracking.max_requeues` times; then failed;
+- stopped: nothing to report when W&B asked for the stop; a workload someone else deleted
+  before it finished is a failure;
+- succeeded: nothing to report (W&B learns success from the run itself).
+
+Clean-up: a Job that Kubernetes finished stays for its `ttlSecondsAfterFinished` (its pods and
+logs help a person diagnose) and is annotated `launch-agent.io/reported` so a restarted agent
+does not report it again; every other workload (custom resources, and Jobs the agent gives up
+on: stuck pulls, unschedulable) is deleted with `propagationPolicy: Background`, so no pod is
+left behind. The record is removed last; if the agent stops before W&B confirmed a report, the
+record stays and the next start adopts the run and reports it then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from launch_agent.adapters.kube import KubeClient, KubeError
+from launch_agent.model.config import TrackingConfig
+from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
+from launch_agent.runtime.metrics import Metrics
+from launch_agent.runtime.reporter import Reporter, wait_event
+from launch_agent.runtime.runs import REPORTED, RUN_SPEC, RunRecord, RunTable
+from launch_agent.tracking import Assessment
+from launch_agent.tracking.workloads import Phase, workload_status
+
+log = logging.getLogger(__name__)
+
+# Reasons whose container ran, so its log may say why.
+_HAS_LOG = frozenset(
+    {
+        Reason.OOM_KILLED,
+        Reason.EXIT_CODE,
+        Reason.CRASH_LOOP_BACK_OFF,
+        Reason.BACKOFF_LIMIT_EXCEEDED,
+        Reason.POD_FAILURE_POLICY,
+        Reason.WORKLOAD_FAILED,
+    }
+)
+
+
+class Finisher:
+    def __init__(
+        self,
+        kube: KubeClient,
+        runs: RunTable,
+        reporter: Reporter,
+        metrics: Metrics,
+        tracking: TrackingConfig,
+        *,
+        queue_entity: str,
+        workers: int = 4,
+    ) -> None:
+        self.kube = kube
+        self.runs = runs
+        self.reporter = reporter
+        self.metrics = metrics
+        self.tracking = tracking
+        self.queue_entity = queue_entity
+        self.workers = workers
+        self._queue: asyncio.Queue[tuple[RunRecord, Assessment]] = asyncio.Queue()
+        self.handled = 0
+
+    def submit(self, record: RunRecord, assessment: Assessment) -> None:
+        self._queue.put_nowait((record, assessment))
+
+    @property
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        async with asyncio.TaskGroup() as group:
+            for i in range(self.workers):
+                group.create_task(self._worker(stopping), name=f"finisher-{i}")
+
+    async def _worker(self, stopping: asyncio.Event) -> None:
+        while not stopping.is_set():
+            try:
+                record, assessment = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                await wait_event(stopping, 0.05)
+                continue
+            try:
+                await self.handle(record, assessment)
+            except Exception:
+                log.exception(
+                    "finishing %s failed; it is retried on the next start", record.workload
+                )
+
+    async def handle(self, record: RunRecord, assessment: Assessment) -> None:
+        state, diagnosis = assessment
+        self.metrics.outcomes.labels(state=state.value).inc()
+        sent: bool | None = True
+        if state is RunState.FAILED:
+            diag = diagnosis or Diagnosis(
+                Reason.WORKLOAD_FAILED, "the workload failed", Severity.TERMINAL
+            )
+            message = await self._failure_message(record, diag)
+            sent = await self.reporter.fail(record.rqi_id, message, "run", diag.reason.value)
+        elif state is RunState.PREEMPTED:
+            sent = await self._requeue(record, diagnosis)
+        elif state is RunState.STOPPED and record.stop_requested_at is None:
+            diag = diagnosis or Diagnosis(
+                Reason.DELETED, "the workload was deleted", Severity.TERMINAL
+            )
+            sent = await self.reporter.fail(record.rqi_id, diag.message, "run", diag.reason.value)
+        if sent is None:
+            return  # stopping during a W&B outage: the next start reports it
+        await self._clean_up(record, state)
+        self.runs.remove(record)
+        self.handled += 1
+
+    async def _failure_message(self, record: RunRecord, diag: Diagnosis) -> str:
+        message = f"{record.workload}: {diag.message}"
+        lines = self.tracking.log_tail_lines
+        if lines <= 0 or diag.pod is None or diag.reason not in _HAS_LOG:
+            return message
+        try:
+            tail = await self.kube.pod_log_tail(
+                record.namespace, diag.pod, diag.container, lines=lines
+            )
+        except KubeError as exc:
+            log.info("no log tail for %s/%s: %s", record.namespace, diag.pod, exc)
+            return message
+        tail = tail.rstrip()
+        if not tail:
+            return message
+        where = f"container {diag.container} of pod {diag.pod}" if diag.container else diag.pod
+        return f"{message}\n\nlast {len(tail.splitlines())} log lines of {where}:\n{tail}"
+
+    async def _requeue(self, record: RunRecord, diag: Diagnosis | None) -> bool | None:
+        reason = diag.message if diag else "the run was preempted"
+        spec = _run_spec(record)
+        if spec is None:
+            return await self.reporter.fail(
+                record.rqi_id,
+                f"{record.workload}: {reason}; it cannot be requeued because its run spec is not"
+                " recorded on the workload: resubmit it",
+                "run",
+                Reason.PREEMPTED.value,
+            )
+        resumes = spec.get("_resume_count", 0)
+        resumes = resumes if isinstance(resumes, int) else 0
+        if resumes >= self.tracking.max_requeues:
+            return await self.reporter.fail(
+                record.rqi_id,
+                f"{record.workload}: {reason}; it was already requeued {resumes} time(s), the"
+                f" limit (tracking.max_requeues) is {self.tracking.max_requeues}",
+                "run",
+                Reason.PREEMPTED.value,
+            )
+        again = {**spec, "_resume_count": resumes + 1, "run_id": record.run_id}
+        again.pop("sweep_id", None)  # as W&B's agent: the sweep does not own the resumed run
+        new_id = await self.reporter.requeue(self.queue_entity, record.queue, again, record.rqi_id)
+        if new_id is None:
+            return None if self.reporter.stopping.is_set() else False
+        log.info(
+            "run %s was preempted (%s); requeued on %r as item %s (resume %d of %d)",
+            record.run_id,
+            reason,
+            record.queue,
+            new_id,
+            resumes + 1,
+            self.tracking.max_requeues,
+        )
+        return True
+
+    async def _clean_up(self, record: RunRecord, state: RunState) -> None:
+        if record.deleted:
+            return
+        obj = record.last or {}
+        try:
+            resource = await self.kube.resolve(record.api_version, record.kind)
+            finished = workload_status(obj).phase in (Phase.SUCCEEDED, Phase.FAILED)
+            if record.kind == "Job" and resource.group == "batch" and finished:
+                if state is not RunState.SUCCEEDED:
+                    # Kept for its TTL; marked so a restart does not report it again.
+                    patch = {"metadata": {"annotations": {REPORTED: state.value}}}
+                    await self.kube.patch(resource, record.namespace, record.name, patch)
+                return
+            await self.kube.delete(resource, record.namespace, record.name)
+            record.deleting = True
+        except KubeError as exc:
+            log.warning("cleaning up %s failed: %s", record.workload, exc)
+
+
+def _run_spec(record: RunRecord) -> dict[str, Any] | None:
+    meta = (record.last or {}).get("metadata") or {}
+    text = (meta.get("annotations") or {}).get(RUN_SPEC)
+    if not isinstance(text, str):
+        return None
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        return None
+    return spec if isinstance(spec, dict) else None

@@ -1,0 +1,156 @@
+"""The poll loop: pop only what can start, fairly across queues, at an adaptive pace.
+
+Each round asks the admission policy how many runs may start (`Admission.room`), pops at most
+one item per queue in one batched request (rotating the first queue, `poll_policy`), and hands
+each item to the dispatcher in a task owned by the loop's `TaskGroup`. A popped item holds a
+slot from the pop on, so the agent never pops more than it can start.
+
+Pace: after a pop that returned work the next one follows at once while capacity allows (W&B's
+agent does the same); empty pops wait `poll.active_interval_seconds`, doubling up to
+`poll.idle_interval_seconds`. A run that ends wakes the loop at once when the agent was full.
+
+The loop also asks W&B every `agent_check_seconds` whether the agent should stop polling
+(`stopPolling`, set from the W&B UI) and reports the agent status (POLLING / RUNNING) when it
+changes. A W&B outage pauses popping (with the idle interval); it never ends the loop.
+
+Admission is a seam: `MaxJobs` implements W&B's `max_jobs`; the quota engine plugs in as another
+`Admission` without touching this loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from launch_agent.adapters.wandb_client import AgentStatus, RunQueueItem, WandbClient
+from launch_agent.adapters.wandb_errors import WandbAuthError, WandbError
+from launch_agent.model.config import PollConfig
+from launch_agent.runtime.dispatcher import Dispatcher
+from launch_agent.runtime.health import Readiness
+from launch_agent.runtime.metrics import Metrics
+from launch_agent.runtime.poll_policy import PollInterval, capacity, queues_to_pop
+from launch_agent.runtime.reporter import wait_event
+from launch_agent.runtime.runs import RunTable
+
+log = logging.getLogger(__name__)
+
+
+class Admission(Protocol):
+    """How many more runs may start now (None: unlimited), given the runs in flight."""
+
+    def room(self, inflight: int) -> int | None: ...
+
+
+class MaxJobs:
+    """W&B's `max_jobs`: -1 is unlimited."""
+
+    def __init__(self, max_jobs: int) -> None:
+        self.max_jobs = max_jobs
+
+    def room(self, inflight: int) -> int | None:
+        return capacity(self.max_jobs, inflight)
+
+
+class Poller:
+    def __init__(
+        self,
+        wandb: WandbClient,
+        runs: RunTable,
+        dispatcher: Dispatcher,
+        metrics: Metrics,
+        readiness: Readiness,
+        *,
+        entity: str,
+        queues: Sequence[str],
+        agent_id: str,
+        poll: PollConfig,
+        admission: Admission,
+        on_stop_polling: Callable[[str], None],
+        agent_check_seconds: float = 30.0,
+    ) -> None:
+        self.wandb = wandb
+        self.runs = runs
+        self.dispatcher = dispatcher
+        self.metrics = metrics
+        self.readiness = readiness
+        self.entity = entity
+        self.queues = list(queues)
+        self.agent_id = agent_id
+        self.poll = poll
+        self.admission = admission
+        self.on_stop_polling = on_stop_polling
+        self.agent_check_seconds = agent_check_seconds
+        # Set when a run ends or the agent stops: a full agent waits on it.
+        self.wake = asyncio.Event()
+        self.status: AgentStatus = "POLLING"
+        self._last_check = time.monotonic()
+        self.pops = 0
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        interval = PollInterval(self.poll.active_interval_seconds, self.poll.idle_interval_seconds)
+        turn = 0
+        async with asyncio.TaskGroup() as group:
+            while not stopping.is_set():
+                await self._check_agent()
+                if stopping.is_set():
+                    break
+                room = self.admission.room(self.runs.inflight)
+                if room == 0:
+                    self.wake.clear()
+                    await wait_event(self.wake, self.poll.idle_interval_seconds)
+                    continue
+                queues = queues_to_pop(self.queues, room, turn)
+                turn += 1
+                try:
+                    popped = await self.wandb.pop(self.entity, queues, self.agent_id)
+                except WandbError as exc:
+                    level = logging.ERROR if isinstance(exc, WandbAuthError) else logging.WARNING
+                    log.log(level, "pop failed, retrying later: %s", exc)
+                    self.wake.clear()
+                    await wait_event(self.wake, interval.after(False))
+                    continue
+                self.pops += 1
+                self.readiness.polled()
+                now = time.monotonic()
+                items = [item for item in popped.values() if item is not None]
+                for item in items:
+                    self.metrics.pops.labels(queue=item.queue).inc()
+                    self.runs.dispatching += 1
+                    group.create_task(self._dispatch(item, now), name=f"dispatch {item.id}")
+                if items:
+                    interval.after(True)
+                    await asyncio.sleep(0)  # let the dispatches start before the next pop
+                    continue
+                self.metrics.empty_polls.inc()
+                self.wake.clear()
+                await wait_event(self.wake, interval.after(False))
+        log.info("poller stopped; in-flight dispatches finished")
+
+    async def _dispatch(self, item: RunQueueItem, popped_at: float) -> None:
+        try:
+            await self.dispatcher.dispatch(item, popped_at)
+        except Exception:
+            # A bug must not take the loop down; the item's lease lapses and W&B offers it again.
+            log.exception("dispatch of item %s failed unexpectedly", item.id)
+        finally:
+            self.runs.dispatching -= 1
+
+    async def _check_agent(self) -> None:
+        now = time.monotonic()
+        if now - self._last_check < self.agent_check_seconds:
+            return
+        self._last_check = now
+        try:
+            info = await self.wandb.launch_agent(self.agent_id)
+            if info.stop_polling:
+                self.on_stop_polling("W&B asked the agent to stop polling (stopPolling)")
+                return
+            status: AgentStatus = "RUNNING" if self.runs.inflight else "POLLING"
+            if status != self.status:
+                await self.wandb.update_launch_agent(self.agent_id, status)
+                self.status = status
+        except WandbError as exc:
+            log.warning("agent status check failed, retrying later: %s", exc)

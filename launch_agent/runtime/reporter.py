@@ -1,0 +1,166 @@
+"""Everything the agent tells W&B about an item: failures, warnings and requeues.
+
+Nothing is dropped on a W&B outage. `fail` and `requeue` are awaited by the task that owns the
+run (a dispatch or a finisher) and retry `WandbUnavailable` with a capped backoff until W&B
+answers or the agent stops, so a run's slot is released only once W&B knows. Warnings are not
+worth holding a task for: `warn` queues them (deduplicated per run by the tracker) and one
+worker sends them in order, pausing while W&B is unavailable.
+
+Messages are written for the person reading the W&B UI and are cut to `MAX_MESSAGE` characters:
+a log tail must not make the mutation itself fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from launch_agent.adapters.wandb_client import WandbClient
+from launch_agent.adapters.wandb_errors import WandbError, WandbUnavailable
+from launch_agent.runtime.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE = 16_000
+MAX_PENDING_WARNINGS = 10_000
+T = TypeVar("T")
+
+
+def clip(message: str, limit: int = MAX_MESSAGE) -> str:
+    if len(message) <= limit:
+        return message
+    # Keep the head (the reason) and the end of the log tail, which is where the error is.
+    head = limit // 3
+    return message[:head] + "\n[...]\n" + message[-(limit - head - 7) :]
+
+
+@dataclass(frozen=True, slots=True)
+class Warning_:
+    item_id: str
+    message: str
+    stage: str
+
+
+class Reporter:
+    """W&B reports with retries; `stopping` ends the retrying (the run is adopted on restart)."""
+
+    def __init__(
+        self,
+        wandb: WandbClient,
+        metrics: Metrics,
+        stopping: asyncio.Event,
+        *,
+        retry_base: float = 0.5,
+        retry_cap: float = 30.0,
+    ) -> None:
+        self.wandb = wandb
+        self.metrics = metrics
+        self.stopping = stopping
+        self.retry_base = retry_base
+        self.retry_cap = retry_cap
+        self._warnings: deque[Warning_] = deque()
+        self._wake = asyncio.Event()
+        self.dropped_warnings = 0
+        self.sent = {"fail": 0, "warn": 0, "requeue": 0}
+
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T | None:
+        delay = self.retry_base
+        while True:
+            try:
+                return await call()
+            except WandbUnavailable as exc:
+                if self.stopping.is_set():
+                    log.warning("%s not sent, the agent is stopping: %s", what, exc)
+                    return None
+                log.warning("%s: W&B unavailable (%s); retrying in %.1fs", what, exc, delay)
+            await wait_event(self.stopping, delay)
+            delay = min(self.retry_cap, delay * 2)
+
+    async def fail(self, item_id: str, message: str, stage: str, reason: str) -> bool:
+        """`failRunQueueItem`; True once W&B accepted it."""
+        self.metrics.failures.labels(stage=stage, reason=reason).inc()
+        log.info("failing item %s (stage %s, %s): %s", item_id, stage, reason, message[:500])
+        text = clip(message)
+        try:
+            ok = await self._retrying(
+                f"failRunQueueItem {item_id}", lambda: self.wandb.fail(item_id, text, stage)
+            )
+        except WandbError as exc:
+            log.error("W&B refused failRunQueueItem for %s: %s", item_id, exc)
+            return False
+        if ok:
+            self.sent["fail"] += 1
+        return bool(ok)
+
+    async def requeue(
+        self, entity: str, queue: str, run_spec: Mapping[str, Any], item_id: str
+    ) -> str | None:
+        """`pushToRunQueueByName`; the new item's id, or None if it could not be pushed."""
+        try:
+            pushed = await self._retrying(
+                f"requeue of {item_id}",
+                lambda: self.wandb.push_to_run_queue_by_name(entity, queue, run_spec),
+            )
+        except WandbError as exc:
+            log.error("W&B refused to requeue item %s onto %r: %s", item_id, queue, exc)
+            return None
+        if pushed is None:
+            return None
+        self.sent["requeue"] += 1
+        return pushed.id
+
+    def warn(self, item_id: str, message: str, stage: str) -> None:
+        """Queue a warning; the worker sends it."""
+        if len(self._warnings) >= MAX_PENDING_WARNINGS:
+            # Bounded even through a long outage; the oldest is the least useful by now.
+            dropped = self._warnings.popleft()
+            self.dropped_warnings += 1
+            log.warning("warning for item %s not sent (backlog full)", dropped.item_id)
+        self._warnings.append(Warning_(item_id, clip(message, 4000), stage))
+        self._wake.set()
+
+    @property
+    def pending_warnings(self) -> int:
+        return len(self._warnings)
+
+    async def run_warnings(self, stopping: asyncio.Event) -> None:
+        """Send queued warnings until `stopping`; then what is left, within the grace period."""
+        while True:
+            while self._warnings:
+                warning = self._warnings[0]
+                try:
+                    ok = await self._retrying(
+                        f"warning for {warning.item_id}",
+                        functools.partial(
+                            self.wandb.warn, warning.item_id, warning.message, warning.stage
+                        ),
+                    )
+                except WandbError as exc:
+                    log.error("W&B refused a warning for %s: %s", warning.item_id, exc)
+                    ok = True  # refused for good: retrying gives the same answer
+                if ok is None:
+                    return  # stopping during an outage
+                self._warnings.popleft()
+                self.sent["warn"] += 1
+            if stopping.is_set():
+                return
+            self._wake.clear()
+            # A short wait instead of a second task racing two events: cheap and always owned.
+            await wait_event(self._wake, 0.5)
+
+
+async def wait_event(event: asyncio.Event, seconds: float) -> bool:
+    """Wait for `event` at most `seconds`; True if it is set."""
+    if event.is_set():
+        return True
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True

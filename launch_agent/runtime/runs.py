@@ -1,0 +1,168 @@
+"""The agent's in-memory record of each run in flight, rebuilt from the cluster on start.
+
+Kubernetes is the durable record (DESIGN.md, "Identity and idempotency"): every workload
+carries the agent, queue, run-queue-item and run id as labels and annotations, so a restarted
+agent rebuilds this table from its informers' first list and never needs a file of its own.
+
+Bounds: a record exists from the moment the dispatcher is about to create a workload until the
+run's terminal state was handled, then it is removed. The only other map, `recently_finished`,
+is an LRU of fixed size that stops late events of a finished workload (a Job's pods are
+deleted by its TTL an hour later) from adopting it again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from launch_agent.model import labels as L
+from launch_agent.model.run_state import RunState
+from launch_agent.render.naming import label_value
+
+# Annotations the runtime adds to what render produced.
+RUN_SPEC = L.PREFIX + "run-spec"  # the item's runSpec as JSON, for requeues after a restart
+REPORTED = L.PREFIX + "reported"  # the terminal state was reported to W&B (restart: skip it)
+RECENTLY_FINISHED = 10_000
+
+
+@dataclass(eq=False, slots=True)
+class RunRecord:
+    """One run the agent created or adopted."""
+
+    rqi_id: str
+    queue: str
+    entity: str
+    project: str
+    run_id: str
+    namespace: str
+    name: str
+    api_version: str
+    kind: str
+    label: str = ""
+    started: float = field(default_factory=time.monotonic)
+    acked: bool = False
+    adopted: bool = False
+    state: RunState | None = None
+    warned: frozenset[str] = frozenset()
+    stop_requested_at: float | None = None
+    deleting: bool = False
+    deleted: bool = False
+    finishing: bool = False
+    # The last workload object seen (the informer's cache entry), for a DELETED assessment.
+    last: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.label:
+            self.label = label_value(self.rqi_id)
+
+    @property
+    def workload(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> RunRecord | None:
+        """Rebuild a record from a workload the agent created; None if it is not one."""
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping):
+            return None
+        ann = meta.get("annotations") or {}
+        labels = meta.get("labels") or {}
+        rqi = ann.get(L.RUN_QUEUE_ITEM_ID)
+        if not isinstance(rqi, str) or not rqi:
+            return None
+        return cls(
+            rqi_id=rqi,
+            queue=str(ann.get(L.QUEUE_NAME) or labels.get(L.QUEUE) or ""),
+            entity=str(ann.get(L.ENTITY) or ""),
+            project=str(ann.get(L.PROJECT) or ""),
+            run_id=str(labels.get(L.RUN_ID) or ""),
+            namespace=str(meta.get("namespace") or ""),
+            name=str(meta.get("name") or ""),
+            api_version=str(obj.get("apiVersion") or ""),
+            kind=str(obj.get("kind") or ""),
+            acked=True,
+            adopted=True,
+            last=obj,
+        )
+
+
+def item_of(obj: Mapping[str, Any]) -> str | None:
+    """The run-queue-item id of a workload the agent created (its exact annotation)."""
+    meta = obj.get("metadata")
+    ann = meta.get("annotations") if isinstance(meta, Mapping) else None
+    value = ann.get(L.RUN_QUEUE_ITEM_ID) if isinstance(ann, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
+def reported(obj: Mapping[str, Any]) -> bool:
+    meta = obj.get("metadata")
+    ann = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return isinstance(ann, Mapping) and REPORTED in ann
+
+
+class RunTable:
+    """Records by run-queue-item id and by the label-safe id pods carry."""
+
+    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
+        self._by_item: dict[str, RunRecord] = {}
+        self._by_label: dict[str, str] = {}
+        self._finished: OrderedDict[str, None] = OrderedDict()
+        # Items popped whose dispatch has not registered a record yet (they hold a slot).
+        self.dispatching = 0
+        self._on_change = on_change
+
+    def __len__(self) -> int:
+        return len(self._by_item)
+
+    def __iter__(self) -> Iterator[RunRecord]:
+        return iter(list(self._by_item.values()))
+
+    def get(self, rqi_id: str) -> RunRecord | None:
+        return self._by_item.get(rqi_id)
+
+    def by_label(self, label: str) -> RunRecord | None:
+        rqi = self._by_label.get(label)
+        return None if rqi is None else self._by_item.get(rqi)
+
+    @property
+    def inflight(self) -> int:
+        """Runs that count against `max_jobs`: created and not terminal, plus dispatches."""
+        return self.dispatching + sum(1 for r in self._by_item.values() if not r.finishing)
+
+    def finished_recently(self, rqi_id: str) -> bool:
+        return rqi_id in self._finished
+
+    def add(self, record: RunRecord) -> RunRecord:
+        existing = self._by_item.get(record.rqi_id)
+        if existing is not None:
+            return existing
+        self._finished.pop(record.rqi_id, None)
+        self._by_item[record.rqi_id] = record
+        self._by_label[record.label] = record.rqi_id
+        self._changed()
+        return record
+
+    def remove(self, record: RunRecord, *, finished: bool = True) -> None:
+        if self._by_item.get(record.rqi_id) is record:
+            del self._by_item[record.rqi_id]
+            self._by_label.pop(record.label, None)
+        if finished:
+            self._finished[record.rqi_id] = None
+            while len(self._finished) > RECENTLY_FINISHED:
+                self._finished.popitem(last=False)
+        self._changed()
+
+    def mark_finishing(self, record: RunRecord) -> None:
+        record.finishing = True
+        self._changed()
+
+    def set_listener(self, on_change: Callable[[], None]) -> None:
+        """Called whenever a run is added, ends or is removed (the poller wakes on it)."""
+        self._on_change = on_change
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()

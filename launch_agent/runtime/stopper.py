@@ -1,0 +1,91 @@
+"""Stop from the W&B UI: one batched `RunStoppedStatus` check for all runs in flight.
+
+The reference agent sends one `RunStoppedStatus` per running job every 10 s. Here every
+`tracking.stop_check_seconds` one request (chunked by the client to 100 runs) asks about every
+acknowledged run that is not over yet; idle agents send nothing.
+
+A stop is not immediate, as in W&B's agent: the run's own `wandb` process sees the stop and
+may exit cleanly. If the workload still exists `stopped_run_timeout` seconds after the stop
+was first seen, it is deleted with `propagationPolicy: Background`, so its pods go too. The
+tracker then sees the deletion and, because the stop was requested, reports no failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from launch_agent.adapters.kube import KubeClient, KubeError
+from launch_agent.adapters.wandb_client import RunRef, WandbClient
+from launch_agent.adapters.wandb_errors import WandbError
+from launch_agent.runtime.reporter import wait_event
+from launch_agent.runtime.runs import RunTable
+
+log = logging.getLogger(__name__)
+
+
+class Stopper:
+    def __init__(
+        self,
+        wandb: WandbClient,
+        kube: KubeClient,
+        runs: RunTable,
+        *,
+        interval: float,
+        timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.wandb = wandb
+        self.kube = kube
+        self.runs = runs
+        self.interval = interval
+        self.timeout = timeout
+        self.clock = clock
+        self.checks = 0
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        while not stopping.is_set():
+            await wait_event(stopping, self.interval)
+            if stopping.is_set():
+                return
+            await self.check()
+
+    async def check(self) -> None:
+        candidates = [
+            r
+            for r in self.runs
+            if r.acked and not r.finishing and r.run_id and r.entity and r.project
+        ]
+        if candidates:
+            refs = [RunRef(r.entity, r.project, r.run_id) for r in candidates]
+            try:
+                stopped = await self.wandb.run_stopped(refs)
+            except WandbError as exc:
+                log.warning("stop check skipped: %s", exc)
+                stopped = {}
+            self.checks += 1
+            now = self.clock()
+            for record, ref in zip(candidates, refs, strict=True):
+                if stopped.get(ref) and record.stop_requested_at is None:
+                    record.stop_requested_at = now
+                    log.info(
+                        "run %s was stopped in W&B; %s is deleted in %ss unless it ends first",
+                        record.run_id,
+                        record.workload,
+                        self.timeout,
+                    )
+        now = self.clock()
+        for record in self.runs:
+            at = record.stop_requested_at
+            if at is None or record.deleting or record.finishing or now - at < self.timeout:
+                continue
+            try:
+                resource = await self.kube.resolve(record.api_version, record.kind)
+                await self.kube.delete(resource, record.namespace, record.name)
+            except KubeError as exc:
+                log.warning("deleting stopped run %s failed (retried): %s", record.workload, exc)
+                continue
+            record.deleting = True
+            log.info("deleted %s (stopped in W&B)", record.workload)

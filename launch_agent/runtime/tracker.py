@@ -1,0 +1,257 @@
+"""Informer events → the pure tracking layer → what to report; never a poll per run.
+
+One informer per (kind, namespace) in use plus one for pods per target namespace, all
+selecting `launch-agent.io/agent=<agent name>`, feed `on_event`. The handler does no I/O of its
+own: it updates the run's record, asks `tracking.assess` for the state, queues new warnings
+(deduplicated per run) with the reporter and hands terminal runs to the finisher. So a slow or
+unavailable W&B never stalls a watch, and events of one informer stay in order.
+
+Adoption is the same path: a workload event for an item the table does not know (the first
+list after a restart) creates its record from the workload's labels and annotations. Objects
+already reported (`launch-agent.io/reported`) and items that finished moments ago are ignored,
+so a late event can never report a run twice.
+
+Time-driven transitions need no event: a pod that stays unschedulable passes its deadline
+without anything changing in the cluster. `run_periodic` re-assesses the runs that are still
+starting from the informers' caches (local data, no request) every few seconds, and publishes
+the informers' health to `/readyz` and their reconnects to the metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from launch_agent.adapters.kube import (
+    Informer,
+    InformerEvent,
+    InformerSet,
+    InformerSettings,
+    KindNotInstalled,
+    KubeClient,
+    KubeError,
+    Resource,
+)
+from launch_agent.model import labels as L
+from launch_agent.model.queue_spec import QueueSpec
+from launch_agent.model.run_state import RunState
+from launch_agent.runtime.health import Readiness
+from launch_agent.runtime.metrics import Metrics
+from launch_agent.runtime.reporter import Reporter, wait_event
+from launch_agent.runtime.runs import RunRecord, RunTable, item_of, reported
+from launch_agent.tracking import (
+    Assessment,
+    TrackingPolicy,
+    assess,
+    assess_deleted,
+    new_warnings,
+    pod_warnings,
+)
+
+log = logging.getLogger(__name__)
+
+POD = Resource("", "v1", "Pod", "pods")
+PodKey = tuple[str, str]
+Finish = Callable[[RunRecord, Assessment], None]
+
+
+class Tracker:
+    def __init__(
+        self,
+        kube: KubeClient,
+        runs: RunTable,
+        reporter: Reporter,
+        metrics: Metrics,
+        readiness: Readiness,
+        *,
+        agent_name: str,
+        policy: TrackingPolicy,
+        now: Callable[[], datetime],
+        finish: Finish,
+        informer_settings: InformerSettings | None = None,
+    ) -> None:
+        self.kube = kube
+        self.runs = runs
+        self.reporter = reporter
+        self.metrics = metrics
+        self.readiness = readiness
+        self.policy = policy
+        self.now = now
+        self.finish = finish
+        settings = informer_settings or InformerSettings()
+        settings.label_selector = f"{L.AGENT}={agent_name}"
+        self.informers = InformerSet(kube, self.on_event, settings)
+        self._workloads: dict[tuple[str, str, str], Informer] = {}
+        self._pods: dict[str, Informer] = {}
+        # label-safe item id → the keys of its pods; entries go when their pods are deleted.
+        self._pods_by_run: dict[str, set[PodKey]] = {}
+        self._restarts: dict[str, tuple[int, int]] = {}
+
+    # --- informers -------------------------------------------------------------------------
+
+    def watch_pods(self, namespace: str) -> None:
+        if namespace not in self._pods:
+            self._pods[namespace] = self.informers.add(POD, namespace)
+
+    def watch(self, resource: Resource, namespace: str) -> Informer:
+        """The informer of a workload kind in a namespace (started on first use)."""
+        key = (resource.api_version, resource.kind, namespace)
+        informer = self._workloads.get(key)
+        if informer is None:
+            informer = self.informers.add(resource, namespace)
+            self._workloads[key] = informer
+            self.watch_pods(namespace)
+        return informer
+
+    async def watch_specs(self, specs: Iterable[QueueSpec], namespaces: Iterable[str]) -> None:
+        """Watch every kind the specs run, in their namespaces, and pods everywhere."""
+        served = set(namespaces)
+        for namespace in sorted(served):
+            self.watch_pods(namespace)
+        for spec in specs:
+            if spec.namespace not in served:
+                continue
+            try:
+                resource = await self.kube.resolve(spec.api_version, spec.kind)
+            except KindNotInstalled as exc:
+                log.warning("queue spec %s: %s; its items will fail until it is", spec.name, exc)
+                continue
+            except KubeError as exc:
+                log.warning("queue spec %s: cannot resolve its kind yet: %s", spec.name, exc)
+                continue
+            self.watch(resource, spec.namespace)
+
+    async def wait_synced(self, seconds: float) -> bool:
+        """Until every informer listed once (adoption is complete); False on timeout."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self.informers.wait_synced()
+        except TimeoutError:
+            return False
+        return True
+
+    # --- events ----------------------------------------------------------------------------
+
+    async def on_event(self, event: InformerEvent) -> None:
+        if event.resource == POD:
+            self._on_pod(event)
+        else:
+            self._on_workload(event)
+
+    def _on_pod(self, event: InformerEvent) -> None:
+        meta = event.obj.get("metadata") or {}
+        label = (meta.get("labels") or {}).get(L.RUN_QUEUE_ITEM)
+        if not isinstance(label, str):
+            return
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if event.type == "DELETED":
+            keys = self._pods_by_run.get(label)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._pods_by_run[label]
+        else:
+            self._pods_by_run.setdefault(label, set()).add(key)
+        record = self.runs.by_label(label)
+        if record is not None:
+            self.evaluate(record)
+
+    def _on_workload(self, event: InformerEvent) -> None:
+        obj = event.obj
+        rqi = item_of(obj)
+        if rqi is None:
+            return
+        record = self.runs.get(rqi)
+        if record is None:
+            if event.type == "DELETED" or reported(obj) or self.runs.finished_recently(rqi):
+                return
+            record = RunRecord.from_object(obj)
+            if record is None:
+                return
+            self.runs.add(record)
+            log.info("adopted %s (item %s, run %s)", record.workload, record.rqi_id, record.run_id)
+        elif reported(obj):
+            return
+        record.last = obj
+        if event.type == "DELETED":
+            record.deleted = True
+        self.evaluate(record)
+
+    def pods_of(self, record: RunRecord) -> list[dict[str, Any]]:
+        informer = self._pods.get(record.namespace)
+        keys = self._pods_by_run.get(record.label)
+        if informer is None or not keys:
+            return []
+        pods = (informer.get(ns, name) for ns, name in sorted(keys))
+        return [p for p in pods if p is not None]
+
+    def _workload_of(self, record: RunRecord) -> Any:
+        informer = self._workloads.get((record.api_version, record.kind, record.namespace))
+        cached = None if informer is None else informer.get(record.namespace, record.name)
+        return cached if cached is not None else record.last
+
+    def evaluate(self, record: RunRecord) -> None:
+        """Assess one run from the caches and act on what changed."""
+        if record.finishing:
+            return
+        workload = record.last if record.deleted else self._workload_of(record)
+        if workload is None:
+            return
+        record.last = workload
+        pods = self.pods_of(record)
+        now = self.now()
+        if record.deleted:
+            assessment = assess_deleted(workload, pods, now, self.policy)
+        else:
+            assessment = assess(workload, pods, now, self.policy)
+        state, diagnosis = assessment
+        if state is not record.state:
+            log.info(
+                "run %s (%s): %s -> %s%s",
+                record.run_id,
+                record.workload,
+                record.state.value if record.state else "new",
+                state.value,
+                f" ({diagnosis.message})" if diagnosis else "",
+            )
+            record.state = state
+        candidates = list(pod_warnings(pods, now, self.policy))
+        if diagnosis is not None and not diagnosis.terminal:
+            candidates.append(diagnosis)
+        fresh, record.warned = new_warnings(candidates, record.warned)
+        for warning in fresh:
+            self.reporter.warn(record.rqi_id, warning.message, "run")
+        if state.terminal:
+            self.runs.mark_finishing(record)
+            self.finish(record, assessment)
+
+    # --- housekeeping ----------------------------------------------------------------------
+
+    def recheck(self) -> None:
+        """Re-assess runs whose state can change with time alone (unschedulable deadlines)."""
+        for record in self.runs:
+            if not record.finishing and record.state in (RunState.STARTING, None):
+                self.evaluate(record)
+
+    def publish(self) -> None:
+        for (resource, namespace), informer in self.informers.informers.items():
+            key = f"{resource.kind}.{resource.api_version} {namespace or '*'}"
+            self.readiness.watch(key, informer.healthy or not informer.synced.is_set())
+            before = self._restarts.get(key, (0, 0))
+            now = (informer.stats.errors, informer.stats.relists_after_gone)
+            labels = {"kind": resource.kind, "namespace": namespace or "*"}
+            if now[0] > before[0]:
+                self.metrics.watch_restarts.labels(**labels, cause="error").inc(now[0] - before[0])
+            if now[1] > before[1]:
+                self.metrics.watch_restarts.labels(**labels, cause="gone").inc(now[1] - before[1])
+            self._restarts[key] = now
+        self.metrics.inflight.set(self.runs.inflight)
+
+    async def run_periodic(self, stopping: asyncio.Event, interval: float = 2.0) -> None:
+        while not stopping.is_set():
+            await wait_event(stopping, interval)
+            self.recheck()
+            self.publish()
