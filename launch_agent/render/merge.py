@@ -82,6 +82,8 @@ def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]
             out.pop(key, None)
             continue
         current = out.get(key)
+        if current is value or current == value:
+            continue  # W&B echoes the queue config: most of the layer equals the base
         if isinstance(value, dict) and isinstance(current, dict):
             out[key] = merge(current, value)
         elif (

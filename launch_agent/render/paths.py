@@ -115,10 +115,12 @@ def _seg_matches(g: GlobSeg, s: PathSeg) -> bool:
     return g == s
 
 
+@lru_cache(maxsize=65536)
 def glob_matches_prefix(glob: Glob, path: Path) -> bool:
     """True if `glob` matches `path` or any prefix of it.
 
-    Granting `**.containers[*].resources` grants everything below `resources` too.
+    Granting `**.containers[*].resources` grants everything below `resources` too. Results
+    are cached: the same few globs meet the same few paths render after render.
     """
 
     @cache

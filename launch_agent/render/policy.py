@@ -34,6 +34,8 @@ LAYER_PREFIX = "runSpec.resource_args.kubernetes"
 
 def changed_leaves(overlay: Any, base: Any, path: Path = ()) -> Iterator[tuple[Path, Any]]:
     """(path, value) of every leaf in `overlay` that differs from `base` at the same path."""
+    if overlay is base or overlay == base:
+        return  # an echo of the template (the common case): nothing to check
     if isinstance(overlay, dict):
         base_map = base if isinstance(base, dict) else {}
         for key, value in overlay.items():
