@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from launch_agent.cli import main
+from launch_agent.model.config import AgentConfig
+from launch_agent.render.settings import RenderSettings
 
 from .helpers import EXAMPLES, RQI
 
@@ -159,3 +163,29 @@ def test_help_explains(command: str, capsys: pytest.CaptureFixture[str]) -> None
         main([command, "--help"])
     out = capsys.readouterr().out
     assert "error: <file>: <path>: <reason>" in out
+
+
+def test_validate_says_how_to_install_the_validator_when_missing() -> None:
+    # A fresh interpreter in which `import kubernetes_validate` fails, as without the extra.
+    code = (
+        "import sys; sys.modules['kubernetes_validate'] = None\n"
+        "from launch_agent.cli import main\n"
+        f"raise SystemExit(main(['validate', {str(EXAMPLES / 'job.yaml')!r}]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 2
+    assert "pip install 'launch-agent[validate]'" in proc.stderr
+
+
+def test_render_settings_from_agent_config() -> None:
+    config = AgentConfig(agent_name="prod-agent", base_url="https://w.example.com/", entity="team")
+    settings = RenderSettings.from_config(config, ttl_seconds_after_finished=60)
+    assert (settings.agent_name, settings.base_url, settings.queue_entity) == (
+        "prod-agent",
+        "https://w.example.com",
+        "team",
+    )
+    assert settings.ttl_seconds_after_finished == 60
+    assert settings.backoff_limit == 0
