@@ -89,3 +89,52 @@ def group(registry: Registry, name: str) -> dict[str, Any] | None:
     if not name or not versions:
         return None
     return {"kind": "APIGroup", "apiVersion": "v1", **_group(name, versions)}
+
+
+# --- OpenAPI v3 (only what kubectl reads) ----------------------------------------------------
+# kubectl asks /openapi/v3 whether a kind's PATCH endpoint accepts `fieldValidation` before it
+# sends `fieldValidation=Strict`; without an answer it falls back to client-side validation,
+# which needs full schemas. So each group/version document lists, per resource, the item path
+# with a PATCH operation carrying the GVK extension and the query parameters.
+
+
+def _gv_path(group: str, version: str) -> str:
+    return f"apis/{group}/{version}" if group else f"api/{version}"
+
+
+def openapi_root(registry: Registry) -> dict[str, Any]:
+    paths = {}
+    for group, versions in registry.groups().items():
+        for version in versions:
+            gv = _gv_path(group, version)
+            paths[gv] = {"serverRelativeURL": f"/openapi/v3/{gv}?hash=sandbox"}
+    return {"paths": paths}
+
+
+def openapi_group_version(registry: Registry, group: str, version: str) -> dict[str, Any] | None:
+    types = registry.in_group_version(group, version)
+    if not types:
+        return None
+    params = [
+        {"name": name, "in": "query", "schema": {"type": "string"}, "uniqueItems": True}
+        for name in ("dryRun", "fieldManager", "fieldValidation", "force")
+    ]
+    paths: dict[str, Any] = {}
+    for rt in types:
+        prefix = f"/{_gv_path(group, version)}"
+        scope = "/namespaces/{namespace}" if rt.namespaced else ""
+        gvk = {"group": group, "version": version, "kind": rt.kind}
+        operation = {
+            "operationId": f"patch{rt.kind}",
+            "parameters": params,
+            "responses": {"200": {"description": "OK"}},
+            "x-kubernetes-action": "patch",
+            "x-kubernetes-group-version-kind": gvk,
+        }
+        paths[f"{prefix}{scope}/{rt.plural}/{{name}}"] = {"patch": operation}
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": VERSION["gitVersion"]},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }

@@ -266,8 +266,13 @@ class KubeApp:
             return _json(discovery.resource_list(registry, "", "v1"))
         if path == "/apis":
             return _json(discovery.group_list(registry))
+        if path == "/openapi/v3":
+            return _json(discovery.openapi_root(registry))
         parts = path.split("/")[1:]
-        if len(parts) == 2 and parts[0] == "apis":
+        if parts[:2] == ["openapi", "v3"] and len(parts) in (4, 5):
+            group, version = (parts[3], parts[4]) if len(parts) == 5 else ("", parts[3])
+            body = discovery.openapi_group_version(registry, group, version)
+        elif len(parts) == 2 and parts[0] == "apis":
             body = discovery.group(registry, parts[1])
         elif len(parts) == 3 and parts[0] == "apis":
             body = discovery.resource_list(registry, parts[1], parts[2])
@@ -435,6 +440,11 @@ class KubeApp:
         patch = await self._body(request)
         dry = _dry_run(request)
         current = self.store.get(t.rt, t.namespace or "", str(t.name))
+        if kind == "json" and not isinstance(patch, list):
+            # kube-apiserver cannot even decode it: 400, where a failing operation is a 422.
+            raise errors.bad_request(
+                "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
+            )
         try:
             if kind == "json":
                 new = json_patch(current, patch)

@@ -77,42 +77,45 @@ class ParsedDocument:
         return (operation_name or "unknown", ())
 
 
-class DocumentCache:
-    """Parse and validate each distinct document once: clients repeat a handful of them."""
+def parse_document(graphql_schema: GraphQLSchema, query: str) -> ParsedDocument:
+    """Parse and validate one document: pure CPU work, milliseconds for a large one."""
+    try:
+        document = parse(query)
+    except GraphQLError as exc:
+        return ParsedDocument(None, (exc.formatted,), ())
+    operations = tuple(
+        (
+            op.name.value if op.name else None,
+            tuple(s.name.value for s in op.selection_set.selections if isinstance(s, FieldNode)),
+        )
+        for op in document.definitions
+        if isinstance(op, OperationDefinitionNode)
+    )
+    errors = tuple(e.formatted for e in validate(graphql_schema, document))
+    return ParsedDocument(None if errors else document, errors, operations)
 
-    def __init__(self, graphql_schema: GraphQLSchema, size: int = DOCUMENTS_CACHED) -> None:
-        self._schema = graphql_schema
+
+class DocumentCache:
+    """Validated documents by text: clients repeat a handful of them, so each is parsed once.
+
+    Only the event loop's thread touches the cache; a miss is parsed in an executor thread
+    (`WandbServer._parsed`) so that a new, large document never stalls other requests.
+    """
+
+    def __init__(self, size: int = DOCUMENTS_CACHED) -> None:
         self._size = size
         self._cache: OrderedDict[str, ParsedDocument] = OrderedDict()
 
-    def get(self, query: str) -> ParsedDocument:
+    def lookup(self, query: str) -> ParsedDocument | None:
         found = self._cache.get(query)
         if found is not None:
             self._cache.move_to_end(query)
-            return found
-        parsed = self._parse(query)
+        return found
+
+    def store(self, query: str, parsed: ParsedDocument) -> None:
         self._cache[query] = parsed
         if len(self._cache) > self._size:
             self._cache.popitem(last=False)
-        return parsed
-
-    def _parse(self, query: str) -> ParsedDocument:
-        try:
-            document = parse(query)
-        except GraphQLError as exc:
-            return ParsedDocument(None, (exc.formatted,), ())
-        operations = tuple(
-            (
-                op.name.value if op.name else None,
-                tuple(
-                    s.name.value for s in op.selection_set.selections if isinstance(s, FieldNode)
-                ),
-            )
-            for op in document.definitions
-            if isinstance(op, OperationDefinitionNode)
-        )
-        errors = tuple(e.formatted for e in validate(self._schema, document))
-        return ParsedDocument(None if errors else document, errors, operations)
 
 
 @functools.cache
@@ -122,8 +125,7 @@ def shared_schema() -> tuple[GraphQLSchema, DocumentCache]:
     Both are stateless (the state travels in the execution context), so every server shares
     them and a document is validated once, not once per server a test starts.
     """
-    bound = resolvers.bind(schema.build())
-    return bound, DocumentCache(bound)
+    return resolvers.bind(schema.build()), DocumentCache()
 
 
 def _json_response(status: int, payload: Any) -> web.Response:
@@ -308,9 +310,8 @@ class WandbServer:
         # The launch API's hand-written documents arrive with `"operationName": ""`; like
         # W&B, treat that as "no name given" and take the document's only operation.
         operation_name = operation_name or None
-        assert self._documents is not None, "server not started"
         assert self.schema is not None, "server not started"
-        parsed = self._documents.get(payload["query"])
+        parsed = await self._parsed(payload["query"])
         key, fields = parsed.key(operation_name)
         for name in fields:
             self.log.counts[f"field:{name}"] += 1
@@ -336,6 +337,16 @@ class WandbServer:
         if result.errors:
             answer["errors"] = [e.formatted for e in result.errors]
         return key, _json_response(200, answer)
+
+    async def _parsed(self, query: str) -> ParsedDocument:
+        assert self._documents is not None, "server not started"
+        assert self.schema is not None, "server not started"
+        found = self._documents.lookup(query)
+        if found is None:
+            loop = asyncio.get_running_loop()
+            found = await loop.run_in_executor(None, parse_document, self.schema, query)
+            self._documents.store(query, found)
+        return found
 
     def _base_url(self, request: web.Request) -> str:
         host = request.headers.get("Host") or f"{self.host}:{self.port}"
