@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.chart.helm import CI_VALUES, Helm, Manifest, install_helm
 
@@ -15,9 +16,18 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
 
 
 @pytest.fixture(scope="session")
-def rendered(helm: Helm) -> dict[str, list[Manifest]]:
-    """`helm template` of every ci/*.yaml, by file name, rendered once per session."""
-    return {path.name: helm.template([path]) for path in CI_VALUES}
+def rendered_text(helm: Helm) -> dict[str, str]:
+    """`helm template` output of every ci/*.yaml, by file name, rendered once per session."""
+    return {path.name: helm.template_text([path]) for path in CI_VALUES}
+
+
+@pytest.fixture(scope="session")
+def rendered(rendered_text: dict[str, str]) -> dict[str, list[Manifest]]:
+    """The same renders parsed into manifests."""
+    return {
+        name: [doc for doc in yaml.safe_load_all(text) if doc]
+        for name, text in rendered_text.items()
+    }
 
 
 def ci_file(name: str) -> Path:
