@@ -1,7 +1,9 @@
 """`fieldValidation=Strict`: reject unknown fields, as kube-apiserver does for kubectl.
 
 Core kinds are checked against the strict JSON schemas bundled with `kubernetes_validate`
-(Kubernetes 1.37, `additionalProperties: false` everywhere); custom resources against their
+(Kubernetes 1.37, `additionalProperties: false` everywhere; an optional dependency, the
+`validate` extra, so without it a Strict request for a core kind is answered 500 with the
+install hint rather than passed unchecked); custom resources against their
 CRD's `openAPIV3Schema`, closed the way `../shared/reference/helm-and-validators.md` §8 explains:
 `additionalProperties: false` on every object node that lists `properties` and neither sets
 `additionalProperties` nor `x-kubernetes-preserve-unknown-fields`, `nullable` turned into a
@@ -107,7 +109,17 @@ class StrictValidators:
             elif rt.is_custom:
                 built = None
             else:
-                built = await loop.run_in_executor(None, _load_core, rt.kind, rt.api_version)
+                try:
+                    built = await loop.run_in_executor(None, _load_core, rt.kind, rt.api_version)
+                except ModuleNotFoundError:
+                    # The schemas ship in the optional `validate` extra; refusing is better
+                    # than pretending a field was checked.
+                    raise errors.ApiError(
+                        500,
+                        "InternalError",
+                        "fieldValidation=Strict for built-in kinds needs the kubernetes-validate"
+                        " package: pip install 'launch-agent[validate]'",
+                    ) from None
             self._ready[key] = built
 
     def check(self, rt: ResourceType, obj: Mapping[str, Any]) -> None:
