@@ -46,6 +46,22 @@ contracts: $(STAMP)
 test: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+# The reference `wandb launch-agent` 0.31.0 with the launch extras it imports (azure-*, awscli).
+# awscli pins botocore against this project's boto3, so it gets a virtualenv of its own; the
+# test itself runs in $(VENV) and starts the agent from $(REF_VENV).
+REF_VENV ?= .venv-reference
+REF_STAMP := $(REF_VENV)/.installed
+
+$(REF_STAMP):
+	test -x $(REF_VENV)/bin/python || $(PYTHON) -m venv $(REF_VENV)
+	$(REF_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(REF_VENV)/bin/python -m pip install --quiet 'wandb==0.31.0' 'kubernetes_asyncio==36.1.0' \
+		azure-core azure-identity azure-containerregistry azure-storage-blob awscli
+	touch $@
+
+test-reference: $(STAMP) $(REF_STAMP)
+	$(BIN)/pytest -m reference_agent tests/e2e/test_reference_agent.py $(PYTEST_ARGS)
+
 demo: $(STAMP)
 	$(BIN)/launch-agent demo
 
