@@ -303,7 +303,13 @@ class Store:
         if sent_rv not in (None, "") and str(sent_rv) != old["metadata"]["resourceVersion"]:
             raise errors.conflict(rt, name)
         if subresource == "status":
-            new = {**old, "status": copy.deepcopy(body.get("status") or {})}
+            # A metadata dict of its own: the new resourceVersion must not leak into `old`,
+            # which earlier watch events still hold.
+            new = {
+                **old,
+                "metadata": dict(old["metadata"]),
+                "status": copy.deepcopy(body.get("status") or {}),
+            }
         else:
             new = copy.deepcopy(body)
             meta = new.setdefault("metadata", {})
