@@ -140,6 +140,10 @@ class AgentConfig(_Strict):
     agent_name: str = "launch-agent"
     base_url: str = "https://api.wandb.ai"
     api_key: SecretStr | None = None
+    # The per-namespace Secret that run pods read WANDB_API_KEY from (never the key itself in a
+    # manifest). Default `wandb-api-key-<agent_name>`: the name W&B's and our Helm chart use.
+    api_key_secret: str | None = None
+    api_key_secret_key: str = "password"
     queue_specs_dir: str = "queue-specs"
     namespaces: list[str] = Field(default_factory=lambda: ["default"])
     poll: PollConfig = PollConfig()
@@ -193,6 +197,10 @@ class AgentConfig(_Strict):
         if self.queue and self.queue not in names:
             names.append(self.queue)
         return names
+
+    @property
+    def api_key_secret_name(self) -> str:
+        return self.api_key_secret or f"wandb-api-key-{self.agent_name}"
 
     @property
     def unlimited_jobs(self) -> bool:

@@ -93,6 +93,8 @@ ENVIRONMENT: tuple[tuple[str, Path, str], ...] = (
     ("LAUNCH_AGENT_QUEUE_SPECS_DIR", ("queue_specs_dir",), "str"),
     ("LAUNCH_AGENT_LOG_FORMAT", ("log_format",), "str"),
     ("LAUNCH_AGENT_HEALTH_PORT", ("health", "port"), "str"),
+    ("LAUNCH_AGENT_API_KEY_SECRET", ("api_key_secret",), "str"),
+    ("LAUNCH_AGENT_API_KEY_SECRET_KEY", ("api_key_secret_key",), "str"),
 )
 
 _EXPECTED = {

@@ -9,8 +9,9 @@ every render. Its defaults are deliberate:
   status and logs; an hour leaves time to diagnose and still cleans up.
 - `active_deadline_seconds` 604800 (7 days): a stuck run must not hold its GPUs forever;
   admins change it per queue spec (`spec.defaults`).
-- `api_key_secret` / `api_key_secret_key` `wandb-api-key` / `password`: the Secret the Helm
-  chart creates in each target namespace (W&B's own Secret uses the key `password`).
+- `api_key_secret` / `api_key_secret_key`: from the configuration, default
+  `wandb-api-key-<agent_name>` / `password`, the Secret the Helm chart creates in each target
+  namespace (W&B's chart uses the same name and key).
 - `max_env_bytes` 1,000,000: `WANDB_CONFIG` and friends travel inside the manifest, and etcd
   refuses objects over 1.5 MiB.
 """
@@ -39,7 +40,11 @@ class RenderSettings:
     @classmethod
     def from_config(cls, config: AgentConfig, **overrides: Any) -> RenderSettings:
         base = cls(
-            agent_name=config.agent_name, base_url=config.base_url, queue_entity=config.entity
+            agent_name=config.agent_name,
+            base_url=config.base_url,
+            api_key_secret=config.api_key_secret_name,
+            api_key_secret_key=config.api_key_secret_key,
+            queue_entity=config.entity,
         )
         return base if not overrides else cls(**{**_fields(base), **overrides})
 

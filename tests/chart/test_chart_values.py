@@ -66,6 +66,9 @@ def test_agent_loads_the_rendered_configuration(
     assert resolved.sources["namespaces"].kind == "env"
     if values.name != "existing-secret-values.yaml":
         assert config.api_key is not None
+    # Run pods must reference the Secret the chart made (or the admin's existing one).
+    ref = agent_env(manifests)["WANDB_API_KEY"]["secretKeyRef"]
+    assert (config.api_key_secret_name, config.api_key_secret_key) == (ref["name"], ref["key"])
 
 
 def test_quota_values_reach_the_agent(rendered: dict[str, list[Manifest]]) -> None:

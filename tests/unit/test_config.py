@@ -163,7 +163,28 @@ ENV_TABLE = [
     ("LAUNCH_AGENT_NAMESPACES", "ml,research", "namespaces", ["ml", "research"]),
     ("LAUNCH_AGENT_QUEUE_SPECS_DIR", "/etc/specs", "queue_specs_dir", "/etc/specs"),
     ("LAUNCH_AGENT_LOG_FORMAT", "json", "log_format", "json"),
+    ("LAUNCH_AGENT_API_KEY_SECRET", "my-key", "api_key_secret", "my-key"),
+    ("LAUNCH_AGENT_API_KEY_SECRET_KEY", "token", "api_key_secret_key", "token"),
 ]
+
+
+SECRET_NAMES = [
+    ({}, "wandb-api-key-launch-agent", "password"),
+    ({"LAUNCH_AGENT_NAME": "rel"}, "wandb-api-key-rel", "password"),
+    (
+        {"LAUNCH_AGENT_API_KEY_SECRET": "shared", "LAUNCH_AGENT_API_KEY_SECRET_KEY": "k"},
+        "shared",
+        "k",
+    ),
+]
+
+
+@pytest.mark.parametrize(("env", "name", "key"), SECRET_NAMES)
+def test_api_key_secret_defaults_to_the_chart_name(
+    env: dict[str, str], name: str, key: str
+) -> None:
+    config = _resolve(None, env).config
+    assert (config.api_key_secret_name, config.api_key_secret_key) == (name, key)
 
 
 @pytest.mark.parametrize(("var", "value", "field", "expected"), ENV_TABLE)
