@@ -30,13 +30,14 @@ import json
 import logging
 import os
 import random
-from collections.abc import AsyncIterator, Mapping, Sequence
+import ssl
+from collections.abc import AsyncGenerator, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.client import ApiClient, Configuration, rest
 from kubernetes_asyncio.config import load_incluster_config, load_kube_config
 
 from launch_agent.adapters.kube.backoff import RETRY_STATUSES, RetryPolicy, parse_retry_after
@@ -89,7 +90,7 @@ async def load_configuration(
         if use_cluster:
             load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         else:
-            asyncio.run(
+            _drive(
                 load_kube_config(
                     config_file=kubeconfig,
                     context=context,
@@ -99,7 +100,94 @@ async def load_configuration(
             )
         return cfg
 
-    return await asyncio.to_thread(load)
+    try:
+        return await asyncio.to_thread(load)
+    except _NeedsLoop:
+        # Plugins that await: same loading, on a private loop in a worker thread.
+        cfg = Configuration()
+        await asyncio.to_thread(
+            asyncio.run,
+            load_kube_config(
+                config_file=kubeconfig,
+                context=context,
+                client_configuration=cfg,
+                persist_config=False,
+            ),
+        )
+        return cfg
+
+
+def _drive(coro: Coroutine[Any, Any, Any]) -> None:
+    """Run the kubeconfig loader's coroutine to completion in this worker thread.
+
+    With token, certificate or basic credentials it never awaits anything, so it finishes on the
+    first step, without an event loop (whose presence would make every file read in this thread
+    look like a blocking call on a loop). Exec and OIDC plugins do await a subprocess or HTTP
+    call: for those the coroutine gets a private loop in this thread.
+    """
+    try:
+        coro.send(None)
+    except StopIteration:
+        return
+    coro.close()
+    raise _NeedsLoop
+
+
+class _NeedsLoop(Exception):
+    pass
+
+
+def _ssl_context(configuration: Configuration) -> ssl.SSLContext:
+    """The TLS settings of `RESTClientObject.__init__` (kubernetes_asyncio 36.1.0, pinned)."""
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if configuration.disable_strict_ssl_verification:
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    return context
+
+
+class _RestClient(rest.RESTClientObject):
+    """kubernetes_asyncio's REST client with its SSL context built beforehand, off the loop.
+
+    `RESTClientObject()` parses the system CA bundle: 40-250 ms of CPU on this machine, long
+    enough to stall every other task. Everything else mirrors its `__init__`.
+    """
+
+    def __init__(self, configuration: Configuration, context: ssl.SSLContext) -> None:
+        # mypy infers the attribute types from the library's unannotated code, where these
+        # start as strings; the same values are assigned here as there.
+        self.server_hostname = configuration.tls_server_name  # type: ignore[assignment]
+        self.proxy = configuration.proxy  # type: ignore[assignment]
+        self.proxy_headers = configuration.proxy_headers  # type: ignore[assignment]
+        self.pool_manager = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(
+                limit=configuration.connection_pool_maxsize, ssl=context
+            ),
+            trust_env=True,
+            read_bufsize=2**21,
+        )
+
+
+class _ApiClient(ApiClient):
+    """`ApiClient` around a `_RestClient`; the rest mirrors `ApiClient.__init__`."""
+
+    def __init__(self, configuration: Configuration, context: ssl.SSLContext) -> None:
+        self.configuration = configuration
+        self.pool_threads = 1
+        self.rest_client = _RestClient(configuration, context)
+        self.default_headers: dict[str, str] = {}
+        self.cookie = None  # type: ignore[assignment]
+        self.user_agent = "launch-agent"
+        self.client_side_validation = configuration.client_side_validation
+
+
+async def _build_api_client(configuration: Configuration) -> ApiClient:
+    context = await asyncio.to_thread(_ssl_context, configuration)
+    return _ApiClient(configuration, context)
 
 
 class KubeClient:
@@ -131,8 +219,7 @@ class KubeClient:
         return cls(await load_configuration(kubeconfig, context, in_cluster), **kwargs)
 
     async def __aenter__(self) -> KubeClient:
-        # Built on the loop: aiohttp binds its session to the running loop.
-        self._api = ApiClient(self._configuration)
+        self._api = await _build_api_client(self._configuration)
         return self
 
     async def __aexit__(
@@ -363,7 +450,7 @@ class KubeClient:
         resource_version: str,
         label_selector: str | None = None,
         timeout_seconds: int = 300,
-    ) -> AsyncIterator[Obj]:
+    ) -> AsyncGenerator[Obj, None]:
         """One watch request from `resource_version`, with bookmarks; raw event dicts.
 
         Ends when the server closes the stream (its `timeoutSeconds`). Errors are raised typed;

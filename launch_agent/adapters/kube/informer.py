@@ -24,6 +24,7 @@ and awaited on exit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -127,12 +128,22 @@ class Informer:
                 log.info("%s: resourceVersion expired (410), relisting", self.name)
                 if not self._progress:
                     await asyncio.sleep(self._backoff.next_delay())
-            except (KubeError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            except Exception as exc:
+                # Expected: KubeError, aiohttp.ClientError, TimeoutError, a malformed line.
+                # Anything else is a bug, logged with its traceback; the informer still lives,
+                # since every run's tracking depends on it.
+                expected = isinstance(exc, KubeError | aiohttp.ClientError | TimeoutError)
                 self.healthy = False
                 self.stats.errors += 1
                 self.stats.last_error = str(exc)[:300]
                 delay = self._backoff.next_delay()
-                log.warning("%s: %s; reconnecting in %.2fs", self.name, exc, delay)
+                log.warning(
+                    "%s: %s; reconnecting in %.2fs",
+                    self.name,
+                    exc,
+                    delay,
+                    exc_info=None if expected else exc,
+                )
                 await asyncio.sleep(delay)
 
     async def _list(self) -> None:
@@ -156,31 +167,33 @@ class Informer:
             label_selector=self.settings.label_selector,
             timeout_seconds=self.settings.watch_timeout,
         )
-        async for raw in stream:
-            self.healthy = True
-            etype = raw.get("type")
-            if etype != "ERROR":
-                self._progress = True
+        # aclosing: leaving the loop early (an ERROR event, a cancel) closes the HTTP stream now.
+        async with contextlib.aclosing(stream):
+            async for raw in stream:
+                etype = raw.get("type")
                 obj = raw.get("object")
-            if not isinstance(obj, dict):
-                continue
-            if etype == "ERROR":
-                code = obj.get("code")
-                raise error_from_response(
-                    code if isinstance(code, int) else 500,
-                    obj,
-                    method="WATCH",
-                    path=self.resource.path(self.namespace),
-                )
-            version = _version(obj)
-            if version:
-                self.resource_version = version
-            if etype == "BOOKMARK":
-                self.stats.bookmarks += 1
-                continue
-            event = apply_event(self.cache, str(etype), obj)
-            if event is not None:
-                await self._deliver(event)
+                if not isinstance(obj, dict):
+                    continue
+                if etype == "ERROR":
+                    code = obj.get("code")
+                    raise error_from_response(
+                        code if isinstance(code, int) else 500,
+                        obj,
+                        method="WATCH",
+                        path=self.resource.path(self.namespace),
+                    )
+                self.healthy = True
+                self._progress = True
+                self._backoff.reset()
+                version = _version(obj)
+                if version:
+                    self.resource_version = version
+                if etype == "BOOKMARK":
+                    self.stats.bookmarks += 1
+                    continue
+                event = apply_event(self.cache, str(etype), obj)
+                if event is not None:
+                    await self._deliver(event)
 
     async def _deliver(self, event: CacheEvent) -> None:
         self.stats.events += 1
