@@ -123,7 +123,8 @@ class Finisher:
         self.handled += 1
 
     async def _failure_message(self, record: RunRecord, diag: Diagnosis) -> str:
-        message = f"{record.workload}: {diag.message}"
+        # The reason word first: people search for "OOMKilled", dashboards group by it.
+        message = f"{record.workload} failed ({diag.reason.value}): {diag.message}"
         lines = self.tracking.log_tail_lines
         if lines <= 0 or diag.pod is None or diag.reason not in _HAS_LOG:
             return message

@@ -56,6 +56,8 @@ spec:
   overridable:
     - overrides.args
     - overrides.run_config
+  defaults:
+    activeDeadlineSeconds: 3600
 """
 
 BIG_NODE = Node(
