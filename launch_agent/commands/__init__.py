@@ -15,6 +15,7 @@ from launch_agent.commands import (
     quota_cmd,
     render_cmd,
     run_cmd,
+    sandbox_cmd,
     validate_cmd,
 )
 
@@ -26,5 +27,6 @@ REGISTRARS: tuple[Registrar, ...] = (
     quota_cmd.register,
     render_cmd.register,
     validate_cmd.register,
+    sandbox_cmd.register,
     bench_cmd.register,
 )
