@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +10,28 @@ import pytest
 from kubernetes_asyncio import client
 
 from launch_agent.sandbox.kube import KubeApiServer
+from launch_agent.sandbox.kube.apiserver import load_crd_documents
 
 ROOT = Path(__file__).resolve().parents[3]
 CRDS = ROOT.parent / "shared" / "crds"
+
+# kubernetes_asyncio builds an SSL context for every ApiClient, even for plain http; loading the
+# system CA bundle takes ~40 ms on the event loop (over the 100 ms guardrail on a busy 2-core
+# machine). Pointing it at this one small self-signed certificate (never used: the sandbox
+# speaks http) makes that ~4 ms. Its key was thrown away.
+TEST_CA = """\
+-----BEGIN CERTIFICATE-----
+MIIBpTCCAUugAwIBAgIUcGifAUCuaoeqtOVbYUUE7Mtoxu8wCgYIKoZIzj0EAwIw
+JzElMCMGA1UEAwwcbGF1bmNoLWFnZW50IHNhbmRib3ggdGVzdCBDQTAgFw0yNjEx
+MzAwMDIzMDNaGA8yMTI2MTEwNjAwMjMwM1owJzElMCMGA1UEAwwcbGF1bmNoLWFn
+ZW50IHNhbmRib3ggdGVzdCBDQTBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABJnS
++fMf8Y6HuG8KZhk1doKn+4+6QDF1wTCeLLjjOVO6C1p/DXwbPINKzTseJVJCyR6v
+BgykKq+Ulg9ExrYMlUijUzBRMB0GA1UdDgQWBBQv5wnV7PhNAAmnTilvqW/Vnt5J
+6jAfBgNVHSMEGDAWgBQv5wnV7PhNAAmnTilvqW/Vnt5J6jAPBgNVHRMBAf8EBTAD
+AQH/MAoGCCqGSM49BAMCA0gAMEUCIQDslPDguJomp52k/CRDNOydBYdPANmvJ+NJ
+hRu2Z5sXjwIgDPXdfZ35obP84r5y17n6p2lacMwDBHaJrms71xTH7v4=
+-----END CERTIFICATE-----
+"""
 
 
 def job_body(name: str | None = "job-a", labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
@@ -44,9 +63,41 @@ async def kube() -> AsyncIterator[KubeApiServer]:
         yield server
 
 
+@pytest.fixture(scope="session")
+def crds() -> Path:
+    """The shared CRD folder, parsed before any event loop runs (libyaml holds the GIL)."""
+    for path in sorted(CRDS.glob("*.yaml")):
+        load_crd_documents(path)
+    return CRDS
+
+
+@pytest.fixture(scope="session")
+def test_ca(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("ca") / "ca.pem"
+    path.write_text(TEST_CA)
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _small_default_ca(test_ca: str) -> Iterator[None]:
+    """`watch.Watch()` builds its own ApiClient from the default configuration: same fix."""
+    saved = client.Configuration._default
+    default = client.Configuration()
+    default.ssl_ca_cert = test_ca
+    client.Configuration.set_default(default)
+    yield
+    client.Configuration._default = saved
+
+
+def client_config(url: str, ca: str) -> client.Configuration:
+    config = client.Configuration(host=url)
+    config.ssl_ca_cert = ca
+    return config
+
+
 @pytest.fixture
-async def api(kube: KubeApiServer) -> AsyncIterator[client.ApiClient]:
-    config = client.Configuration(host=kube.url)
+async def api(kube: KubeApiServer, test_ca: str) -> AsyncIterator[client.ApiClient]:
+    config = client_config(kube.url, test_ca)
     async with client.ApiClient(config) as api_client:
         yield api_client
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -12,6 +13,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from launch_agent.sandbox.kube import CrdError, KubeApiServer
+from launch_agent.sandbox.kube.apiserver import load_crd_documents
 
 from .conftest import CRDS, job_body
 
@@ -136,15 +138,12 @@ PYTORCHJOB = {
 }
 
 
-async def test_missing_crd_is_404_until_posted(kube: KubeApiServer, custom: client.CustomObjectsApi, api: client.ApiClient) -> None:
+async def test_missing_crd_is_404_until_posted(kube: KubeApiServer, custom: client.CustomObjectsApi, api: client.ApiClient, crds: Path) -> None:
     with pytest.raises(ApiException) as err:
         await custom.create_namespaced_custom_object("kubeflow.org", "v1", "default", "pytorchjobs", PYTORCHJOB)
     assert err.value.status == 404
     loop = asyncio.get_running_loop()
-    import yaml
-
-    text = await loop.run_in_executor(None, (CRDS / "kubeflow.org_pytorchjobs.yaml").read_text)
-    crd = await loop.run_in_executor(None, lambda: yaml.load(text, Loader=yaml.CSafeLoader))
+    [crd] = await loop.run_in_executor(None, load_crd_documents, crds / "kubeflow.org_pytorchjobs.yaml")
     ext = client.ApiextensionsV1Api(api)
     async with aiohttp.ClientSession() as http, http.post(
         f"{kube.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions", data=json.dumps(crd),
@@ -181,8 +180,8 @@ async def test_missing_crd_is_404_until_posted(kube: KubeApiServer, custom: clie
     assert err.value.status == 404
 
 
-async def test_strict_validation_of_custom_resources(kube: KubeApiServer) -> None:
-    await kube.load_crd_file(CRDS / "kubeflow.org_pytorchjobs.yaml")
+async def test_strict_validation_of_custom_resources(kube: KubeApiServer, crds: Path) -> None:
+    await kube.load_crd_file(crds / "kubeflow.org_pytorchjobs.yaml")
     url = f"{kube.url}/apis/kubeflow.org/v1/namespaces/default/pytorchjobs?fieldValidation=Strict"
     bad = json.loads(json.dumps(PYTORCHJOB))
     bad["spec"]["pytorchReplicaSpecs"]["Master"]["replicaz"] = 1
@@ -221,8 +220,8 @@ def test_invalid_crds_name_the_field(mutate: Any, path: str) -> None:
     assert err.value.path == path and str(err.value).startswith("widgets.yaml: ")
 
 
-async def test_crd_files_from_the_shared_folder_register(kube: KubeApiServer) -> None:
-    types = await kube.load_crds_from(CRDS)
+async def test_crd_files_from_the_shared_folder_register(kube: KubeApiServer, crds: Path) -> None:
+    types = await kube.load_crds_from(crds)
     served = {(rt.group, rt.version, rt.plural) for rt in types}
     assert ("jobset.x-k8s.io", "v1alpha2", "jobsets") in served
     assert ("ray.io", "v1", "rayjobs") in served

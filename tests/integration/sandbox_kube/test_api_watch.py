@@ -12,7 +12,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from launch_agent.sandbox.kube import KubeApiServer
 
-from .conftest import job_body
+from .conftest import client_config, job_body
 
 
 async def _collect(stream: Any, until: int | None = None) -> list[tuple[str, str]]:
@@ -81,9 +81,9 @@ async def test_compacted_rv_answers_410(kube: KubeApiServer, batch: client.Batch
     await w.close()
 
 
-async def test_event_log_is_bounded_and_old_rvs_expire() -> None:
+async def test_event_log_is_bounded_and_old_rvs_expire(test_ca: str) -> None:
     async with KubeApiServer(event_log_size=5) as kube:
-        async with client.ApiClient(client.Configuration(host=kube.url)) as api:
+        async with client.ApiClient(client_config(kube.url, test_ca)) as api:
             batch = client.BatchV1Api(api)
             first = await batch.create_namespaced_job("default", job_body("j0"))
             for i in range(1, 10):
