@@ -1,0 +1,97 @@
+"""The informer cache: watch events and relist differences (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from launch_agent.adapters.kube.cache import apply_event, key_of, reconcile_list
+
+
+def obj(name: str, rv: int, ns: str = "ml", **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": ns, "resourceVersion": str(rv)},
+        "status": status,
+    }
+
+
+@pytest.mark.parametrize(
+    ("cache", "etype", "incoming", "delivered"),
+    [
+        ({}, "ADDED", obj("a", 1), "ADDED"),
+        ({("ml", "a"): obj("a", 1)}, "MODIFIED", obj("a", 2), "MODIFIED"),
+        ({("ml", "a"): obj("a", 1)}, "ADDED", obj("a", 2), "MODIFIED"),  # re-added after a gap
+        ({("ml", "a"): obj("a", 2)}, "MODIFIED", obj("a", 2), None),  # replayed duplicate
+        ({}, "MODIFIED", obj("a", 3), "ADDED"),  # first seen as a modification
+        ({("ml", "a"): obj("a", 2)}, "DELETED", obj("a", 3), "DELETED"),
+        ({}, "DELETED", obj("a", 3), None),  # never seen: nothing to tell
+        ({}, "BOOKMARK", obj("a", 3), None),
+    ],
+    ids=[
+        "add",
+        "modify",
+        "re-add",
+        "duplicate",
+        "modify unseen",
+        "delete",
+        "delete unseen",
+        "bookmark",
+    ],
+)
+def test_apply_event(
+    cache: dict[Any, Any], etype: str, incoming: dict[str, Any], delivered: str | None
+) -> None:
+    event = apply_event(cache, etype, incoming)
+    assert (event.type if event else None) == delivered
+    if etype in ("ADDED", "MODIFIED"):
+        assert cache[key_of(incoming)] == incoming
+    if etype == "DELETED":
+        assert key_of(incoming) not in cache
+
+
+def test_reconcile_list_reports_changes_and_deletions() -> None:
+    cache = {
+        ("ml", "same"): obj("same", 1),
+        ("ml", "changed"): obj("changed", 1),
+        ("ml", "gone"): obj("gone", 1, phase="Running"),
+    }
+    events = reconcile_list(
+        cache, [obj("same", 1), obj("changed", 5, phase="Succeeded"), obj("new", 6)]
+    )
+    assert [(e.type, e.obj["metadata"]["name"]) for e in events] == [
+        ("MODIFIED", "changed"),
+        ("ADDED", "new"),
+        ("DELETED", "gone"),
+    ]
+    assert all(e.from_list for e in events)
+    # The DELETED event carries the last state known, so its run is judged on it.
+    assert events[2].obj["status"] == {"phase": "Running"}
+    assert sorted(cache) == [("ml", "changed"), ("ml", "new"), ("ml", "same")]
+
+
+names = st.sampled_from(["a", "b", "c", "d", "e"])
+snapshots = st.dictionaries(names, st.integers(1, 5))
+
+
+@given(before=snapshots, after=snapshots)
+def test_relist_events_replayed_on_the_old_cache_give_the_new_cache(
+    before: dict[str, int], after: dict[str, int]
+) -> None:
+    cache = {("ml", n): obj(n, rv) for n, rv in before.items()}
+    old = dict(cache)
+    items = [obj(n, rv) for n, rv in sorted(after.items())]
+    events = reconcile_list(cache, items)
+    assert {k: v["metadata"]["resourceVersion"] for k, v in cache.items()} == {
+        ("ml", n): str(rv) for n, rv in after.items()
+    }
+    # The events alone turn the old cache into the new one: nothing is missed, nothing extra.
+    replay = dict(old)
+    for event in events:
+        apply_event(replay, event.type, event.obj)
+    assert replay == cache
+    assert len(events) == len({key_of(e.obj) for e in events})
+    unchanged = {n for n in before if n in after and before[n] == after[n]}
+    assert not any(e.obj["metadata"]["name"] in unchanged for e in events)
