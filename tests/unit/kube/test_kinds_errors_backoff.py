@@ -214,5 +214,5 @@ def test_backoff_grows_jittered_and_resets() -> None:
     [{"attempts": 0}, {"base_delay": -1}, {"base_delay": 5, "max_delay": 1}, {"timeout": 0}],
 )
 def test_retry_policy_rejects_nonsense(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ValueError, match="must|need"):
+    with pytest.raises(ValueError, match=r"must|need"):
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
