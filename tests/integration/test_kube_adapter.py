@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes_asyncio.client import Configuration
 
 from launch_agent.adapters.kube import (
     InformerEvent,
@@ -22,6 +23,7 @@ from launch_agent.adapters.kube import (
     KindNotInstalled,
     KubeBadRequest,
     KubeClient,
+    KubeError,
     KubeForbidden,
     KubeInvalid,
     KubeUnavailable,
@@ -263,6 +265,24 @@ async def test_pod_log_tail(client: KubeClient, kube: KubeApiServer) -> None:
     ]
     tail = await client.pod_log_tail(NS, name, "main", lines=3)
     assert tail == '{"step": 97}\n{"step": 98}\n{"step": 99}\n'
+
+
+async def test_service_account_token_is_reread_off_the_loop(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    # In a pod the token file rotates; the client re-reads it (here at every request).
+    token = tmp_path / "token"
+    await asyncio.to_thread(token.write_text, "first\n")
+    configuration = Configuration(host=kube.url)
+    async with KubeClient(configuration, policy=FAST, token_file=str(token), token_refresh=0) as c:
+        await c.list(JOBS, NS)
+        assert configuration.api_key["BearerToken"] == "Bearer first"
+        await asyncio.to_thread(token.write_text, "second")
+        await c.list(JOBS, NS)
+        assert configuration.api_key["BearerToken"] == "Bearer second"
+        await asyncio.to_thread(token.write_text, "")
+        with pytest.raises(KubeError, match="is empty"):
+            await c.list(JOBS, NS)
 
 
 # --- retries and errors -----------------------------------------------------------------------

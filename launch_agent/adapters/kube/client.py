@@ -33,6 +33,7 @@ import random
 import ssl
 from collections.abc import AsyncGenerator, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -72,23 +73,33 @@ class Listed:
     resource_version: str
 
 
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def use_in_cluster(kubeconfig: str | None, in_cluster: bool | None) -> bool:
+    """`in_cluster=None`: in-cluster when no kubeconfig is named and the pod environment is set."""
+    if in_cluster is not None:
+        return in_cluster
+    return kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ
+
+
 async def load_configuration(
     kubeconfig: str | None = None, context: str | None = None, in_cluster: bool | None = None
 ) -> Configuration:
     """A client configuration from a kubeconfig file or the pod's service account.
 
-    `in_cluster=None` picks in-cluster when no kubeconfig is named and the pod environment is
-    present. Loading reads files (and may run an exec credential plugin), so it runs in a worker
+    Loading reads files (and may run an exec credential plugin), so it runs in a worker
     thread with its own event loop, never on the agent's loop.
     """
 
     def load() -> Configuration:
         cfg = Configuration()
-        use_cluster = in_cluster
-        if use_cluster is None:
-            use_cluster = kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ
-        if use_cluster:
-            load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        if use_in_cluster(kubeconfig, in_cluster):
+            # The client's own token refresh reads the token file on the loop; KubeClient
+            # re-reads it in a worker thread instead (`token_file`).
+            load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=cfg, try_refresh_token=False
+            )
         else:
             _drive(
                 load_kube_config(
@@ -199,8 +210,14 @@ class KubeClient:
         *,
         policy: RetryPolicy | None = None,
         rng: random.Random | None = None,
+        token_file: str | None = None,
+        token_refresh: float = 60.0,
     ) -> None:
         self._configuration = configuration
+        # A projected service-account token rotates (about hourly); re-read it every minute.
+        self._token_file = token_file
+        self._token_refresh = token_refresh
+        self._token_read_at: float | None = None
         self.policy = policy or RetryPolicy()
         self._rng = rng or random.Random()
         self._api: ApiClient | None = None
@@ -216,7 +233,10 @@ class KubeClient:
         in_cluster: bool | None = None,
         **kwargs: Any,
     ) -> KubeClient:
-        return cls(await load_configuration(kubeconfig, context, in_cluster), **kwargs)
+        configuration = await load_configuration(kubeconfig, context, in_cluster)
+        if use_in_cluster(kubeconfig, in_cluster):
+            kwargs.setdefault("token_file", SERVICE_ACCOUNT_TOKEN)
+        return cls(configuration, **kwargs)
 
     async def __aenter__(self) -> KubeClient:
         self._api = await _build_api_client(self._configuration)
@@ -250,6 +270,7 @@ class KubeClient:
     ) -> aiohttp.ClientResponse:
         if self._api is None:
             raise RuntimeError("KubeClient used outside `async with`")
+        await self._fresh_token()
         headers = {"Accept": "application/json"}
         if content_type is not None:
             headers["Content-Type"] = content_type
@@ -266,6 +287,22 @@ class KubeClient:
             _request_timeout=limits,
         )
         return response
+
+    async def _fresh_token(self) -> None:
+        if self._token_file is None:
+            return
+        now = asyncio.get_running_loop().time()
+        if self._token_read_at is not None and now - self._token_read_at < self._token_refresh:
+            return
+        path = self._token_file
+        try:
+            token = (await asyncio.to_thread(Path(path).read_text, encoding="utf-8")).strip()
+        except OSError as exc:
+            raise KubeError(f"cannot read the service account token {path}: {exc}") from None
+        if not token:
+            raise KubeError(f"service account token file {path} is empty")
+        self._configuration.api_key["BearerToken"] = f"Bearer {token}"
+        self._token_read_at = now
 
     async def _once(
         self, method: str, path: str, query: Query, body: object, content_type: str | None

@@ -95,3 +95,10 @@ def test_relist_events_replayed_on_the_old_cache_give_the_new_cache(
     assert len(events) == len({key_of(e.obj) for e in events})
     unchanged = {n for n in before if n in after and before[n] == after[n]}
     assert not any(e.obj["metadata"]["name"] in unchanged for e in events)
+
+
+def test_informer_default_transform_drops_managed_fields() -> None:
+    from launch_agent.adapters.kube.informer import InformerSettings
+
+    pod = {"metadata": {"name": "p", "managedFields": [{"manager": "kubelet"}]}, "status": {}}
+    assert InformerSettings().transform(pod) == {"metadata": {"name": "p"}, "status": {}}
