@@ -7,9 +7,9 @@ enough for the tests of our own agent to mean something.
 The agent needs its launch extras (azure-*, awscli), which pin botocore against this project's
 boto3, so it lives in its own virtualenv: `make test-reference` creates `.venv-reference` and
 runs this module (deselected from `make test` by the `reference_agent` marker). The test plays
-the parts of the outside world that are not servers: the workload (it marks the W&B run
-finished, as `wandb.init` + `run.finish` in the pod would) and the Job controller (it marks the
-Job succeeded through the `/status` rules, as kube-controller-manager would).
+the one part of the outside world the sandbox does not simulate: the workload's own W&B calls
+(it marks the run finished, as `wandb.init` + `run.finish` in the pod would). The simulated
+cluster runs the Job's pod and completes the Job.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from launch_agent.sandbox.cluster import RealClock, SimulatedCluster
 from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
 from launch_agent.sandbox.wandb import ItemState, LaunchState, RunQueueItem, WandbServer
 
@@ -81,7 +82,12 @@ def home(tmp_path: Path) -> Path:
 async def world(home: Path, reference_wandb: Path) -> AsyncIterator[World]:
     state = LaunchState(entity="ent")
     state.add_queue("q1")
-    async with KubeApiServer() as kube, WandbServer(state) as wandb:
+    async with (
+        KubeApiServer() as kube,
+        WandbServer(state) as wandb,
+        # Pods run for 2 s of wall-clock time and succeed, unless a test scripts otherwise.
+        SimulatedCluster(kube, clock=RealClock(), default_outcome="succeed after=2s"),
+    ):
         # The agent finds the cluster through ~/.kube/config (it then insists on awscli).
         await asyncio.get_running_loop().run_in_executor(
             None, write_kubeconfig, home / ".kube" / "config", kube.url, "default"
@@ -181,13 +187,14 @@ async def test_reference_agent_runs_a_docker_image_job_to_completion(
     assert env["WANDB_API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == f"wandb-api-key-{run_id}"
     assert env["WANDB_BASE_URL"]["value"] == world.wandb.url
 
-    # The workload runs and finishes; the Job controller records success.
+    # The workload calls wandb.init and finishes (the pod is simulated, so the test does that
+    # part); the simulated cluster runs the pod and the Job controller records success.
     world.state.set_run_state("ent", "proj", run_id, "finished")
-    kube.objects.patch_status(
-        "jobs",
-        job["metadata"]["name"],
-        {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]},
+    await eventually(
+        "the simulated cluster to complete the Job",
+        lambda: kube.objects.get("jobs", job["metadata"]["name"])["status"].get("succeeded"),
     )
+    assert kube.objects.list("pods", label_selector=f"job-name={job['metadata']['name']}")
 
     # The agent learns it from its watch (it never GETs or LISTs Jobs) and cleans up.
     await eventually(
