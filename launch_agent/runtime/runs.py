@@ -26,6 +26,7 @@ from launch_agent.render.naming import label_value
 RUN_SPEC = L.PREFIX + "run-spec"  # the item's runSpec as JSON, for requeues after a restart
 REPORTED = L.PREFIX + "reported"  # the terminal state was reported to W&B (restart: skip it)
 RECENTLY_FINISHED = 10_000
+GONE_PODS = 8
 
 
 @dataclass(eq=False, slots=True)
@@ -53,10 +54,20 @@ class RunRecord:
     finishing: bool = False
     # The last workload object seen (the informer's cache entry), for a DELETED assessment.
     last: Mapping[str, Any] | None = None
+    # Last states of the run's pods that were deleted (a preempted pod is deleted by the
+    # scheduler): they still explain the run's end. At most `GONE_PODS`, newest kept.
+    gone_pods: dict[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.label:
             self.label = label_value(self.rqi_id)
+
+    def pod_gone(self, pod: Mapping[str, Any]) -> None:
+        name = str((pod.get("metadata") or {}).get("name") or "")
+        self.gone_pods.pop(name, None)
+        self.gone_pods[name] = pod
+        while len(self.gone_pods) > GONE_PODS:
+            del self.gone_pods[next(iter(self.gone_pods))]
 
     @property
     def workload(self) -> str:

@@ -157,6 +157,8 @@ class Tracker:
             self._pods_by_run.setdefault(label, set()).add(key)
         record = self.runs.by_label(label)
         if record is not None:
+            if event.type == "DELETED":
+                record.pod_gone(event.obj)
             self.evaluate(record)
 
     def _on_workload(self, event: InformerEvent) -> None:
@@ -182,11 +184,16 @@ class Tracker:
 
     def pods_of(self, record: RunRecord) -> list[dict[str, Any]]:
         informer = self._pods.get(record.namespace)
-        keys = self._pods_by_run.get(record.label)
-        if informer is None or not keys:
-            return []
-        pods = (informer.get(ns, name) for ns, name in sorted(keys))
-        return [p for p in pods if p is not None]
+        keys = self._pods_by_run.get(record.label) or set()
+        live = [] if informer is None else [informer.get(ns, n) for ns, n in sorted(keys)]
+        pods = [p for p in live if p is not None]
+        names = {str(p["metadata"].get("name")) for p in pods}
+        pods += [p for name, p in record.gone_pods.items() if name not in names]
+        return pods
+
+    def pods_synced(self, namespace: str) -> bool:
+        informer = self._pods.get(namespace)
+        return informer is not None and informer.synced.is_set()
 
     def _workload_of(self, record: RunRecord) -> Any:
         informer = self._workloads.get((record.api_version, record.kind, record.namespace))
@@ -195,7 +202,9 @@ class Tracker:
 
     def evaluate(self, record: RunRecord) -> None:
         """Assess one run from the caches and act on what changed."""
-        if record.finishing:
+        if record.finishing or not self.pods_synced(record.namespace):
+            # Without the pods a failure cannot be explained; the first list of the pods
+            # informer is awaited (`recheck` comes back to this run).
             return
         workload = record.last if record.deleted else self._workload_of(record)
         if workload is None:
@@ -230,10 +239,11 @@ class Tracker:
 
     # --- housekeeping ----------------------------------------------------------------------
 
-    def recheck(self) -> None:
-        """Re-assess runs whose state can change with time alone (unschedulable deadlines)."""
+    def recheck(self, everything: bool = False) -> None:
+        """Re-assess runs whose state can change with time alone (unschedulable deadlines),
+        and runs not assessed yet (their pods were not listed yet)."""
         for record in self.runs:
-            if not record.finishing and record.state in (RunState.STARTING, None):
+            if everything or record.state in (RunState.STARTING, None):
                 self.evaluate(record)
 
     def publish(self) -> None:

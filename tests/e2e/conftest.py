@@ -123,7 +123,9 @@ class Env:
         options.setdefault("now", self.clock.now)
         options.setdefault("wandb_retry", WandbRetry(attempts=2, base_delay=0.05, timeout=5))
         options.setdefault("kube_retry", KubeRetry(attempts=3, base_delay=0.05, timeout=5))
-        options.setdefault("informer_settings", InformerSettings(backoff_base=0.05, backoff_cap=0.5))
+        options.setdefault(
+            "informer_settings", InformerSettings(backoff_base=0.05, backoff_cap=0.5)
+        )
         options.setdefault("agent_check_seconds", 0.2)
         return Agent(config or self.config(), kubeconfig=str(self.kubeconfig), **options)
 
@@ -164,12 +166,12 @@ class Env:
 async def until(
     condition: Callable[[], Any],
     *,
-    timeout: float = 15.0,
+    within: float = 15.0,
     advance: Callable[[], None] | None = None,
     message: str = "",
 ) -> Any:
     """Poll `condition` (a test-side check of sandbox state) until it is truthy."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     while True:
         value = condition()
         if value:
