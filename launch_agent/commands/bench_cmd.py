@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from launch_agent.commands import bench_render
+from launch_agent.commands import bench_render, bench_sandbox
 
 BenchRegistrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
-BENCHMARKS: tuple[BenchRegistrar, ...] = (bench_render.register_bench,)
+BENCHMARKS: tuple[BenchRegistrar, ...] = (bench_render.register_bench, bench_sandbox.register_bench)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
