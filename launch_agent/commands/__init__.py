@@ -12,6 +12,7 @@ from collections.abc import Callable
 from launch_agent.commands import (
     bench_cmd,
     config_cmd,
+    demo_cmd,
     quota_cmd,
     render_cmd,
     run_cmd,
@@ -28,5 +29,6 @@ REGISTRARS: tuple[Registrar, ...] = (
     render_cmd.register,
     validate_cmd.register,
     sandbox_cmd.register,
+    demo_cmd.register,
     bench_cmd.register,
 )

@@ -1,0 +1,289 @@
+"""The demo's driver: sandbox up, runs pushed, the real agent in-process, progress, verdict.
+
+The agent is `launch_agent.runtime.agent.Agent`, the same object `launch-agent run` builds,
+talking HTTP to the sandbox through its real clients. The driver only does what the outside
+world does: it pushes items to the W&B server, scripts what each run's pods do in the
+simulated cluster, and presses Stop in the "W&B UI" (`LaunchState.stop_run`) for the run meant
+to be stopped once the agent sees it running. It watches, every 50 ms, the W&B server's item
+states and the agent's run table (`Agent.runs`, meant for inspection) and prints a line for
+every change. Nothing of the agent is patched or bypassed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from launch_agent.demo.scenario import RUNS, DemoRun, Observation, judge, received
+from launch_agent.demo.world import SandboxWorld, WorldSettings
+from launch_agent.model.config import AgentConfig
+from launch_agent.render.kinds import KINDS
+from launch_agent.render.spec_load import load_queue_spec
+from launch_agent.runtime.agent import Agent
+from launch_agent.runtime.runs import RunRecord
+from launch_agent.sandbox.wandb import RunQueueItem
+
+ENTITY = "ent"
+PROJECT = "demo"
+START_TIMEOUT = 20.0
+ITEM_EVENTS = {
+    "PENDING": "W&B: queued",
+    "LEASED": "W&B: popped by the agent",
+    "CLAIMED": "W&B: acked (claimed)",
+    "FAILED": "W&B: failed",
+}
+TICK = 0.05
+
+
+class DemoError(Exception):
+    """The demo could not run at all (no queue specs, the agent did not start, ...)."""
+
+
+@dataclass
+class Tracked:
+    run: DemoRun
+    item: RunQueueItem
+    seen: Observation
+    record: RunRecord | None = None
+    stop_pressed: bool = False
+
+
+@dataclass
+class DemoResult:
+    rows: list[tuple[DemoRun, Observation, str | None]]
+    seconds: float
+    timed_out: bool
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and all(problem is None for _, _, problem in self.rows)
+
+
+def spec_namespaces(specs_dir: Path, queues: set[str]) -> list[str]:
+    """The namespaces of the queue specs that serve `queues` (read before the agent starts)."""
+    found: set[str] = set()
+    served: set[str] = set()
+    for path in sorted(specs_dir.glob("*.y*ml")):
+        spec, problems = load_queue_spec(path.read_text(encoding="utf-8"))
+        if problems:
+            continue  # the agent reports invalid specs itself
+        if queues & set(spec.queues):
+            found.add(spec.namespace)
+            served |= set(spec.queues)
+    missing = sorted(queues - served)
+    if missing:
+        raise DemoError(f"{specs_dir}: no valid queue spec serves {', '.join(missing)}")
+    return sorted(found)
+
+
+def agent_config(world: SandboxWorld, specs_dir: Path, namespaces: list[str]) -> AgentConfig:
+    """Production defaults except the intervals, shortened so the demo takes seconds."""
+    return AgentConfig.model_validate(
+        {
+            "queues": list(world.settings.queues),
+            "entity": ENTITY,
+            "api_key": world.wandb.api_key,
+            "base_url": world.wandb.url,
+            "queue_specs_dir": str(specs_dir),
+            "namespaces": namespaces,
+            "max_jobs": -1,
+            "agent_name": "demo-agent",
+            "poll": {"active_interval_seconds": 0.05, "idle_interval_seconds": 0.5},
+            "health": {"host": "127.0.0.1", "port": 0},
+            "tracking": {"stop_check_seconds": 0.5, "unschedulable_timeout_seconds": 3},
+            "stopped_run_timeout": 0,
+            "shutdown_grace_seconds": 3,
+        }
+    )
+
+
+def _plural(record: RunRecord) -> str | None:
+    for info in KINDS:
+        if info.api_version == record.api_version and info.kind == record.kind:
+            return info.plural
+    return None
+
+
+class Demo:
+    def __init__(
+        self,
+        specs_dir: Path,
+        out: TextIO,
+        *,
+        runs: Sequence[DemoRun] = RUNS,
+        timeout: float = 50.0,
+        crds: str = "auto",
+    ) -> None:
+        self.crds = crds
+        self.specs_dir = specs_dir
+        self.out = out
+        self.runs = list(runs)
+        self.timeout = timeout
+        self.started = time.monotonic()
+
+    def say(self, text: str) -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    async def run(self) -> DemoResult:
+        queues = sorted({r.queue for r in self.runs})
+        namespaces = await asyncio.to_thread(spec_namespaces, self.specs_dir, set(queues))
+        settings = WorldSettings(
+            entity=ENTITY, queues=tuple(queues), namespaces=tuple(namespaces), crds=self.crds
+        )
+        async with SandboxWorld(settings) as world:
+            self.say(f"sandbox: Kubernetes API {world.kube.url}, W&B {world.wandb.url}")
+            self.say(f"sandbox: CRDs from {world.crd_source}; namespaces {', '.join(namespaces)}")
+            assert world.cluster is not None
+            tracked = []
+            for run in self.runs:
+                if run.outcome:
+                    world.cluster.script(f"launch-agent.io/run-id={run.run_id}", run.outcome)
+                item = world.state.push_by_name(
+                    ENTITY, "model-registry", run.queue, run.run_spec(ENTITY, PROJECT)
+                )
+                tracked.append(Tracked(run, item, Observation(item.state.value)))
+                self._line(tracked[-1], f"pushed to queue {run.queue}: expect {run.expect}")
+            self.say(f"pushed {len(tracked)} runs to {len(queues)} queues; starting the agent")
+            agent = Agent(
+                agent_config(world, self.specs_dir, namespaces), kubeconfig=str(world.kubeconfig)
+            )
+            self.started = time.monotonic()
+            stop = asyncio.Event()
+            task = asyncio.create_task(agent.run(stop), name="demo-agent")
+            try:
+                await self._until_ready(agent, task)
+                timed_out = not await self._follow(world, agent, tracked, task)
+            finally:
+                stop.set()
+                await asyncio.wait_for(task, timeout=30)
+            for t in tracked:
+                self._finish_observation(world, t)
+            rows = [(t.run, t.seen, judge(t.run, t.seen)) for t in tracked]
+            return DemoResult(rows, time.monotonic() - self.started, timed_out)
+
+    async def _until_ready(self, agent: Agent, task: asyncio.Task[None]) -> None:
+        ready = asyncio.create_task(agent.ready.wait(), name="demo-agent-ready")
+        done, _ = await asyncio.wait(
+            {task, ready}, timeout=START_TIMEOUT, return_when="FIRST_COMPLETED"
+        )
+        if ready in done:
+            self.say(f"{self._clock()}  agent ready: registered as {agent.agent_id}, polling")
+            return
+        ready.cancel()
+        await asyncio.gather(ready, return_exceptions=True)
+        if task.done():
+            task.result()  # the start-up error, with its own message
+            raise DemoError("the agent stopped before it was ready")
+        raise DemoError(f"the agent did not become ready within {START_TIMEOUT:.0f} s")
+
+    async def _follow(
+        self, world: SandboxWorld, agent: Agent, tracked: list[Tracked], task: asyncio.Task[None]
+    ) -> bool:
+        deadline = self.started + self.timeout
+        while time.monotonic() < deadline:
+            if task.done():
+                task.result()
+                raise DemoError("the agent stopped on its own")
+            for t in tracked:
+                self._observe(world, agent, t)
+            if all(self._settled(t) for t in tracked):
+                return True
+            await asyncio.sleep(TICK)
+        return False
+
+    def _observe(self, world: SandboxWorld, agent: Agent, t: Tracked) -> None:
+        item, seen = t.item, t.seen
+        if item.state.value != seen.item_state:
+            seen.item_state = item.state.value
+            self._line(t, ITEM_EVENTS.get(seen.item_state, seen.item_state.lower()))
+        seen.run_name = item.associated_run_id
+        for warning in item.warnings[len(seen.warnings) :]:
+            seen.warnings.append(warning.message)
+            self._line(t, f"W&B warning: {warning.message}")
+        if item.failure is not None and seen.failure_message is None:
+            seen.failure_stage, seen.failure_message = item.failure.stage, item.failure.message
+            first = item.failure.message.strip().splitlines()[0]
+            self._line(t, f"W&B failure (stage {item.failure.stage}): {first}")
+        record = agent.runs.get(item.id)
+        if record is not None and t.record is None:
+            t.record = record
+            self._line(t, f"agent: creating {record.workload}")
+        if t.record is not None:
+            state = t.record.state
+            if state is not None and seen.last_state != state.value:
+                seen.agent_states.append(state.value)
+                self._line(t, f"agent: {state.value}")
+            if record is None and not seen.finished:
+                seen.finished = True
+                self._line(t, "agent: done with the run")
+        if t.run.stop_when_running and not t.stop_pressed and seen.last_state == "running":
+            world.state.stop_run(ENTITY, PROJECT, t.run.run_id)
+            t.stop_pressed = True
+            self._line(t, "Stop pressed in the W&B UI")
+
+    def _settled(self, t: Tracked) -> bool:
+        if t.seen.item_state == "FAILED":
+            return t.seen.finished or t.record is None or t.run.expect == "failed"
+        return t.seen.item_state == "CLAIMED" and t.seen.finished
+
+    def _finish_observation(self, world: SandboxWorld, t: Tracked) -> None:
+        if t.record is None:
+            return
+        plural = _plural(t.record)
+        if plural is not None:
+            left = world.kube.objects.find(plural, t.record.name, namespace=t.record.namespace)
+            t.seen.workload_left = left is not None
+
+    def _clock(self) -> str:
+        return f"{time.monotonic() - self.started:6.2f}s"
+
+    def _line(self, t: Tracked, text: str) -> None:
+        self.say(f"{self._clock()}  {t.run.name:<11} {text}")
+
+
+def table(result: DemoResult, width: int = 72) -> list[str]:
+    """The closing table: one row per run, then any problem spelled out."""
+    header = ("run", "queue", "kind", "expected", "outcome", "ok", "what W&B received")
+    rows: list[tuple[str, ...]] = []
+    for run, seen, problem in result.rows:
+        text = received(seen)
+        if len(text) > width:
+            text = text[: width - 1] + "…"
+        ok = "yes" if problem is None else "NO"
+        rows.append((run.name, run.queue, run.kind, run.expect, seen.outcome, ok, text))
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in [header, *rows]
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for run, _, problem in result.rows:
+        if problem is not None:
+            lines.append(f"{run.name}: {problem}")
+    return lines
+
+
+def messages(result: DemoResult) -> list[str]:
+    """Every failure message W&B received, in full (the table shows the first line)."""
+    lines = []
+    for run, seen, _ in result.rows:
+        if seen.failure_message:
+            lines.append(f"{run.name} (failRunQueueItem, stage {seen.failure_stage}):")
+            lines += [f"    {line}".rstrip() for line in seen.failure_message.strip().splitlines()]
+    return lines
+
+
+def quiet_agent_logs(level: int) -> Any:
+    """Agent log lines go to stderr at `level` (the demo's own lines are the progress)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("    agent %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("launch_agent")
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    return handler
