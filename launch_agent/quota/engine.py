@@ -25,16 +25,19 @@ are still exactly what a full recomputation would give.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from fractions import Fraction
 
 from launch_agent.model.quantity import format_nanos
 from launch_agent.quota.ledger import Ledger
-from launch_agent.quota.preemption import can_try_preemption, plan_preemption
+from launch_agent.quota.preemption import plan_preemption
 from launch_agent.quota.runs import RUNNING_STATES, Decision, Run, RunSpec, RunState, Stamp
-from launch_agent.quota.tree import QuotaTree
+from launch_agent.quota.tree import COUNT_RESOURCES, QuotaTree
 
-Key = tuple[int, Fraction, int, Stamp, str]
+Key = tuple[int, int, int, Stamp, str]
+# How a leaf's candidate is feasible: it fits, R7 is certain to succeed, or a plan was found.
+_NONE, _FITS, _GUARANTEED, _LOCAL, _PLANNED = 0, 1, 2, 3, 4
 
 
 class EngineError(ValueError):
@@ -44,25 +47,43 @@ class EngineError(ValueError):
 class AdmissionEngine:
     """The elastic quota tree with its runs. Pure and deterministic; not thread-safe."""
 
-    def __init__(self, tree: QuotaTree, now: Fraction | int = 0) -> None:
+    def __init__(
+        self, tree: QuotaTree, now: Fraction | int = 0, *, exhaustive: bool = False
+    ) -> None:
+        """`exhaustive=True` re-examines every leaf and plans every preemption in full at each
+        iteration: the slow reference the tests compare the incremental bookkeeping with."""
         self.tree = tree
+        self.exhaustive = exhaustive
         self.ledger = Ledger(tree)
         self.now = Fraction(now)
         self._seq = 0
-        self._leaf_of_queue = {q: self.ledger.index[n.name] for q, n in tree.leaf_of_queue().items()}
+        self._leaf_of_queue = {
+            q: self.ledger.index[n.name] for q, n in tree.leaf_of_queue().items()
+        }
         self.runs: dict[str, Run] = {}
         count = len(self.ledger.nodes)
         self._pending: list[list[Run]] = [[] for _ in range(count)]
         self._admitted: list[dict[str, Run]] = [{} for _ in range(count)]
         self._cand: list[Run | None] = [None] * count
-        self._cand_fits = [False] * count
+        self._cand_kind = [_NONE] * count
         self._best: list[Run | None] = [None] * count
         self._offer: list[Key | None] = [None] * count
+        # Largest request among candidates that fit (R3) / are guaranteed (R7 shortcut) below
+        # each node: the bounds that let an admission skip the leaves it cannot affect.
         self._fitmax: list[dict[str, int]] = [{} for _ in range(count)]
+        self._guarmax: list[dict[str, int]] = [{} for _ in range(count)]
         self._dirty_leaves: set[int] = set()
         self._dirty_nodes: set[int] = set()
+        # Leaves whose candidate relies on a preemption plan (re-examined after any change),
+        # and leaves whose candidate is guaranteed below the root (re-checked after any change).
         self._sensitive: set[int] = set()
-        self._blocked: set[int] = set()
+        self._local: set[int] = set()
+        # Skipped runs, by the (node, resource) that blocks them: heaps of
+        # (-usage threshold, leaf, epoch); an entry is stale once its leaf is re-examined.
+        self._blocked_at: dict[tuple[int, str], list[tuple[int, int, int]]] = {}
+        self._epoch = [0] * count
+        self._decreased: set[tuple[int, str]] = set()
+        self._evicting = 0
         self._reserved: list[Run] = []
         self._unready_gangs = 0
         self.decisions_made = 0
@@ -163,6 +184,8 @@ class AdmissionEngine:
             if fits:
                 self._release_reservation(run)
                 return [self._admit(run, "admitted into the quota its preemption freed")]
+        if self.exhaustive:
+            self._dirty_leaves.update(self.ledger.leaves)
         self._settle()
         root = 0
         winner = self._best[root]
@@ -181,8 +204,10 @@ class AdmissionEngine:
         if self.ledger.fits(path, winner.request):
             decisions.append(self._admit(winner, "admitted after preemption"))
         else:
+            before = self._fast_reclaim()
             winner.reserved_at = self.now
             self._reserved.append(winner)
+            self._flags_changed(before)
             self.ledger.reserve(path, winner.request, +1)
             self._on_increase(path, winner.request)
             self._dirty_leaves.add(winner.leaf)
@@ -310,6 +335,10 @@ class AdmissionEngine:
         self.decisions_made += 1
         if self.tree.instant_termination:
             self._complete_eviction(run)
+        else:
+            before = self._fast_reclaim()
+            self._evicting += 1
+            self._flags_changed(before)
         return Decision("evict", run.id, reason, by)
 
     def _complete_eviction(self, run: Run) -> None:
@@ -324,19 +353,25 @@ class AdmissionEngine:
     def _uncharge(self, run: Run) -> None:
         if run.state is RunState.ADMITTED and run.pods > 1:
             self._gang_unready(-1)
+        if run.state is RunState.EVICTING and not self.tree.instant_termination:
+            before = self._fast_reclaim()
+            self._evicting -= 1
+            self._flags_changed(before)
         self._admitted[run.leaf].pop(run.id, None)
         path = self.ledger.paths[run.leaf]
         self.ledger.charge(path, run.request, -1)
-        self._on_decrease(path)
+        self._on_decrease(path, run.request)
 
     def _release_reservation(self, run: Run) -> None:
         if run.reserved_at is None:
             return
+        before = self._fast_reclaim()
         run.reserved_at = None
         self._reserved.remove(run)
+        self._flags_changed(before)
         path = self.ledger.paths[run.leaf]
         self.ledger.reserve(path, run.request, -1)
-        self._on_decrease(path)
+        self._on_decrease(path, run.request)
         self._dirty_leaves.add(run.leaf)
 
     # --- internals: time ------------------------------------------------------------------------
@@ -395,25 +430,99 @@ class AdmissionEngine:
 
     # --- internals: candidates and the tournament --------------------------------------------
 
-    def _on_increase(self, path: tuple[int, ...], request: Mapping[str, int]) -> None:
-        """Usage grew on `path`: re-examine leaves whose fitting candidate may no longer fit."""
+    def _fast_reclaim(self) -> bool:
+        """Whether the guaranteed-reclaim shortcut applies (see `_guaranteed`)."""
+        return (
+            self.tree.reclaim_policy == "Any"
+            and not self._evicting
+            and not self._reserved
+            and not self.exhaustive
+        )
+
+    def _flags_changed(self, before: bool) -> None:
+        if before != self._fast_reclaim():
+            self._dirty_leaves.update(self.ledger.leaves)
+
+    def _guaranteed(self, run: Run, path: tuple[int, ...]) -> int:
+        """Whether R7 is certain to find victims for `run`, without planning them.
+
+        Preconditions: policy Any, no quota held by terminating runs or reservations, every
+        count of the run fits on its whole path, and G(x, parent(leaf)) holds, so A*(x) = a
+        exists. Let p be the child of a on x's path. Since Σ min(children of a) ≤ min(a) and
+        u(p) + req ≤ min(p), the children of a off x's path exceed their min, in total, by at
+        least E = u(a) + req - min(a). The run lacks, at a node m at or above a, at most
+        D = u(m) + req - max(m). If D ≤ E for every requested resource and such m, then while
+        x does not fit some child off the path borrows that resource; a borrowing node has a
+        borrowing child, down to a borrowing leaf whose running runs request the resource,
+        and each eviction lowers D and the bound on E alike: R7 cannot run out of victims.
+
+        Returns _GUARANTEED when a is the root (then D ≤ E always holds, and the answer only
+        changes with usage on the run's own path: `guarmax` tracks it), _LOCAL when a is lower
+        (the answer also depends on usage beside a: re-checked after every change), or _NONE.
+        """
         ledger = self.ledger
-        self._dirty_nodes.update(path)
+        request = run.request
         for node in path:
-            fitmax = self._fitmax[node]
-            if not fitmax:
-                continue
             maxima = ledger.maxs[node]
-            for resource in request:
+            for resource in COUNT_RESOURCES.intersection(request):
                 ceiling = maxima.get(resource)
+                if (
+                    ceiling is not None
+                    and ledger.effective(node, resource) + request[resource] > ceiling
+                ):
+                    return _NONE
+        top = ledger.guarantee_top(path, request)
+        if top is None:
+            return _NONE
+        if top == len(path) - 1:
+            return _GUARANTEED
+        anchor = path[top]
+        for node in path[top + 1 :]:
+            for resource, amount in request.items():
+                if resource in COUNT_RESOURCES or amount <= 0:
+                    continue
+                ceiling = ledger.maxs[node].get(resource)
                 if ceiling is None:
                     continue
-                headroom = ceiling - ledger.effective(node, resource)
-                if fitmax.get(resource, 0) > headroom:
-                    self._invalidate_below(node, resource, headroom)
+                excess = ledger.effective(anchor, resource) - ledger.mins[anchor].get(resource, 0)
+                if ledger.effective(node, resource) - ceiling > excess:
+                    return _NONE
+        return _LOCAL
+
+    def _on_increase(self, path: tuple[int, ...], request: Mapping[str, int]) -> None:
+        """Usage grew on `path`: re-examine the leaves whose candidate may have lost its
+        footing — found by descending only where the largest candidate request (`fitmax`,
+        `guarmax`) exceeds the node's remaining headroom."""
+        ledger = self.ledger
+        self._dirty_nodes.update(path)
+        root = path[-1]
+        for node in path:
+            fitmax = self._fitmax[node]
+            guarmax = self._guarmax[node]
+            if not fitmax and not guarmax:
+                continue
+            maxima = ledger.maxs[node]
+            minima = ledger.mins[node]
+            for resource in request:
+                used = ledger.effective(node, resource)
+                ceiling = maxima.get(resource)
+                if ceiling is not None and fitmax.get(resource, 0) > ceiling - used:
+                    self._invalidate_below(node, resource, ceiling - used, self._fitmax)
+                if not guarmax:
+                    continue
+                if resource in COUNT_RESOURCES:
+                    limit = ceiling
+                elif node != root:
+                    limit = minima.get(resource, 0)
+                else:
+                    continue
+                if limit is not None and guarmax.get(resource, 0) > limit - used:
+                    self._invalidate_below(node, resource, limit - used, self._guarmax)
         self._dirty_leaves |= self._sensitive
 
-    def _invalidate_below(self, node: int, resource: str, headroom: int) -> None:
+    def _invalidate_below(
+        self, node: int, resource: str, headroom: int, table: list[dict[str, int]]
+    ) -> None:
         stack = [node]
         while stack:
             current = stack.pop()
@@ -421,15 +530,38 @@ class AdmissionEngine:
             if not children:
                 self._dirty_leaves.add(current)
                 continue
-            stack.extend(c for c in children if self._fitmax[c].get(resource, 0) > headroom)
+            stack.extend(c for c in children if table[c].get(resource, 0) > headroom)
 
-    def _on_decrease(self, path: tuple[int, ...]) -> None:
-        """Usage fell on `path`: leaves that skipped runs may now fit one."""
+    def _on_decrease(self, path: tuple[int, ...], request: Mapping[str, int]) -> None:
+        """Usage fell on `path`. Which skipped runs may now pass is decided in `_settle`,
+        against the usage at that point (an admission usually follows its victims' release)."""
         self._dirty_nodes.update(path)
-        self._dirty_leaves |= self._blocked
+        self._decreased.update((node, resource) for node in path for resource in request)
         self._dirty_leaves |= self._sensitive
 
+    def _wake_blocked(self) -> None:
+        """Re-examine the leaves with a skipped run whose recorded obstacle is gone: the run was
+        blocked at (node, resource) while usage there exceeded its threshold."""
+        ledger = self.ledger
+        for node, resource in self._decreased:
+            heap = self._blocked_at.get((node, resource))
+            if not heap:
+                continue
+            used = ledger.effective(node, resource)
+            while heap and -heap[0][0] >= used:
+                _, leaf, epoch = heapq.heappop(heap)
+                if epoch == self._epoch[leaf]:
+                    self._dirty_leaves.add(leaf)
+        self._decreased.clear()
+
     def _settle(self) -> None:
+        if self._decreased:
+            self._wake_blocked()
+        if self._local and (self._dirty_nodes or self._dirty_leaves):
+            for leaf in self._local - self._dirty_leaves:
+                run = self._cand[leaf]
+                if run is None or self._guaranteed(run, self.ledger.paths[leaf]) != _LOCAL:
+                    self._dirty_leaves.add(leaf)
         if not self._dirty_leaves and not self._dirty_nodes:
             return
         for leaf in self._dirty_leaves:
@@ -446,17 +578,49 @@ class AdmissionEngine:
         for node in sorted(todo, key=lambda n: -depth[n]):
             self._recompute(node)
 
+    def _block(self, leaf: int, obstacles: dict[tuple[int, str], int]) -> None:
+        """Record why `leaf` skipped runs: for each (node, resource), the usage at or below
+        which the most easily satisfied of them stops being blocked there."""
+        epoch = self._epoch[leaf]
+        for where, threshold in obstacles.items():
+            heap = self._blocked_at.setdefault(where, [])
+            heapq.heappush(heap, (-threshold, leaf, epoch))
+            if len(heap) > 4 * len(self.ledger.leaves) + 64:
+                # Entries of re-examined leaves are stale; drop them so the heap stays bounded.
+                heap[:] = [e for e in heap if e[2] == self._epoch[e[1]]]
+                heapq.heapify(heap)
+
+    @staticmethod
+    def _obstacle(
+        obstacles: dict[tuple[int, str], int], where: tuple[int, str], limit: int
+    ) -> None:
+        if limit > obstacles.get(where, -(10**40)):
+            obstacles[where] = limit
+
     def _examine_leaf(self, leaf: int) -> None:
         """R6.1: the first feasible pending run in order, or only the head in Strict mode."""
+        self._cand[leaf] = None
+        self._cand_kind[leaf] = _NONE
+        self._sensitive.discard(leaf)
+        self._local.discard(leaf)
+        self._epoch[leaf] += 1
+        obstacles: dict[tuple[int, str], int] = {}
+        try:
+            self._scan_leaf(leaf, obstacles)
+        finally:
+            if obstacles:
+                self._block(leaf, obstacles)
+
+    def _scan_leaf(self, leaf: int, obstacles: dict[tuple[int, str], int]) -> None:
         ledger = self.ledger
         node = ledger.nodes[leaf]
         path = ledger.paths[leaf]
-        self._cand[leaf] = None
-        self._cand_fits[leaf] = False
-        self._sensitive.discard(leaf)
-        self._blocked.discard(leaf)
         head = True
         gangs_blocked = self.tree.block_admission_until_ready and self._unready_gangs > 0
+        fast = self._fast_reclaim()
+        maxs = ledger.maxs
+        reclaim_possible = len(path) > 1  # a lone root has no other queue to reclaim from
+        seen: list[tuple[int, str]] = []
         for run in self._pending[leaf]:
             if run.reserved_at is not None or (
                 run.not_before is not None and run.not_before > self.now
@@ -467,18 +631,53 @@ class AdmissionEngine:
             )
             head = False
             if not (gangs_blocked and run.pods > 1):
-                if ledger.fits(path, run.request):
-                    self._cand[leaf], self._cand_fits[leaf] = run, True
+                request = run.request
+                blocked = None
+                # Runs of one leaf are usually stopped by the same (node, resource): try the
+                # obstacles found so far before walking the whole path.
+                for where, resource in seen:
+                    amount = request.get(resource, 0)
+                    if (
+                        amount
+                        and ledger.effective(where, resource) + amount > maxs[where][resource]
+                    ):
+                        blocked = (where, resource)
+                        break
+                else:
+                    blocked = ledger.blocking(path, request)
+                if blocked is None:
+                    self._cand[leaf], self._cand_kind[leaf] = run, _FITS
                     return
-                if can_try_preemption(ledger, run, node.within_queue):
+                if blocked not in seen:
+                    seen.append(blocked)
+                in_min = reclaim_possible and ledger.within_min(leaf, request)
+                if in_min and fast:
+                    kind = self._guaranteed(run, path)
+                    if kind != _NONE:
+                        self._cand[leaf], self._cand_kind[leaf] = run, kind
+                        if kind == _LOCAL:
+                            self._local.add(leaf)
+                        return
+                if in_min or node.within_queue == "LowerPriority":
                     self._sensitive.add(leaf)
                     plan = plan_preemption(
                         ledger, self._admitted, run, self.tree.reclaim_policy, node.within_queue
                     )
                     if plan is not None:
-                        self._cand[leaf] = run
+                        self._cand[leaf], self._cand_kind[leaf] = run, _PLANNED
                         return
-            self._blocked.add(leaf)
+                # The run waits until usage at the blocking node falls to max - request there,
+                # or (to try preemption) until its leaf is back within min (R4).
+                where, resource = blocked
+                self._obstacle(obstacles, blocked, maxs[where][resource] - request[resource])
+                if reclaim_possible and not in_min:
+                    for resource, amount in request.items():
+                        if resource in COUNT_RESOURCES or amount <= 0:
+                            continue
+                        floor = ledger.mins[leaf].get(resource, 0)
+                        if ledger.effective(leaf, resource) + amount > floor:
+                            self._obstacle(obstacles, (leaf, resource), floor - amount)
+                            break
             if strict:
                 return
 
@@ -487,21 +686,26 @@ class AdmissionEngine:
         children = ledger.children[node]
         if not children:
             run = self._cand[node]
+            kind = self._cand_kind[node]
             self._best[node] = run
-            self._fitmax[node] = dict(run.request) if run and self._cand_fits[node] else {}
+            self._fitmax[node] = dict(run.request) if run and kind == _FITS else {}
+            self._guarmax[node] = dict(run.request) if run and kind == _GUARANTEED else {}
         else:
             best_key: Key | None = None
             best_run = None
             fitmax: dict[str, int] = {}
+            guarmax: dict[str, int] = {}
             for child in children:
                 key = self._offer[child]
                 if key is not None and (best_key is None or key < best_key):
                     best_key, best_run = key, self._best[child]
-                for resource, amount in self._fitmax[child].items():
-                    if amount > fitmax.get(resource, 0):
-                        fitmax[resource] = amount
+                for table, merged in ((self._fitmax, fitmax), (self._guarmax, guarmax)):
+                    for resource, amount in table[child].items():
+                        if amount > merged.get(resource, 0):
+                            merged[resource] = amount
             self._best[node] = best_run
             self._fitmax[node] = fitmax
+            self._guarmax[node] = guarmax
         run = self._best[node]
         self._offer[node] = None if run is None or node == 0 else self._key(node, run)
 

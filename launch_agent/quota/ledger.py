@@ -4,7 +4,8 @@ borrowed share (R5).
 Nodes are numbered in preorder so every per-node table is a list indexed by that number, and a
 run's path (its leaf up to the root) is a tuple of numbers computed once. Quantities are integer
 nanounits: every comparison is exact integer arithmetic, and the one ratio the rules need, the
-borrowed share `b(n) = max_r (u(n)[r] - min(n)[r])⁺ / cap[r] / w(n)`, is a `Fraction`.
+borrowed share `b(n) = max_r (u(n)[r] - min(n)[r])⁺ / cap[r] / w(n)`, is kept as an integer
+multiple of a common denominator, which is exact and cheap to compare.
 
 "Usage" in the predicates is the *effective* usage: quota charged to admitted and still
 terminating runs, plus quota reserved for preemptors whose victims are terminating (R10). The
@@ -13,6 +14,7 @@ charged part alone is what invariant I1 bounds by `max`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from fractions import Fraction
 
@@ -46,9 +48,18 @@ class Ledger:
         self.maxs: list[Mapping[str, int]] = [n.max for n in self.nodes]
         self.leaves = [i for i, n in enumerate(self.nodes) if n.is_leaf]
         self.cap = {r: q for r, q in tree.root.max.items() if q > 0}
-        # 1 / (cap[r] · w(n)), so a share is one multiplication per resource.
-        self.share_scale: list[dict[str, Fraction]] = [
-            {r: 1 / (Fraction(q) * node.weight) for r, q in self.cap.items()}
+        # Shares are exact rationals with the common denominator
+        # D = lcm(cap) · lcm(weight numerators), so each is stored as the integer b·D:
+        # b(n)·D = max_r excess_r · (D / (cap[r] · w(n))), and every factor is a whole number.
+        # Comparing shares is then integer comparison, with no Fraction normalisation per use.
+        cap_lcm = math.lcm(*self.cap.values()) if self.cap else 1
+        weight_lcm = math.lcm(*(node.weight.numerator for node in self.nodes))
+        self.share_denominator = cap_lcm * weight_lcm
+        self.share_scale: list[dict[str, int]] = [
+            {
+                r: (cap_lcm // q) * node.weight.denominator * (weight_lcm // node.weight.numerator)
+                for r, q in self.cap.items()
+            }
             for node in self.nodes
         ]
         self.used: list[Vector] = [{} for _ in self.nodes]
@@ -111,9 +122,10 @@ class Ledger:
         minima = self.mins[node]
         return any(self.effective(node, r) > minima.get(r, 0) for r in resources)
 
-    def share(self, node: int, extra: Mapping[str, int] | None = None) -> Fraction:
-        """R5: the node's weighted borrowed share, with `extra` added to its usage."""
-        best = Fraction(0)
+    def share(self, node: int, extra: Mapping[str, int] | None = None) -> int:
+        """R5: the node's weighted borrowed share, with `extra` added to its usage, as the
+        integer `b · share_denominator` (exact; see `share_fraction`)."""
+        best = 0
         minima = self.mins[node]
         for resource, scale in self.share_scale[node].items():
             excess = self.effective(node, resource) - minima.get(resource, 0)
@@ -121,9 +133,11 @@ class Ledger:
                 excess += extra.get(resource, 0)
             if excess > 0:
                 value = excess * scale
-                if value > best:
-                    best = value
+                best = max(best, value)
         return best
+
+    def share_fraction(self, node: int, extra: Mapping[str, int] | None = None) -> Fraction:
+        return Fraction(self.share(node, extra), self.share_denominator)
 
 
 def _add(table: list[Vector], path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:

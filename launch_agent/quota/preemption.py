@@ -94,19 +94,48 @@ class _Plan:
         stamps = [s for s in found if s is not None]
         return max(stamps) if stamps else None
 
+    def has_eligible(self, node: int) -> bool:
+        """`latest_eligible(node) is not None`, stopping at the first eligible run found."""
+        ledger = self.ledger
+        if not ledger.borrows_on(node, self.wanted):
+            return False
+        if not ledger.children[node]:
+            return next(iter(self.eligible_in_leaf(node)), None) is not None
+        return any(self.has_eligible(c) for c in ledger.children[node])
+
     def pick_child(self, children: Iterable[int]) -> int | None:
-        best: tuple[object, ...] | None = None
-        chosen = None
-        for child in children:
-            latest = self.latest_eligible(child)
-            if latest is None:
+        """Highest share first; among equal shares the most recent eligible admission, then
+        the smaller name. Only ties need the (costlier) latest-admission search."""
+        ledger = self.ledger
+        options = sorted(
+            ((ledger.share(c), c) for c in children if ledger.borrows_on(c, self.wanted)),
+            key=lambda option: option[0],
+            reverse=True,
+        )
+        start = 0
+        while start < len(options):
+            share = options[start][0]
+            end = start
+            while end < len(options) and options[end][0] == share:
+                end += 1
+            group = [child for _, child in options[start:end]]
+            start = end
+            if len(group) == 1:
+                if self.has_eligible(group[0]):
+                    return group[0]
                 continue
-            share = self.ledger.share(child)
-            # Highest share, then most recent eligible admission, then smaller name.
-            key = (-share, (-latest[0], -latest[1]), self.ledger.nodes[child].name)
-            if best is None or key < best:
-                best, chosen = key, child
-        return chosen
+            best: tuple[tuple[Fraction, int], str] | None = None
+            chosen = None
+            for child in group:
+                latest = self.latest_eligible(child)
+                if latest is None:
+                    continue
+                key = ((-latest[0], -latest[1]), ledger.nodes[child].name)
+                if best is None or key < best:
+                    best, chosen = key, child
+            if chosen is not None:
+                return chosen
+        return None
 
     def victim_at_level(self, level: int, on_path: int) -> Run | None:
         node = self.pick_child(c for c in self.ledger.children[level] if c != on_path)

@@ -226,7 +226,7 @@ def _run(item: object, path: str, bad: Any) -> RunSpec | None:
         id=str(item["run"]),
         queue=str(item["queue"]),
         pod_sets=tuple(pod_sets),
-        priority=int(priority),  # type: ignore[call-overload]
+        priority=int(priority),
         scheduler=bool(item.get("scheduler", False)),
         ready_on_admission=bool(item.get("ready", True)),
     )

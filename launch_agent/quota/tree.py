@@ -162,7 +162,9 @@ class _Reader:
                     f"{path}.{key}", f"unknown key; expected one of {', '.join(sorted(allowed))}"
                 )
 
-    def choice(self, data: Mapping[str, object], key: str, path: str, options: tuple[str, ...]) -> str:
+    def choice(
+        self, data: Mapping[str, object], key: str, path: str, options: tuple[str, ...]
+    ) -> str:
         value = data.get(key, options[0])
         if value not in options:
             self.problem(f"{path}.{key}", f"must be one of {', '.join(options)}, got {value!r}")
@@ -252,8 +254,7 @@ def _read(data: object) -> tuple[QuotaTree | None, list[TreeProblem]]:
         preemption_timeout=reader.duration(data, "preemptionTimeout", "(tree)", None),
         ready_timeout=reader.duration(data, "readyTimeout", "(tree)", None),
         backoff_base=reader.duration(data, "backoffBase", "(tree)", Fraction(60)) or Fraction(60),
-        backoff_max=reader.duration(data, "backoffMax", "(tree)", Fraction(3600))
-        or Fraction(3600),
+        backoff_max=reader.duration(data, "backoffMax", "(tree)", Fraction(3600)) or Fraction(3600),
         backoff_limit=limit,
         block_admission_until_ready=reader.boolean(
             data, "blockAdmissionUntilReady", "(tree)", False
