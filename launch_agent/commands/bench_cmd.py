@@ -10,11 +10,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from launch_agent.commands import bench_render, bench_sandbox
+from launch_agent.commands import bench_render, bench_sandbox, bench_tracking
 
 BenchRegistrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
-BENCHMARKS: tuple[BenchRegistrar, ...] = (bench_render.register_bench, bench_sandbox.register_bench)
+BENCHMARKS: tuple[BenchRegistrar, ...] = (
+    bench_render.register_bench,
+    bench_sandbox.register_bench,
+    bench_tracking.register_bench,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

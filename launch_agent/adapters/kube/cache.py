@@ -82,3 +82,34 @@ def reconcile_list(cache: dict[Key, Obj], items: Iterable[Obj]) -> list[CacheEve
     for key in sorted(set(cache) - seen):
         events.append(CacheEvent("DELETED", cache.pop(key), from_list=True))
     return events
+
+
+def strip_managed_fields(obj: Obj) -> Obj:
+    """The informers' default transform: `metadata.managedFields` is often half an object's
+    size and nothing in the agent reads it (client-go informers drop it the same way)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
+# The spec fields `launch_agent.tracking` reads from a workload (suspension).
+_TRACKED_SPEC = ("suspend", "runPolicy")
+
+
+def tracking_view(obj: Obj) -> Obj:
+    """Only what tracking and adoption read: kind, metadata, status and the suspend flags.
+
+    A pod's spec (containers, volumes, env) or a JobSet's templates are most of their size and
+    tracking reads none of it; at 10,000 runs this is the difference between caching the
+    cluster's manifests and caching their states.
+    """
+    strip_managed_fields(obj)
+    spec = obj.get("spec")
+    slim: Obj = {k: v for k, v in obj.items() if k != "spec"}
+    if isinstance(spec, dict) and obj.get("kind") != "Pod":
+        kept = {k: spec[k] for k in _TRACKED_SPEC if k in spec}
+        if isinstance(kept.get("runPolicy"), dict):
+            kept["runPolicy"] = {"suspend": kept["runPolicy"].get("suspend")}
+        slim["spec"] = kept
+    return slim

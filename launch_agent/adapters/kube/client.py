@@ -31,7 +31,7 @@ import logging
 import os
 import random
 import ssl
-from collections.abc import AsyncGenerator, Coroutine, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -418,8 +418,13 @@ class KubeClient:
         namespace: str | None,
         label_selector: str | None = None,
         page_size: int = 500,
+        transform: Callable[[Obj], Obj] | None = None,
     ) -> Listed:
-        """Every object matching the selector, paged; with the list's resourceVersion."""
+        """Every object matching the selector, paged; with the list's resourceVersion.
+
+        `transform` is applied to each item as its page arrives, so a slimmed list of 10,000
+        objects never holds 10,000 full ones at once.
+        """
         items: list[Obj] = []
         token: str | None = None
         version = ""
@@ -434,7 +439,7 @@ class KubeClient:
                 # List items omit kind/apiVersion; put them back so each object stands alone.
                 item.setdefault("apiVersion", resource.api_version)
                 item.setdefault("kind", resource.kind)
-                items.append(item)
+                items.append(transform(item) if transform else item)
             meta = page.get("metadata") or {}
             version = str(meta.get("resourceVersion") or version)
             token = meta.get("continue") or None

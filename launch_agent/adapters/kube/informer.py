@@ -34,7 +34,14 @@ from typing import Any
 import aiohttp
 
 from launch_agent.adapters.kube.backoff import Backoff
-from launch_agent.adapters.kube.cache import CacheEvent, Key, Obj, apply_event, reconcile_list
+from launch_agent.adapters.kube.cache import (
+    CacheEvent,
+    Key,
+    Obj,
+    apply_event,
+    reconcile_list,
+    strip_managed_fields,
+)
 from launch_agent.adapters.kube.client import KubeClient
 from launch_agent.adapters.kube.errors import KubeError, KubeGone, error_from_response
 from launch_agent.adapters.kube.kinds import Resource
@@ -66,19 +73,11 @@ class InformerStats:
     last_error: str = ""
 
 
-def strip_managed_fields(obj: Obj) -> Obj:
-    """The default transform: `metadata.managedFields` is often half of an object's size and
-    tracking never reads it (client-go informers drop it the same way, via SetTransform)."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        meta.pop("managedFields", None)
-    return obj
-
-
 @dataclass
 class InformerSettings:
     label_selector: str | None = None
-    # Applied to every object before it is cached and delivered; keeps 10,000 cached pods small.
+    # Applied to every object before it is cached and delivered. `cache.tracking_view` keeps
+    # only what tracking reads, for agents that watch many runs.
     transform: Callable[[Obj], Obj] = strip_managed_fields
     # Server-side timeout of one watch request; the informer reconnects from its
     # resourceVersion when it ends, which also proves the connection is alive.
@@ -159,13 +158,15 @@ class Informer:
 
     async def _list(self) -> None:
         listed = await self.client.list(
-            self.resource, self.namespace, label_selector=self.settings.label_selector
+            self.resource,
+            self.namespace,
+            label_selector=self.settings.label_selector,
+            transform=self.settings.transform,
         )
         self.stats.lists += 1
         self.resource_version = listed.resource_version
         self.healthy = True
-        transform = self.settings.transform
-        for event in reconcile_list(self.cache, [transform(o) for o in listed.items]):
+        for event in reconcile_list(self.cache, listed.items):
             await self._deliver(event)
         self.synced.set()
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from launch_agent.adapters.kube.cache import apply_event, key_of, reconcile_list
+from launch_agent.adapters.kube.cache import apply_event, key_of, reconcile_list, tracking_view
+from launch_agent.tracking import assess
+from tests.unit.tracking.shapes import NOW
+from tests.unit.tracking.test_properties import OTHER_WORKLOADS, POD_SHAPES, TERMINAL_WORKLOADS
 
 
 def obj(name: str, rv: int, ns: str = "ml", **status: Any) -> dict[str, Any]:
@@ -102,3 +106,54 @@ def test_informer_default_transform_drops_managed_fields() -> None:
 
     pod = {"metadata": {"name": "p", "managedFields": [{"manager": "kubelet"}]}, "status": {}}
     assert InformerSettings().transform(pod) == {"metadata": {"name": "p"}, "status": {}}
+
+
+@pytest.mark.parametrize(
+    ("full", "slim"),
+    [
+        (
+            {
+                "kind": "Pod",
+                "metadata": {"name": "p", "managedFields": []},
+                "spec": {"containers": []},
+                "status": {"phase": "Running"},
+            },
+            {"kind": "Pod", "metadata": {"name": "p"}, "status": {"phase": "Running"}},
+        ),
+        (
+            {
+                "kind": "Job",
+                "metadata": {"name": "j"},
+                "spec": {"suspend": True, "template": {"spec": {}}},
+                "status": {},
+            },
+            {"kind": "Job", "metadata": {"name": "j"}, "spec": {"suspend": True}, "status": {}},
+        ),
+        (
+            {
+                "kind": "PyTorchJob",
+                "metadata": {},
+                "spec": {"runPolicy": {"suspend": False, "ttl": 1}, "pytorchReplicaSpecs": {}},
+            },
+            {"kind": "PyTorchJob", "metadata": {}, "spec": {"runPolicy": {"suspend": False}}},
+        ),
+        ({"kind": "Thing", "metadata": {}, "spec": "odd"}, {"kind": "Thing", "metadata": {}}),
+    ],
+    ids=["pod", "job", "pytorchjob", "malformed spec"],
+)
+def test_tracking_view_keeps_what_tracking_reads(
+    full: dict[str, Any], slim: dict[str, Any]
+) -> None:
+    assert tracking_view(full) == slim
+
+
+@given(
+    workload=st.sampled_from(TERMINAL_WORKLOADS + OTHER_WORKLOADS),
+    pods=st.lists(st.sampled_from(POD_SHAPES), max_size=4),
+)
+def test_tracking_view_does_not_change_any_assessment(
+    workload: dict[str, Any], pods: list[dict[str, Any]]
+) -> None:
+    slim_pods = [tracking_view(copy.deepcopy(p)) for p in pods]
+    slim = tracking_view(copy.deepcopy(workload))
+    assert assess(slim, slim_pods, NOW) == assess(workload, pods, NOW)
