@@ -80,6 +80,7 @@ def entity_view(state: LaunchState, name: str) -> Obj | None:
 def project_view(state: LaunchState, project: Project) -> Obj:
     return {
         "id": project.id,
+        "internalId": project.id,
         "name": project.name,
         "entityName": project.entity,
         "entity": entity_view(state, project.entity),
@@ -396,9 +397,9 @@ RESOLVERS: dict[tuple[str, str], Any] = {
 }
 
 
-def bind(schema: GraphQLSchema) -> GraphQLSchema:
-    """Attach the resolvers to the schema's fields (fails loudly if the SDL lost a field)."""
-    for (type_name, field_name), resolver in RESOLVERS.items():
+def bind(schema: GraphQLSchema, table: dict[tuple[str, str], Any] | None = None) -> GraphQLSchema:
+    """Attach resolvers to the schema's fields (fails loudly if the SDL lost a field)."""
+    for (type_name, field_name), resolver in (RESOLVERS if table is None else table).items():
         owner = schema.get_type(type_name)
         assert isinstance(owner, GraphQLObjectType), type_name
         owner.fields[field_name].resolve = resolver

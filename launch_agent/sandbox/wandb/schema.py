@@ -34,6 +34,7 @@ type Query {
   launchAgent(id: ID!): LaunchAgent
   runQueue(id: ID!): RunQueue
   serverInfo: ServerInfo
+  artifact(id: ID!): Artifact
 }
 
 type Mutation {
@@ -81,6 +82,7 @@ type Organization {
 
 type Project {
   id: ID!
+  internalId: ID!
   name: String!
   entityName: String!
   entity: Entity!
@@ -88,7 +90,88 @@ type Project {
   runQueue(name: String!): RunQueue
   run(name: String!): Run
   sweep(sweepName: String!): Sweep
+  artifactCollectionMembership(name: String!): ArtifactCollectionMembership
+  artifactCollection(name: String!): ArtifactCollection
 }
+
+interface ArtifactCollection {
+  id: ID!
+  name: String!
+  description: String
+  createdAt: DateTime!
+  project: Project
+  artifactMembership(aliasName: String!): ArtifactCollectionMembership
+}
+
+type ArtifactSequence implements ArtifactCollection {
+  id: ID!
+  name: String!
+  description: String
+  createdAt: DateTime!
+  project: Project
+  artifactMembership(aliasName: String!): ArtifactCollectionMembership
+}
+
+type ArtifactCollectionMembership {
+  id: ID!
+  versionIndex: Int
+  createdAt: DateTime!
+  aliases: [ArtifactAlias!]!
+  artifactCollection: ArtifactCollection
+  artifact: Artifact
+  files(after: String, first: Int, names: [String!]): FileConnection
+}
+
+type ArtifactAlias {
+  id: ID!
+  alias: String!
+  artifactCollection: ArtifactCollection
+}
+
+enum ArtifactState { COMMITTED DELETED PENDING }
+enum ArtifactDigestAlgorithm { MANIFEST_MD5 MANIFEST_XXH128 }
+
+type ArtifactType { id: ID! name: String! }
+type Tag { id: ID! name: String! }
+
+type Artifact {
+  id: ID!
+  artifactSequence: ArtifactSequence!
+  versionIndex: Int
+  artifactType: ArtifactType!
+  description: String
+  metadata: JSONString
+  ttlDurationSeconds: Int!
+  ttlIsInherited: Boolean!
+  tags: [Tag!]!
+  historyStep: Int
+  state: ArtifactState!
+  size: Int!
+  digest: String!
+  digestAlgorithm: ArtifactDigestAlgorithm
+  commitHash: String
+  fileCount: Int!
+  createdAt: DateTime!
+  updatedAt: DateTime
+  aliases: [ArtifactAlias!]!
+  currentManifest: ArtifactManifest
+  files(after: String, first: Int, names: [String!]): FileConnection
+}
+
+type ArtifactManifest { id: ID! file: File! }
+
+type File {
+  id: ID!
+  name: String!
+  directUrl: String!
+  url: String
+  sizeBytes: Int
+  md5: String
+}
+
+type FileConnection { pageInfo: PageInfo! edges: [FileEdge!]! }
+type FileEdge { node: File cursor: String! }
+type PageInfo { endCursor: String hasNextPage: Boolean! }
 
 enum RunQueueAccessType { PROJECT USER }
 enum RunQueuePrioritizationMode { DISABLED V0 }

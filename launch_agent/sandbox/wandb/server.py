@@ -54,7 +54,7 @@ from graphql import (
 from graphql.language import DocumentNode
 
 from launch_agent.sandbox.faults import FaultRule, Faults, RequestLog
-from launch_agent.sandbox.wandb import resolvers, schema
+from launch_agent.sandbox.wandb import artifact_resolvers, artifacts, resolvers, schema
 from launch_agent.sandbox.wandb.state import LaunchState, WandbError
 
 DEFAULT_API_KEY = "0123456789abcdef0123456789abcdef01234567"  # 40 hex characters, like W&B's
@@ -125,7 +125,8 @@ def shared_schema() -> tuple[GraphQLSchema, DocumentCache]:
     Both are stateless (the state travels in the execution context), so every server shares
     them and a document is validated once, not once per server a test starts.
     """
-    return resolvers.bind(schema.build()), DocumentCache()
+    table = {**resolvers.RESOLVERS, **artifact_resolvers.RESOLVERS}
+    return resolvers.bind(schema.build(), table), DocumentCache()
 
 
 def _json_response(status: int, payload: Any) -> web.Response:
@@ -177,6 +178,8 @@ class WandbServer:
         app.router.add_post("/graphql", self._graphql)
         app.router.add_post("/files/{entity}/{project}/{run}/file_stream", self._file_stream)
         app.router.add_put("/upload/{token}/{entity}/{project}/{run}/{name:.+}", self._upload)
+        app.router.add_get("/artifact-manifests/{token}/{version}", self._artifact_manifest)
+        app.router.add_get("/artifact-files/{token}/{version}/{name:.+}", self._artifact_file)
         app.router.add_route("*", "/{tail:.*}", self._other)
         return app
 
@@ -385,6 +388,34 @@ class WandbServer:
         except WandbError as exc:
             return key, _errors(404, str(exc))
         return key, web.Response(status=200)
+
+    async def _artifact_manifest(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(
+            request, "REST artifact manifest", self._artifact_inner, auth=False
+        )
+
+    async def _artifact_file(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, "REST artifact file", self._artifact_inner, auth=False)
+
+    async def _artifact_inner(self, request: web.Request, key: str) -> tuple[str, web.Response]:
+        """Presigned downloads: the manifest of a version, or one of its files."""
+        info = request.match_info
+        if not secrets.compare_digest(info["token"], self._upload_token):
+            return key, _errors(403, "download URL signature does not match")
+        injected = await self._apply_faults(request, key)
+        if injected is not None:
+            return key, injected
+        version = self.state.artifacts.versions.get(info["version"])
+        if version is None:
+            return key, _errors(404, f"artifact {info['version']} not found")
+        if "name" not in info:
+            return key, _json_response(200, artifacts.manifest(version))
+        data = version.files.get(info["name"])
+        if data is None:
+            return key, _errors(
+                404, f"artifact {version.qualified_name} has no file {info['name']}"
+            )
+        return key, web.Response(body=data, content_type="application/octet-stream")
 
     async def _other(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, "REST other", self._other_inner, auth=False)

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from launch_agent.sandbox.wandb.artifacts import ArtifactStore, ArtifactVersion, job_files
+
 LAUNCH_PROJECT = "model-registry"
 DEFAULT_PRIORITY = 2
 OUTPUT_LINES_KEPT = 1_000
@@ -224,6 +226,7 @@ class LaunchState:
         self.queues_by_id: dict[str, RunQueue] = {}
         self._leases: list[tuple[float, str]] = []
         self._numbers = itertools.count(1)
+        self.artifacts = ArtifactStore(self._next, clock)
         self.add_entity(entity)
 
     def _next(self, kind: str) -> str:
@@ -512,6 +515,23 @@ class LaunchState:
         sweep = Sweep(self._next("Sweep"), name, home.entity, home.name, state)
         home.sweeps[name] = sweep
         return sweep
+
+    def add_artifact(
+        self,
+        entity: str,
+        project: str,
+        name: str,
+        type_: str,
+        *,
+        files: dict[str, bytes],
+        aliases: tuple[str, ...] = ("latest",),
+    ) -> ArtifactVersion:
+        home = self.project(entity, project, create=True)
+        return self.artifacts.add(home.entity, home.name, name, type_, files=files, aliases=aliases)
+
+    def add_job(self, entity: str, project: str, name: str, **source: Any) -> ArtifactVersion:
+        """A job artifact: `image=...`, `repo=..., commit=...` or `code_artifact=...`."""
+        return self.add_artifact(entity, project, name, "job", files=job_files(**source))
 
     def sweep_by_id(self, sweep_id: str) -> Sweep | None:
         for owner in self.entities.values():
