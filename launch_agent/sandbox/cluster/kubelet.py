@@ -217,9 +217,11 @@ class Kubelet:
             ctx.wake_at(state["next"])
         statuses = []
         for c in spec.get("containers") or []:
-            statuses.append(self._container_status(ctx, pod, c, state, o, mine=c["name"] == target))
+            mine = c["name"] == target
+            statuses.append(self._container_status(ctx, pod, c, state=state, o=o, mine=mine))
         phase = state["phase"]
-        ready = all(s.get("ready") for s in statuses)
+        unready = [s["name"] for s in statuses if not s.get("ready")]
+        ready = not unready
         now = ctx.ts()
         conds = [
             condition("PodReadyToStartContainers", ctx.t >= b + o.start, "", "", ctx.ts(b)),
@@ -230,9 +232,7 @@ class Kubelet:
                 ""
                 if ready
                 else ("PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady"),
-                ""
-                if ready
-                else f"containers with unready status: [{' '.join(s['name'] for s in statuses if not s.get('ready'))}]",
+                "" if ready else f"containers with unready status: [{' '.join(unready)}]",
                 now,
             ),
             condition("ContainersReady", ready, "" if ready else "ContainersNotReady", "", now),
@@ -263,9 +263,8 @@ class Kubelet:
                 for c in spec["initContainers"]
             ]
         if state.get("evicted"):
-            message = (
-                o.message
-                or "The node was low on resource: memory. Threshold quantity: 100Mi, available: 12Mi."
+            message = o.message or (
+                "The node was low on resource: memory. Threshold quantity: 100Mi, available: 12Mi."
             )
             status.update(reason="Evicted", message=message)
             conds.append(condition("DisruptionTarget", True, "TerminationByKubelet", message, now))
@@ -275,15 +274,22 @@ class Kubelet:
             )
             conds.append(condition("DisruptionTarget", True, "PreemptionByScheduler", message, now))
         status["conditions"] = merge_conditions(status.get("conditions"), conds)
-        self._events(ctx, pod, sim, state, o, target)
-        self._print(ctx, pod, sim, state, o, target)
+        self._events(ctx, pod, sim, state=state, o=o, target=target)
+        self._print(ctx, pod, sim, state=state, o=o, target=target)
         updated = ctx.set_status(pod, status)
         if state.get("preempted") and not sim.deleted:
             sim.deleted = True
             ctx.delete(updated)
 
     def _container_status(
-        self, ctx: Ctx, pod: Obj, c: dict[str, Any], state: dict[str, Any], o: Outcome, mine: bool
+        self,
+        ctx: Ctx,
+        pod: Obj,
+        c: dict[str, Any],
+        *,
+        state: dict[str, Any],
+        o: Outcome,
+        mine: bool,
     ) -> dict[str, Any]:
         base: dict[str, Any] = {
             "name": c["name"],
@@ -351,7 +357,7 @@ class Kubelet:
         return template.format(image=image, container=name)
 
     def _events(
-        self, ctx: Ctx, pod: Obj, sim: PodSim, state: dict[str, Any], o: Outcome, target: str
+        self, ctx: Ctx, pod: Obj, sim: PodSim, *, state: dict[str, Any], o: Outcome, target: str
     ) -> None:
         def once(sig: str, kind: str, reason: str, message: str) -> None:
             if sig not in sim.seen:
@@ -396,7 +402,7 @@ class Kubelet:
             once("Preempted", "Normal", "Preempted", "Preempted by a pod with higher priority")
 
     def _print(
-        self, ctx: Ctx, pod: Obj, sim: PodSim, state: dict[str, Any], o: Outcome, target: str
+        self, ctx: Ctx, pod: Obj, sim: PodSim, *, state: dict[str, Any], o: Outcome, target: str
     ) -> None:
         """Append the lines the target container has printed by now."""
         b = sim.bound_at

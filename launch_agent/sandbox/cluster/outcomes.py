@@ -113,7 +113,8 @@ def parse_attempt(text: str) -> Outcome:
             logs.append(value)
         else:
             raise OutcomeError(
-                f"outcome {text!r}: unknown key {key!r} (after, start, code, message, container, log)"
+                f"outcome {text!r}: unknown key {key!r}"
+                " (after, start, code, message, container, log)"
             )
     if kind == "exit" and values.get("code") == 0:
         values["kind"] = "succeed"

@@ -1,13 +1,23 @@
 """Controllers for the custom workload kinds, each writing status in its CRD's shape.
 
-| kind (group/version) | children | status written |
-| --- | --- | --- |
-| JobSet (jobset.x-k8s.io/v1alpha2) | Jobs `<js>-<replicatedJob>-<i>` | `replicatedJobsStatus`, conditions `Completed` / `Failed` / `Suspended`, `terminalState`, `restarts` |
-| PyTorchJob (kubeflow.org/v1) | pods `<job>-master-0`, `<job>-worker-<i>` | conditions `Created` / `Running` / `Succeeded` / `Failed`, `replicaStatuses`, `startTime`, `completionTime` |
-| TrainJob (trainer.kubeflow.org/v1alpha1) | a JobSet of the same name (one `node` job, `numNodes` pods) | conditions `Complete` / `Failed` / `Suspended`, `jobsStatus` |
-| LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) | pods `<lws>-<g>` (leader), `<lws>-<g>-<i>` | `replicas`, `readyReplicas`, `updatedReplicas`, conditions `Available` / `Progressing`, `hpaPodSelector` |
-| RayJob (ray.io/v1) | head and worker pods, then a submitter Job named like the RayJob | `jobStatus`, `jobDeploymentStatus`, `rayClusterName`, `rayClusterStatus`, `startTime`, `endTime`, `succeeded` / `failed`, `reason`, `message` |
-| Volcano Job (batch.volcano.sh/v1alpha1) | pods `<job>-<task>-<i>` | `state.phase`, `pending` / `running` / `succeeded` / `failed`, `taskStatusCount`, `conditions` |
+- JobSet (jobset.x-k8s.io/v1alpha2): Jobs `<js>-<replicatedJob>-<i>`; status
+  `replicatedJobsStatus`, conditions `Completed` / `Failed` / `Suspended`, `terminalState`,
+  `restarts` (honours `failurePolicy.maxRestarts`, `successPolicy`, `suspend`).
+- PyTorchJob (kubeflow.org/v1): pods `<job>-master-0`, `<job>-worker-<i>`; conditions
+  `Created` / `Running` / `Succeeded` / `Failed` (reasons `PyTorchJob<Type>`),
+  `replicaStatuses`, `startTime`, `completionTime` (honours `runPolicy.suspend`).
+- TrainJob (trainer.kubeflow.org/v1alpha1): a JobSet of the same name (one `node` job of
+  `numNodes` pods); conditions `Complete` / `Failed` / `Suspended`, `jobsStatus`.
+- LeaderWorkerSet (leaderworkerset.x-k8s.io/v1): pods `<lws>-<g>` (leader) and `<lws>-<g>-<i>`;
+  `replicas`, `readyReplicas`, `updatedReplicas`, conditions `Available` / `Progressing`,
+  `hpaPodSelector`.
+- RayJob (ray.io/v1): head and worker pods (they run until the job ends), then a submitter Job
+  named like the RayJob that plays the outcome; `jobStatus`, `jobDeploymentStatus`,
+  `rayClusterName`, `rayClusterStatus`, `startTime`, `endTime`, `succeeded` / `failed`,
+  `reason`, `message` (honours `activeDeadlineSeconds`, `shutdownAfterJobFinishes`).
+- Volcano Job (batch.volcano.sh/v1alpha1): pods `<job>-<task>-<i>`; `state.phase`,
+  `pending` / `running` / `succeeded` / `failed`, `taskStatusCount`, `conditions` (a failed pod
+  fails the job: `policies` and `maxRetry` are not modelled).
 
 A controller only runs for kinds whose CRD is registered. The upstream operators do more
 (gang scheduling, elastic policies, restarts by exit code); the sandbox models what an agent
@@ -58,6 +68,7 @@ def _ensure_pod(
     existing: dict[str, Obj],
     name: str,
     template: Obj,
+    *,
     labels: dict[str, str],
     annotations: dict[str, str] | None = None,
 ) -> Obj:
@@ -245,7 +256,9 @@ def reconcile_pytorchjob(ctx: Ctx, job: Obj) -> None:
             }
             if rtype == "Master":
                 labels["training.kubeflow.org/job-role"] = "master"
-            pod = _ensure_pod(ctx, job, existing, pod_name, {**template, "spec": pspec}, labels)
+            pod = _ensure_pod(
+                ctx, job, existing, pod_name, {**template, "spec": pspec}, labels=labels
+            )
             phase = _phase(pod)
             counts[
                 "succeeded" if phase == "Succeeded" else "failed" if phase == "Failed" else "active"
@@ -254,7 +267,13 @@ def reconcile_pytorchjob(ctx: Ctx, job: Obj) -> None:
             "active": counts["active"],
             "succeeded": counts["succeeded"],
             "failed": counts["failed"],
-            "selector": f"training.kubeflow.org/job-name={name},training.kubeflow.org/operator-name=pytorchjob-controller,training.kubeflow.org/replica-type={rtype.lower()}",
+            "selector": ",".join(
+                [
+                    f"training.kubeflow.org/job-name={name}",
+                    "training.kubeflow.org/operator-name=pytorchjob-controller",
+                    f"training.kubeflow.org/replica-type={rtype.lower()}",
+                ]
+            ),
         }
     status["replicaStatuses"] = replica_status
     if suspended:
@@ -452,7 +471,13 @@ def reconcile_lws(ctx: Ctx, lws: Obj) -> None:
             }
             annotations = {"leaderworkerset.sigs.k8s.io/size": str(size)}
             pod = _ensure_pod(
-                ctx, lws, existing, pod_name, leader if w == 0 else worker, labels, annotations
+                ctx,
+                lws,
+                existing,
+                pod_name,
+                leader if w == 0 else worker,
+                labels=labels,
+                annotations=annotations,
             )
             members.append(pod)
         if all(_ready(p) for p in members):
@@ -522,8 +547,8 @@ def reconcile_rayjob(ctx: Ctx, rj: Obj) -> None:
         existing,
         f"{cluster}-head",
         head_t,
-        {**base, "ray.io/node-type": "head", "ray.io/group": "headgroup"},
-        RUN_FOREVER,
+        labels={**base, "ray.io/node-type": "head", "ray.io/group": "headgroup"},
+        annotations=RUN_FOREVER,
     )
     workers, desired = [], 0
     for group in rcs.get("workerGroupSpecs") or []:
@@ -542,8 +567,8 @@ def reconcile_rayjob(ctx: Ctx, rj: Obj) -> None:
                     existing,
                     f"{cluster}-{group.get('groupName', 'workers')}-worker-{i}",
                     group.get("template") or {},
-                    labels,
-                    RUN_FOREVER,
+                    labels=labels,
+                    annotations=RUN_FOREVER,
                 )
             )
     ready = _ready(head) and all(_ready(w) for w in workers)
@@ -632,7 +657,10 @@ def reconcile_rayjob(ctx: Ctx, rj: Obj) -> None:
             jobStatus="STOPPED",
             endTime=now,
             reason="DeadlineExceeded",
-            message=f"The RayJob has passed the activeDeadlineSeconds. StartTime: {started}. ActiveDeadlineSeconds: {deadline}",
+            message=(
+                f"The RayJob has passed the activeDeadlineSeconds. StartTime: {started}."
+                f" ActiveDeadlineSeconds: {deadline}"
+            ),
         )
     elif deadline is not None and started is not None:
         ctx.wake_at(ctx.t + float(deadline) - _elapsed(ctx, started))
@@ -686,8 +714,8 @@ def reconcile_volcano(ctx: Ctx, job: Obj) -> None:
                 existing,
                 f"{name}-{tname}-{i}",
                 {**template, "spec": pspec},
-                labels,
-                annotations,
+                labels=labels,
+                annotations=annotations,
             )
             phase = _phase(pod)
             per[phase] += 1

@@ -60,6 +60,7 @@ class Store:
         self._rng = random.Random(seed)
         self._objects: dict[str, dict[Key, Obj]] = {}
         self._logs: dict[str, EventLog] = {}
+        self._compacted = 0
         self._watchers: dict[str, set[Watcher]] = {}
         self._by_uid: dict[str, tuple[str, Key]] = {}
         self._dependents: dict[str, set[tuple[str, Key]]] = {}
@@ -83,7 +84,8 @@ class Store:
 
     def log(self, storage: str) -> EventLog:
         if storage not in self._logs:
-            self._logs[storage] = EventLog(self.event_log_size, floor=self.rv)
+            # Nothing of this resource was logged since every log was last compacted.
+            self._logs[storage] = EventLog(self.event_log_size, floor=self._compacted)
         return self._logs[storage]
 
     def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
@@ -183,6 +185,8 @@ class Store:
 
     def compact(self, storage: str | None = None) -> None:
         """Forget logged events (every resource, or one); older RVs then answer 410."""
+        if storage is None:
+            self._compacted = self.rv
         for name in [storage] if storage else list(self._logs):
             self.log(name).compact(self.rv)
 

@@ -19,6 +19,7 @@ Invalid, with the field path in both.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Mapping
 from importlib import resources as importlib_resources
@@ -156,20 +157,31 @@ class Walker:
                 self._walk(schema["items"], item, f"{path}[{i}]", unknown, problems)
 
 
-def _load_core(kind: str, api_version: str) -> Walker | None:
-    base = (
-        importlib_resources.files("kubernetes_validate")
-        / "kubernetes-json-schema"
-        / K8S_SCHEMA_VERSION
-    )
+def _schema_dir() -> Any:
+    files = importlib_resources.files("kubernetes_validate")
+    return files / "kubernetes-json-schema" / K8S_SCHEMA_VERSION
+
+
+@functools.cache
+def _definitions() -> dict[str, Any]:
+    text = (_schema_dir() / "_definitions.json").read_text(encoding="utf-8")
+    definitions: dict[str, Any] = json.loads(text)["$defs"]
+    return definitions
+
+
+@functools.cache
+def core_walker(kind: str, api_version: str) -> Walker | None:
+    """The strict checker of a built-in kind, None if Kubernetes has no such kind.
+
+    Blocking (reads 1.8 MB of definitions once per process, under the GIL): call it from a
+    thread, or before the event loop runs, as the tests do to keep the loop responsive.
+    """
     group, _, version = api_version.rpartition("/")
     short = f"{group.split('.')[0]}-{version}" if group else version
-    path = base / f"{kind.lower()}-{short}.json"
+    path = _schema_dir() / f"{kind.lower()}-{short}.json"
     if not path.is_file():
         return None
-    schema = json.loads(path.read_text(encoding="utf-8"))
-    definitions = json.loads((base / "_definitions.json").read_text(encoding="utf-8"))["$defs"]
-    return Walker(schema, definitions)
+    return Walker(json.loads(path.read_text(encoding="utf-8")), _definitions())
 
 
 def _build_crd(schema: Mapping[str, Any]) -> Walker:
@@ -197,7 +209,7 @@ class StrictValidators:
                 built = None
             else:
                 try:
-                    built = await loop.run_in_executor(None, _load_core, rt.kind, rt.api_version)
+                    built = await loop.run_in_executor(None, core_walker, rt.kind, rt.api_version)
                 except ModuleNotFoundError:
                     # The schemas ship in the optional `validate` extra; refusing is better
                     # than pretending a field was checked.

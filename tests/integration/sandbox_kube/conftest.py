@@ -11,6 +11,7 @@ from kubernetes_asyncio import client
 
 from launch_agent.sandbox.kube import KubeApiServer
 from launch_agent.sandbox.kube.apiserver import load_crd_documents
+from launch_agent.sandbox.kube.validation import core_walker
 
 ROOT = Path(__file__).resolve().parents[3]
 CRDS = ROOT.parent / "shared" / "crds"
@@ -34,7 +35,9 @@ hRu2Z5sXjwIgDPXdfZ35obP84r5y17n6p2lacMwDBHaJrms71xTH7v4=
 """
 
 
-def job_body(name: str | None = "job-a", labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+def job_body(
+    name: str | None = "job-a", labels: dict[str, str] | None = None, **spec: Any
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"labels": labels or {}}
     if name:
         meta["name"] = name
@@ -69,6 +72,13 @@ def crds() -> Path:
     for path in sorted(CRDS.glob("*.yaml")):
         load_crd_documents(path)
     return CRDS
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _core_schemas() -> None:
+    """Strict-validation schemas of the kinds the tests create, read before any loop runs."""
+    for kind, api_version in (("Job", "batch/v1"), ("Pod", "v1"), ("ConfigMap", "v1")):
+        core_walker(kind, api_version)
 
 
 @pytest.fixture(scope="session")

@@ -58,13 +58,24 @@ async def test_create_answers_201_and_errors_are_status_objects(kube: KubeApiSer
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [
-        (lambda b: b["spec"]["template"]["spec"].update(containers=[]), "spec.template.spec.containers"),
-        (lambda b: b["spec"]["template"]["spec"].update(restartPolicy="Always"), "spec.template.spec.restartPolicy"),
-        (lambda b: b["spec"]["template"]["spec"]["containers"][0].pop("image"), "containers[0].image"),
+        (
+            lambda b: b["spec"]["template"]["spec"].update(containers=[]),
+            "spec.template.spec.containers",
+        ),
+        (
+            lambda b: b["spec"]["template"]["spec"].update(restartPolicy="Always"),
+            "spec.template.spec.restartPolicy",
+        ),
+        (
+            lambda b: b["spec"]["template"]["spec"]["containers"][0].pop("image"),
+            "containers[0].image",
+        ),
         (lambda b: b["spec"].update(backoffLimit=-1), "spec.backoffLimit"),
     ],
 )
-async def test_invalid_jobs_are_refused_with_the_field(batch: client.BatchV1Api, mutate: Any, field: str) -> None:
+async def test_invalid_jobs_are_refused_with_the_field(
+    batch: client.BatchV1Api, mutate: Any, field: str
+) -> None:
     body = job_body()
     mutate(body)
     with pytest.raises(ApiException) as err:
@@ -82,9 +93,13 @@ async def test_unknown_namespace_is_404(batch: client.BatchV1Api, core: client.C
     await batch.create_namespaced_job("team-a", job_body())
 
 
-async def test_list_with_selectors_limit_and_continue(batch: client.BatchV1Api, core: client.CoreV1Api) -> None:
+async def test_list_with_selectors_limit_and_continue(
+    batch: client.BatchV1Api, core: client.CoreV1Api
+) -> None:
     for i in range(7):
-        await batch.create_namespaced_job("default", job_body(f"job-{i}", labels={"team": "a" if i % 2 else "b", "i": str(i)}))
+        await batch.create_namespaced_job(
+            "default", job_body(f"job-{i}", labels={"team": "a" if i % 2 else "b", "i": str(i)})
+        )
     listed = await batch.list_namespaced_job("default", label_selector="team=a")
     assert [j.metadata.name for j in listed.items] == ["job-1", "job-3", "job-5"]
     listed = await batch.list_namespaced_job("default", label_selector="i in (1,2),team!=a")
@@ -95,7 +110,9 @@ async def test_list_with_selectors_limit_and_continue(batch: client.BatchV1Api, 
     names = [j.metadata.name for j in page.items]
     assert page.metadata.remaining_item_count == 4
     while page.metadata._continue:
-        page = await batch.list_namespaced_job("default", limit=3, _continue=page.metadata._continue)
+        page = await batch.list_namespaced_job(
+            "default", limit=3, _continue=page.metadata._continue
+        )
         names += [j.metadata.name for j in page.items]
     assert names == [f"job-{i}" for i in range(7)]
     everywhere = await batch.list_job_for_all_namespaces()
@@ -106,7 +123,9 @@ async def test_list_with_selectors_limit_and_continue(batch: client.BatchV1Api, 
     assert err.value.status == 400
 
 
-async def test_list_continue_after_compaction_is_410(kube: KubeApiServer, batch: client.BatchV1Api) -> None:
+async def test_list_continue_after_compaction_is_410(
+    kube: KubeApiServer, batch: client.BatchV1Api
+) -> None:
     for i in range(3):
         await batch.create_namespaced_job("default", job_body(f"job-{i}"))
     page = await batch.list_namespaced_job("default", limit=1)
@@ -131,7 +150,9 @@ async def test_status_subresource_split_and_generation(batch: client.BatchV1Api)
     assert patched.status.active == 1 and patched.spec.parallelism == 1
     assert patched.metadata.generation == 1
     # A spec change bumps generation; a label change does not.
-    patched = await batch.patch_namespaced_job("job-a", "default", {"metadata": {"labels": {"x": "y"}}})
+    patched = await batch.patch_namespaced_job(
+        "job-a", "default", {"metadata": {"labels": {"x": "y"}}}
+    )
     assert patched.metadata.generation == 1
     patched = await batch.patch_namespaced_job("job-a", "default", {"spec": {"suspend": True}})
     assert patched.metadata.generation == 2
@@ -149,12 +170,16 @@ async def test_strategic_merge_of_containers_through_the_client(core: client.Cor
     assert patched.metadata.generation == 2
 
 
-async def test_json_and_merge_patch_over_http(kube: KubeApiServer, batch: client.BatchV1Api) -> None:
+async def test_json_and_merge_patch_over_http(
+    kube: KubeApiServer, batch: client.BatchV1Api
+) -> None:
     await batch.create_namespaced_job("default", job_body(labels={"a": "1"}))
     url = f"{kube.url}/apis/batch/v1/namespaces/default/jobs/job-a"
     async with aiohttp.ClientSession() as http:
-        ops = [{"op": "test", "path": "/metadata/labels/a", "value": "1"},
-               {"op": "add", "path": "/metadata/labels/b", "value": "2"}]
+        ops = [
+            {"op": "test", "path": "/metadata/labels/a", "value": "1"},
+            {"op": "add", "path": "/metadata/labels/b", "value": "2"},
+        ]
         headers = {"Content-Type": "application/json-patch+json"}
         async with http.patch(url, data=json.dumps(ops), headers=headers) as resp:
             assert resp.status == 200
@@ -182,7 +207,9 @@ async def test_optimistic_concurrency(batch: client.BatchV1Api) -> None:
         await batch.replace_namespaced_job("job-a", "default", job)  # still carries the stale RV
     assert err.value.status == 409 and _status(err.value)["reason"] == "Conflict"
     with pytest.raises(ApiException) as err:
-        await batch.patch_namespaced_job("job-a", "default", {"metadata": {"resourceVersion": stale, "labels": {"x": "1"}}})
+        await batch.patch_namespaced_job(
+            "job-a", "default", {"metadata": {"resourceVersion": stale, "labels": {"x": "1"}}}
+        )
     assert err.value.status == 409
     # PUT of /status with the current RV works and changes only status.
     current = await batch.read_namespaced_job("job-a", "default")
@@ -192,12 +219,15 @@ async def test_optimistic_concurrency(batch: client.BatchV1Api) -> None:
     assert replaced.status.succeeded == 1 and replaced.spec.parallelism == 1
 
 
-async def test_put_without_resource_version_is_refused_for_builtin_kinds(kube: KubeApiServer, batch: client.BatchV1Api) -> None:
+async def test_put_without_resource_version_is_refused_for_builtin_kinds(
+    kube: KubeApiServer, batch: client.BatchV1Api
+) -> None:
     await batch.create_namespaced_job("default", job_body())
     body = job_body()
-    async with aiohttp.ClientSession() as http, http.put(
-        f"{kube.url}/apis/batch/v1/namespaces/default/jobs/job-a", json=body
-    ) as resp:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.put(f"{kube.url}/apis/batch/v1/namespaces/default/jobs/job-a", json=body) as resp,
+    ):
         assert resp.status == 422
         assert "resourceVersion" in (await resp.json())["message"]
 
@@ -208,7 +238,9 @@ async def test_dry_run_stores_nothing(kube: KubeApiServer, batch: client.BatchV1
     assert kube.objects.find("jobs", "job-a") is None
     await batch.create_namespaced_job("default", job_body())
     rv = kube.objects.get("jobs", "job-a")["metadata"]["resourceVersion"]
-    await batch.patch_namespaced_job("job-a", "default", {"metadata": {"labels": {"x": "y"}}}, dry_run="All")
+    await batch.patch_namespaced_job(
+        "job-a", "default", {"metadata": {"labels": {"x": "y"}}}, dry_run="All"
+    )
     await batch.delete_namespaced_job("job-a", "default", dry_run="All")
     assert kube.objects.get("jobs", "job-a")["metadata"]["resourceVersion"] == rv
     with pytest.raises(ApiException) as err:
@@ -231,7 +263,7 @@ async def test_strict_field_validation_for_core_kinds(kube: KubeApiServer) -> No
             status = await resp.json()
         assert resp.status == 422 and "spec.backoffLimit" in status["message"]
         # Without Strict the typo is accepted, like a real server's default (Warn).
-        async with http.post(url.split("?")[0], json=body) as resp:
+        async with http.post(url.partition("?")[0], json=body) as resp:
             assert resp.status == 201
 
 

@@ -15,8 +15,18 @@ from launch_agent.sandbox.kube import KubeApiServer
 from .conftest import job_body
 
 
-@pytest.mark.parametrize(("code", "reason"), [(500, "InternalError"), (429, "TooManyRequests"), (503, "ServiceUnavailable"), (403, "Forbidden")])
-async def test_status_rule_answers_a_status_object(kube: KubeApiServer, batch: client.BatchV1Api, code: int, reason: str) -> None:
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (500, "InternalError"),
+        (429, "TooManyRequests"),
+        (503, "ServiceUnavailable"),
+        (403, "Forbidden"),
+    ],
+)
+async def test_status_rule_answers_a_status_object(
+    kube: KubeApiServer, batch: client.BatchV1Api, code: int, reason: str
+) -> None:
     kube.faults.add(FaultRule("POST jobs", status=code, times=1, message="boom"))
     with pytest.raises(ApiException) as err:
         await batch.create_namespaced_job("default", job_body())
@@ -26,7 +36,9 @@ async def test_status_rule_answers_a_status_object(kube: KubeApiServer, batch: c
     assert kube.log.count("POST jobs") == 2
 
 
-async def test_route_keys_and_counters(kube: KubeApiServer, batch: client.BatchV1Api, core: client.CoreV1Api) -> None:
+async def test_route_keys_and_counters(
+    kube: KubeApiServer, batch: client.BatchV1Api, core: client.CoreV1Api
+) -> None:
     await batch.create_namespaced_job("default", job_body())
     await batch.read_namespaced_job("job-a", "default")
     await batch.list_namespaced_job("default")
@@ -34,7 +46,11 @@ async def test_route_keys_and_counters(kube: KubeApiServer, batch: client.BatchV
     await batch.delete_namespaced_job("job-a", "default")
     await core.delete_collection_namespaced_pod("default")
     assert dict(kube.log.counts) == {
-        "POST jobs": 1, "GET jobs": 1, "LIST jobs": 1, "PATCH jobs/status": 1, "DELETE jobs": 1,
+        "POST jobs": 1,
+        "GET jobs": 1,
+        "LIST jobs": 1,
+        "PATCH jobs/status": 1,
+        "DELETE jobs": 1,
         "DELETECOLLECTION pods": 1,
     }
     assert [e.status for e in kube.log] == [201, 200, 200, 200, 200, 200]
@@ -83,24 +99,34 @@ async def test_refused_connections(kube: KubeApiServer, core: client.CoreV1Api) 
 
 
 async def test_forced_410_on_a_watch(kube: KubeApiServer, batch: client.BatchV1Api) -> None:
-    kube.faults.add(FaultRule("WATCH jobs", status=410, times=1, message="too old resource version: 1 (99)"))
+    kube.faults.add(
+        FaultRule("WATCH jobs", status=410, times=1, message="too old resource version: 1 (99)")
+    )
     w = watch.Watch()
     with pytest.raises(ApiException) as err:
-        async for _ in w.stream(batch.list_namespaced_job, "default", resource_version="5", timeout_seconds=1):
+        async for _ in w.stream(
+            batch.list_namespaced_job, "default", resource_version="5", timeout_seconds=1
+        ):
             pass
     assert err.value.status == 410
     await w.close()
 
 
-async def test_dropped_watch_stream_after_some_events(kube: KubeApiServer, batch: client.BatchV1Api) -> None:
+async def test_dropped_watch_stream_after_some_events(
+    kube: KubeApiServer, batch: client.BatchV1Api
+) -> None:
     for i in range(3):
         kube.objects.create("jobs", job_body(f"j{i}"))
     kube.faults.add(FaultRule("WATCH jobs", drop=True, after_events=2, times=1))
     w = watch.Watch()
-    seen = []
-    with pytest.raises(aiohttp.ClientError):
+    seen: list[str] = []
+
+    async def consume() -> None:
         async for event in w.stream(batch.list_namespaced_job, "default", timeout_seconds=2):
             seen.append(event["object"].metadata.name)
+
+    with pytest.raises(aiohttp.ClientError):
+        await consume()
     assert seen == ["j0", "j1"]
     await w.close()
 
@@ -111,7 +137,9 @@ async def test_stalled_watch_says_nothing(kube: KubeApiServer, batch: client.Bat
     seen = []
 
     async def consume() -> None:
-        async for event in w.stream(batch.list_namespaced_job, "default", allow_watch_bookmarks=True, timeout_seconds=30):
+        async for event in w.stream(
+            batch.list_namespaced_job, "default", allow_watch_bookmarks=True, timeout_seconds=30
+        ):
             seen.append(event["type"])
 
     kube.objects.create("jobs", job_body("j"))
@@ -122,7 +150,9 @@ async def test_stalled_watch_says_nothing(kube: KubeApiServer, batch: client.Bat
     await w.close()
 
 
-async def test_drop_watches_ends_open_streams(kube: KubeApiServer, batch: client.BatchV1Api) -> None:
+async def test_drop_watches_ends_open_streams(
+    kube: KubeApiServer, batch: client.BatchV1Api
+) -> None:
     w = watch.Watch()
 
     async def consume() -> int:

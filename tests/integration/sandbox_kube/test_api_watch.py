@@ -26,11 +26,18 @@ async def _collect(stream: Any, until: int | None = None) -> list[tuple[str, str
     return seen
 
 
-async def test_watch_from_list_rv_sees_only_later_events(kube: KubeApiServer, batch: client.BatchV1Api) -> None:
+async def test_watch_from_list_rv_sees_only_later_events(
+    kube: KubeApiServer, batch: client.BatchV1Api
+) -> None:
     await batch.create_namespaced_job("default", job_body("old"))
     listed = await batch.list_namespaced_job("default")
     w = watch.Watch()
-    stream = w.stream(batch.list_namespaced_job, "default", resource_version=listed.metadata.resource_version, timeout_seconds=2)
+    stream = w.stream(
+        batch.list_namespaced_job,
+        "default",
+        resource_version=listed.metadata.resource_version,
+        timeout_seconds=2,
+    )
     async with asyncio.TaskGroup() as tg:
         collector = tg.create_task(_collect(stream, until=3), name="collect-watch")
         await asyncio.sleep(0.05)
@@ -60,13 +67,18 @@ async def test_bookmarks_and_timeout(kube: KubeApiServer, batch: client.BatchV1A
     start = loop.time()
     w = watch.Watch()
     stream = w.stream(
-        batch.list_namespaced_job, "default", resource_version=listed.metadata.resource_version,
-        allow_watch_bookmarks=True, timeout_seconds=1,
+        batch.list_namespaced_job,
+        "default",
+        resource_version=listed.metadata.resource_version,
+        allow_watch_bookmarks=True,
+        timeout_seconds=1,
     )
     seen = await _collect(stream)
     elapsed = loop.time() - start
     assert seen and {kind for kind, _ in seen} == {"BOOKMARK"}
-    assert 0.9 <= elapsed < 3  # closed by the server at timeoutSeconds (not a timing assertion on speed)
+    assert (
+        0.9 <= elapsed < 3
+    )  # closed by the server at timeoutSeconds (not a timing assertion on speed)
     await w.close()
 
 
@@ -76,54 +88,92 @@ async def test_compacted_rv_answers_410(kube: KubeApiServer, batch: client.Batch
     kube.compact()
     w = watch.Watch()
     with pytest.raises(ApiException) as err:
-        await _collect(w.stream(batch.list_namespaced_job, "default", resource_version=listed.metadata.resource_version, timeout_seconds=1))
+        await _collect(
+            w.stream(
+                batch.list_namespaced_job,
+                "default",
+                resource_version=listed.metadata.resource_version,
+                timeout_seconds=1,
+            )
+        )
     assert err.value.status == 410
     await w.close()
 
 
 async def test_event_log_is_bounded_and_old_rvs_expire(test_ca: str) -> None:
-    async with KubeApiServer(event_log_size=5) as kube:
-        async with client.ApiClient(client_config(kube.url, test_ca)) as api:
-            batch = client.BatchV1Api(api)
-            first = await batch.create_namespaced_job("default", job_body("j0"))
-            for i in range(1, 10):
-                await batch.create_namespaced_job("default", job_body(f"j{i}"))
-            w = watch.Watch()
-            with pytest.raises(ApiException) as err:
-                await _collect(w.stream(batch.list_namespaced_job, "default", resource_version=first.metadata.resource_version, timeout_seconds=1))
-            assert err.value.status == 410
-            recent = kube.objects.get("jobs", "j6")["metadata"]["resourceVersion"]
-            seen = await _collect(w.stream(batch.list_namespaced_job, "default", resource_version=recent, timeout_seconds=1))
-            assert seen == [("ADDED", "j7"), ("ADDED", "j8"), ("ADDED", "j9")]
-            await w.close()
+    async with (
+        KubeApiServer(event_log_size=5) as kube,
+        client.ApiClient(client_config(kube.url, test_ca)) as api,
+    ):
+        batch = client.BatchV1Api(api)
+        first = await batch.create_namespaced_job("default", job_body("j0"))
+        for i in range(1, 10):
+            await batch.create_namespaced_job("default", job_body(f"j{i}"))
+        w = watch.Watch()
+        with pytest.raises(ApiException) as err:
+            await _collect(
+                w.stream(
+                    batch.list_namespaced_job,
+                    "default",
+                    resource_version=first.metadata.resource_version,
+                    timeout_seconds=1,
+                )
+            )
+        assert err.value.status == 410
+        recent = kube.objects.get("jobs", "j6")["metadata"]["resourceVersion"]
+        seen = await _collect(
+            w.stream(
+                batch.list_namespaced_job, "default", resource_version=recent, timeout_seconds=1
+            )
+        )
+        assert seen == [("ADDED", "j7"), ("ADDED", "j8"), ("ADDED", "j9")]
+        await w.close()
 
 
 async def test_selectors_apply_to_events(kube: KubeApiServer, batch: client.BatchV1Api) -> None:
     listed = await batch.list_namespaced_job("default")
     w = watch.Watch()
     stream = w.stream(
-        batch.list_namespaced_job, "default", label_selector="wandb.ai/monitor=true",
-        resource_version=listed.metadata.resource_version, timeout_seconds=2,
+        batch.list_namespaced_job,
+        "default",
+        label_selector="wandb.ai/monitor=true",
+        resource_version=listed.metadata.resource_version,
+        timeout_seconds=2,
     )
     async with asyncio.TaskGroup() as tg:
         collector = tg.create_task(_collect(stream, until=3), name="collect-watch")
         await asyncio.sleep(0.05)
-        await batch.create_namespaced_job("default", job_body("other", labels={"wandb.ai/monitor": "false"}))
-        await batch.create_namespaced_job("default", job_body("mine", labels={"wandb.ai/monitor": "true"}))
+        await batch.create_namespaced_job(
+            "default", job_body("other", labels={"wandb.ai/monitor": "false"})
+        )
+        await batch.create_namespaced_job(
+            "default", job_body("mine", labels={"wandb.ai/monitor": "true"})
+        )
         # Relabelling in and out of the selector shows up as ADDED and DELETED.
-        await batch.patch_namespaced_job("other", "default", {"metadata": {"labels": {"wandb.ai/monitor": "true"}}})
-        await batch.patch_namespaced_job("mine", "default", {"metadata": {"labels": {"wandb.ai/monitor": "no"}}})
+        await batch.patch_namespaced_job(
+            "other", "default", {"metadata": {"labels": {"wandb.ai/monitor": "true"}}}
+        )
+        await batch.patch_namespaced_job(
+            "mine", "default", {"metadata": {"labels": {"wandb.ai/monitor": "no"}}}
+        )
     assert collector.result() == [("ADDED", "mine"), ("ADDED", "other"), ("DELETED", "mine")]
     await w.close()
 
 
-async def test_field_selector_on_pod_phase_events(kube: KubeApiServer, core: client.CoreV1Api) -> None:
+async def test_field_selector_on_pod_phase_events(
+    kube: KubeApiServer, core: client.CoreV1Api
+) -> None:
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "m", "image": "i"}]}}
     await core.create_namespaced_pod("default", pod)
     listed = await core.list_namespaced_pod("default")
     w = watch.Watch()
-    stream = w.stream(core.list_namespaced_pod, "default", field_selector="status.phase=Running",
-                      resource_version=listed.metadata.resource_version, timeout_seconds=2)
+    stream = w.stream(
+        core.list_namespaced_pod,
+        "default",
+        field_selector="status.phase=Running",
+        resource_version=listed.metadata.resource_version,
+        timeout_seconds=2,
+    )
     async with asyncio.TaskGroup() as tg:
         collector = tg.create_task(_collect(stream, until=1), name="collect-watch")
         await asyncio.sleep(0.05)
@@ -132,12 +182,17 @@ async def test_field_selector_on_pod_phase_events(kube: KubeApiServer, core: cli
     await w.close()
 
 
-async def test_no_gap_between_replay_and_live_events(kube: KubeApiServer, batch: client.BatchV1Api) -> None:
+async def test_no_gap_between_replay_and_live_events(
+    kube: KubeApiServer, batch: client.BatchV1Api
+) -> None:
     """Objects written while many watches start are each seen exactly once by every watch."""
+
     async def watch_all() -> list[tuple[str, str]]:
         w = watch.Watch()  # one stream per Watch
         try:
-            return await _collect(w.stream(batch.list_namespaced_job, "default", timeout_seconds=2), until=40)
+            return await _collect(
+                w.stream(batch.list_namespaced_job, "default", timeout_seconds=2), until=40
+            )
         finally:
             await w.close()
 
@@ -154,13 +209,24 @@ async def test_no_gap_between_replay_and_live_events(kube: KubeApiServer, batch:
         assert sorted(names) == sorted(f"j{i}" for i in range(40))
 
 
-async def test_cluster_wide_watch_and_namespaced_isolation(kube: KubeApiServer, core: client.CoreV1Api) -> None:
+async def test_cluster_wide_watch_and_namespaced_isolation(
+    kube: KubeApiServer, core: client.CoreV1Api
+) -> None:
     await core.create_namespace({"metadata": {"name": "other"}})
     listed = await core.list_config_map_for_all_namespaces()
     w = watch.Watch()
-    stream = w.stream(core.list_config_map_for_all_namespaces, resource_version=listed.metadata.resource_version, timeout_seconds=2)
+    stream = w.stream(
+        core.list_config_map_for_all_namespaces,
+        resource_version=listed.metadata.resource_version,
+        timeout_seconds=2,
+    )
     w2 = watch.Watch()
-    ns_stream = w2.stream(core.list_namespaced_config_map, "other", resource_version=listed.metadata.resource_version, timeout_seconds=2)
+    ns_stream = w2.stream(
+        core.list_namespaced_config_map,
+        "other",
+        resource_version=listed.metadata.resource_version,
+        timeout_seconds=2,
+    )
     async with asyncio.TaskGroup() as tg:
         everything = tg.create_task(_collect(stream, until=2), name="all")
         only_other = tg.create_task(_collect(ns_stream, until=1), name="other")

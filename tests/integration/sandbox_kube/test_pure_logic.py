@@ -73,7 +73,11 @@ FIELD_CASES = [
     ("metadata.namespace=default,status.phase=Running", "pods", True),
     ("spec.nodeName=n1", "pods", True),
 ]
-POD = {"metadata": {"name": "p1", "namespace": "default"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
+POD = {
+    "metadata": {"name": "p1", "namespace": "default"},
+    "spec": {"nodeName": "n1"},
+    "status": {"phase": "Running"},
+}
 
 
 @pytest.mark.parametrize(("selector", "resource", "expected"), FIELD_CASES)
@@ -88,7 +92,10 @@ def test_unsupported_field_is_refused_with_the_field_name() -> None:
 
 def test_label_selector_objects() -> None:
     sel = selector_from_label_selector(
-        {"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}]}
+        {
+            "matchLabels": {"app": "web"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}],
+        }
     )
     assert sel.matches(LABELS)
     assert not sel.matches({"app": "web"})
@@ -96,7 +103,9 @@ def test_label_selector_objects() -> None:
 
 # --- patches ----------------------------------------------------------------------------------
 
-POD_SPEC = {"spec": {"containers": [{"name": "main", "image": "a", "env": [{"name": "X", "value": "1"}]}]}}
+POD_SPEC = {
+    "spec": {"containers": [{"name": "main", "image": "a", "env": [{"name": "X", "value": "1"}]}]}
+}
 
 STRATEGIC_CASES: list[tuple[str, Any, Any]] = [
     (
@@ -130,7 +139,10 @@ def test_strategic_merge_lists(case: str, patch: Any, names: list[str]) -> None:
 
 def test_strategic_merge_env_and_ports_keys() -> None:
     base = {"env": [{"name": "A", "value": "1"}], "ports": [{"containerPort": 80, "name": "http"}]}
-    patch = {"env": [{"name": "A", "value": "2"}, {"name": "B", "value": "3"}], "ports": [{"containerPort": 443}]}
+    patch = {
+        "env": [{"name": "A", "value": "2"}, {"name": "B", "value": "3"}],
+        "ports": [{"containerPort": 443}],
+    }
     result = strategic_merge_patch(base, patch)
     assert result["env"] == [{"name": "A", "value": "2"}, {"name": "B", "value": "3"}]
     assert [p["containerPort"] for p in result["ports"]] == [80, 443]
@@ -175,7 +187,9 @@ def test_json_patch_errors(ops: Any, reason: str) -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=5),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3)
+    ),
     max_leaves=12,
 )
 objects = st.dictionaries(st.text(max_size=4), json_values, max_size=4)
@@ -207,8 +221,14 @@ OUTCOME_CASES = [
     ("exit code=0", [Outcome("succeed", code=0)]),
     ("oomkilled start=500ms", [Outcome("oomkilled", start=0.5)]),
     ("fail; succeed", [Outcome("fail", code=1), Outcome("succeed")]),
-    ('unschedulable message="0/3 nodes are available"', [Outcome("unschedulable", message="0/3 nodes are available")]),
-    ("crashloop code=2 after=1 container=main", [Outcome("crashloop", after=1, code=2, container="main")]),
+    (
+        'unschedulable message="0/3 nodes are available"',
+        [Outcome("unschedulable", message="0/3 nodes are available")],
+    ),
+    (
+        "crashloop code=2 after=1 container=main",
+        [Outcome("crashloop", after=1, code=2, container="main")],
+    ),
     ('succeed log="epoch 1" log="epoch 2"', [Outcome("succeed", logs=("epoch 1", "epoch 2"))]),
 ]
 
@@ -238,7 +258,14 @@ def test_outcome_errors_are_precise(text: str, reason: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("500m", "0.5"), ("2", "2"), ("1Ki", "1024"), ("16Gi", str(16 * 2**30)), ("1.5", "1.5"), ("3M", "3000000")],
+    [
+        ("500m", "0.5"),
+        ("2", "2"),
+        ("1Ki", "1024"),
+        ("16Gi", str(16 * 2**30)),
+        ("1.5", "1.5"),
+        ("3M", "3000000"),
+    ],
 )
 def test_quantities(text: str, value: str) -> None:
     from decimal import Decimal
@@ -253,5 +280,10 @@ def test_fit_reports_the_scheduler_message() -> None:
     spec_sel = {"nodeSelector": {"pool": "a"}, "containers": [{"name": "m"}]}
     node, message = fit(nodes, {}, spec_sel)
     assert node is None
-    assert message == "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
-    assert fit(nodes, {}, {"containers": [{"name": "m", "resources": {"requests": {"cpu": "2"}}}]})[0] == "n0"
+    assert (
+        message == "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+    )
+    assert (
+        fit(nodes, {}, {"containers": [{"name": "m", "resources": {"requests": {"cpu": "2"}}}]})[0]
+        == "n0"
+    )
