@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -182,11 +182,11 @@ class Tracker:
             record.deleted = True
         self.evaluate(record)
 
-    def pods_of(self, record: RunRecord) -> list[dict[str, Any]]:
+    def pods_of(self, record: RunRecord) -> list[Mapping[str, Any]]:
         informer = self._pods.get(record.namespace)
         keys = self._pods_by_run.get(record.label) or set()
         live = [] if informer is None else [informer.get(ns, n) for ns, n in sorted(keys)]
-        pods = [p for p in live if p is not None]
+        pods: list[Mapping[str, Any]] = [p for p in live if p is not None]
         names = {str(p["metadata"].get("name")) for p in pods}
         pods += [p for name, p in record.gone_pods.items() if name not in names]
         return pods
