@@ -483,6 +483,22 @@ async def test_informer_relists_on_injected_410_event(
         assert len(recorder.seen("ADDED", "after-410")) == 1  # relisting twice: delivered once
 
 
+async def test_informer_reopens_a_stalled_watch(client: KubeClient, kube: KubeApiServer) -> None:
+    # The stream stays open but says nothing (a half-open connection): reopen it.
+    kube.faults.add(FaultRule("WATCH jobs", stall=True, times=1))
+    recorder = Recorder()
+    settings = InformerSettings(label_selector=SELECTOR, silence_timeout=0.5, backoff_base=0.02)
+    async with InformerSet(client, recorder, settings) as infs:
+        informer = infs.add(JOBS, NS)
+        async with asyncio.timeout(WAIT):
+            await infs.wait_synced()
+        kube.objects.create("jobs", job_manifest("after-stall"), NS)
+        await recorder.wait_for("ADDED", "after-stall")
+        assert informer.stats.errors == 1
+        assert informer.stats.last_error == "Timeout on reading data from socket"
+        assert informer.stats.watches == 2
+
+
 async def test_informer_backs_off_on_error_storm_and_recovers(
     client: KubeClient, kube: KubeApiServer
 ) -> None:

@@ -492,6 +492,7 @@ class KubeClient:
         resource_version: str,
         label_selector: str | None = None,
         timeout_seconds: int = 300,
+        silence_timeout: float | None = None,
     ) -> AsyncGenerator[Obj, None]:
         """One watch request from `resource_version`, with bookmarks; raw event dicts.
 
@@ -506,11 +507,11 @@ class KubeClient:
         ]
         if label_selector:
             query.append(("labelSelector", label_selector))
-        # No total timeout: a watch is long by design. A silent stream (no event, no bookmark)
-        # for longer than the server's own timeout plus a margin is a dead connection.
-        limits = aiohttp.ClientTimeout(
-            total=None, connect=self.policy.timeout, sock_read=timeout_seconds + 30
-        )
+        # No total timeout: a watch is long by design. A stream silent (no event, no bookmark)
+        # for `silence_timeout` (default: the server's own timeout plus a margin) is a dead
+        # connection, e.g. half-open TCP after a node or load balancer went away.
+        silence = silence_timeout if silence_timeout is not None else timeout_seconds + 30
+        limits = aiohttp.ClientTimeout(total=None, connect=self.policy.timeout, sock_read=silence)
         path = resource.path(namespace)
         response = await self._open("GET", path, query, None, content_type=None, limits=limits)
         try:

@@ -82,6 +82,9 @@ class InformerSettings:
     # Server-side timeout of one watch request; the informer reconnects from its
     # resourceVersion when it ends, which also proves the connection is alive.
     watch_timeout: int = 300
+    # A watch that sends nothing (not even a bookmark) for this long is treated as dead and
+    # reopened; None: watch_timeout + 30 s. API servers send a bookmark about every minute.
+    silence_timeout: float | None = None
     backoff_base: float = 0.2
     backoff_cap: float = 30.0
 
@@ -179,6 +182,7 @@ class Informer:
             resource_version=self.resource_version,
             label_selector=self.settings.label_selector,
             timeout_seconds=self.settings.watch_timeout,
+            silence_timeout=self.settings.silence_timeout,
         )
         # aclosing: leaving the loop early (an ERROR event, a cancel) closes the HTTP stream now.
         async with contextlib.aclosing(stream):
