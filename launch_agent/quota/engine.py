@@ -200,7 +200,16 @@ class AdmissionEngine:
         )
         if victims is None:  # pragma: no cover - candidates are re-planned on every change
             raise RuntimeError(f"candidate {winner.id!r} lost its preemption plan")
-        decisions = [self._evict(v, f"preempted by {winner.id}", winner.id) for v in victims]
+        decisions = [
+            self._evict(
+                v,
+                f"reclaimed by {winner.id}"
+                if v.leaf != winner.leaf
+                else f"preempted by {winner.id} (higher priority, same queue)",
+                winner.id,
+            )
+            for v in victims
+        ]
         if self.ledger.fits(path, winner.request):
             decisions.append(self._admit(winner, "admitted after preemption"))
         else:
