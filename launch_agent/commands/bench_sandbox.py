@@ -149,7 +149,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             del listed
             # One LIST of N objects is one JSON document of N objects: the allocator keeps
             # that high-water mark, so the watch peak is compared with this figure.
-            results["server_rss_mb_after_list"] = await loop.run_in_executor(None, _rss_mb, proc.pid)
+            results["server_rss_mb_after_list"] = await loop.run_in_executor(
+                None, _rss_mb, proc.pid
+            )
 
             total = args.objects + 50
 

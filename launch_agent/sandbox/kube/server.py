@@ -200,6 +200,9 @@ class KubeApp:
         except json.JSONDecodeError as exc:
             status = 400
             return _error(errors.bad_request(f"json parse error: {exc}"))
+        except ValueError as exc:  # a malformed number in the query (limit, tailLines, ...)
+            status = 400
+            return _error(errors.bad_request(f"invalid query parameter: {exc}"))
         finally:
             self.log.record(request.method, request.path_qs, key, status, time.monotonic() - start)
 

@@ -281,3 +281,23 @@ async def test_api_resources_and_discovery(kube: KubeApiServer) -> None:
         assert {r["name"] for r in batch_v1["resources"]} == {"jobs", "jobs/status"}
         async with http.get(f"{kube.url}/version") as resp:
             assert (await resp.json())["major"] == "1"
+
+
+async def test_status_writes_leave_the_previous_version_intact(kube: KubeApiServer) -> None:
+    """Events already logged keep the resourceVersion they were sent with."""
+    kube.objects.create("jobs", job_body())
+    before = kube.store.get(kube.store.rt("jobs"), "default", "job-a")
+    rv = before["metadata"]["resourceVersion"]
+    kube.objects.patch_status("jobs", "job-a", {"active": 1})
+    assert before["metadata"]["resourceVersion"] == rv
+    events = kube.store.log("batch/jobs").after(0)
+    assert [e.obj["metadata"]["resourceVersion"] for e in events] == [str(e.rv) for e in events]
+
+
+async def test_malformed_query_numbers_are_400(kube: KubeApiServer) -> None:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{kube.url}/api/v1/namespaces/default/pods", params={"limit": "many"}) as resp,
+    ):
+        assert resp.status == 400
+        assert "invalid query parameter" in (await resp.json())["message"]
