@@ -15,6 +15,7 @@ cluster runs the Job's pod and completes the Job.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -247,4 +248,34 @@ async def test_reference_agent_fails_an_unsafe_item(
     )
     assert b"LaunchError" in agent_run.files[path]
     assert world.kube.objects.list("jobs") == []
+    await stop_agent(world, agent)
+
+
+async def test_reference_agent_runs_a_job_artifact(
+    world: World, agent: asyncio.subprocess.Process
+) -> None:
+    # The run spec names a job artifact; the agent downloads it with the wandb SDK
+    # (membership by name, manifest, presigned file URLs) and takes the image from it.
+    world.state.add_job("ent", "proj", "job-busybox", image="busybox:1.36")
+    spec = {**JOB_SPEC, "docker": {}, "job": "ent/proj/job-busybox:latest"}
+    item = world.state.push_by_name("ent", "model-registry", "q1", spec)
+    await eventually("the item to be claimed", lambda: item.state is ItemState.CLAIMED)
+    jobs = await eventually(
+        "the Job",
+        lambda: world.kube.objects.list(
+            "jobs", label_selector=f"wandb.ai/run-id={item.associated_run_id}"
+        ),
+    )
+    container = jobs[0]["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "busybox:1.36"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert json.loads(env["WANDB_ARTIFACTS"]) == {"_wandb_job": "ent/proj/job-busybox:latest"}
+    assert world.wandb.log.count("REST artifact file") == 2  # wandb-job.json, requirements
+    # The workload reports to W&B; the simulated cluster completes the Job; the agent cleans up.
+    run_id = item.associated_run_id
+    world.state.set_run_state("ent", "proj", str(run_id), "finished")
+    await eventually(
+        "the agent to delete the secret after completion",
+        lambda: world.kube.objects.find("secrets", f"wandb-api-key-{run_id}") is None,
+    )
     await stop_agent(world, agent)
