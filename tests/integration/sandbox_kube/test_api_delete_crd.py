@@ -320,3 +320,24 @@ async def test_crd_files_from_the_shared_folder_register(kube: KubeApiServer, cr
     assert kube.store.count(kube.store.rt("customresourcedefinitions")) == len(
         list(CRDS.glob("*.yaml"))
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("kind: [unclosed", "not valid YAML"),
+        ("- just\n- a list\n", "must be a mapping"),
+        (
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+            "must be CustomResourceDefinition",
+        ),
+    ],
+)
+async def test_bad_crd_files_name_the_file_and_the_problem(
+    kube: KubeApiServer, tmp_path: Path, text: str, reason: str
+) -> None:
+    path = tmp_path / "broken.yaml"
+    await asyncio.get_running_loop().run_in_executor(None, path.write_text, text)
+    with pytest.raises(CrdError) as err:
+        await kube.load_crd_file(path)
+    assert str(err.value).startswith(f"{path}: ") and reason in str(err.value)

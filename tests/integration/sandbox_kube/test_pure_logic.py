@@ -287,3 +287,20 @@ def test_fit_reports_the_scheduler_message() -> None:
         fit(nodes, {}, {"containers": [{"name": "m", "resources": {"requests": {"cpu": "2"}}}]})[0]
         == "n0"
     )
+
+
+label_keys = st.from_regex(r"[a-z]([a-z0-9-]{0,8}[a-z0-9])?", fullmatch=True)
+label_values = st.from_regex(r"([A-Za-z0-9]([A-Za-z0-9_.-]{0,8}[A-Za-z0-9])?)?", fullmatch=True)
+
+
+@given(
+    st.dictionaries(label_keys, label_values, max_size=5),
+    st.dictionaries(label_keys, label_values, max_size=5),
+)
+def test_equality_selectors_match_exactly_the_supersets(
+    wanted: dict[str, str], labels: dict[str, str]
+) -> None:
+    selector = parse_label_selector(",".join(f"{k}={v}" for k, v in wanted.items()))
+    expected = all(labels.get(k) == v for k, v in wanted.items())
+    assert selector.matches(labels) is expected
+    assert selector.matches({**labels, **wanted})
