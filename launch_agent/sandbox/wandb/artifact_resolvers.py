@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from launch_agent.sandbox.wandb.artifacts import ArtifactCollection, ArtifactVersion
+from launch_agent.sandbox.wandb.model import encode_id, iso
 from launch_agent.sandbox.wandb.resolvers import Info, Obj, project_view
-from launch_agent.sandbox.wandb.state import encode_id, iso
 
 if TYPE_CHECKING:
     from launch_agent.sandbox.wandb.resolvers import Context

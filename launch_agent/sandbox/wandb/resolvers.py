@@ -16,9 +16,8 @@ from urllib.parse import quote
 
 from graphql import GraphQLObjectType, GraphQLResolveInfo, GraphQLSchema
 
-from launch_agent.sandbox.wandb.state import (
+from launch_agent.sandbox.wandb.model import (
     LaunchAgent,
-    LaunchState,
     Project,
     Run,
     RunQueue,
@@ -29,6 +28,7 @@ from launch_agent.sandbox.wandb.state import (
     iso,
     loads_object,
 )
+from launch_agent.sandbox.wandb.state import LaunchState
 
 Obj = dict[str, Any]
 
