@@ -364,15 +364,20 @@ class KubeApp:
         sent = 0
         try:
             await response.prepare(request)
+            cut = rule is not None and (rule.drop or rule.stall)
             while not self.stopping.is_set():
+                if cut and rule is not None and sent >= rule.after_events:
+                    if rule.drop:
+                        return _drop(request)
+                    await self.stopping.wait()  # stalled: an open stream that says nothing
+                    break
                 for kind, obj in watcher.take():
-                    if rule is not None and (rule.drop or rule.stall) and sent >= rule.after_events:
-                        if rule.drop:
-                            return _drop(request)
-                        await self.stopping.wait()  # stalled: an open stream that says nothing
-                        break
+                    if cut and rule is not None and sent >= rule.after_events:
+                        break  # the rest is lost, as on a cut connection
                     await self._send(response, kind, _out(t.rt, obj))
                     sent += 1
+                if cut and rule is not None and sent >= rule.after_events:
+                    continue
                 if watcher.closed:
                     break
                 now = loop.time()

@@ -142,11 +142,11 @@ async def test_stalled_watch_says_nothing(kube: KubeApiServer, batch: client.Bat
         ):
             seen.append(event["type"])
 
-    kube.objects.create("jobs", job_body("j"))
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.6):
             await consume()
     assert seen == []  # not even bookmarks: the client must notice by its own timeout
+    assert kube.faults.rules[0].fired == 1
     await w.close()
 
 
