@@ -204,7 +204,7 @@ async def _serve(args: argparse.Namespace, crds: Path | None, directory: Path) -
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     state = LaunchState(entity=args.entity, lease_seconds=args.lease_seconds)
-    queues = args.queues or ["q1"]
+    queues = list(dict.fromkeys(args.queues or ["q1"]))  # a repeated name means one queue
     for name in queues:
         state.add_queue(name)
     async with (
