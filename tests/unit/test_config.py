@@ -378,3 +378,44 @@ NETRC = [
 @pytest.mark.parametrize(("text", "host", "expected"), NETRC)
 def test_parse_netrc(text: str, host: str, expected: str | None) -> None:
     assert parse_netrc(text, host) == expected
+
+
+# --- the agent's tracking and shutdown keys (docs/configuration.md) ---------------------------
+AGENT_RUNTIME_KEYS = [
+    ("", lambda c: c.tracking.unschedulable_timeout_seconds == 600),
+    ("", lambda c: (c.tracking.max_requeues, c.tracking.log_tail_lines) == (5, 50)),
+    ("", lambda c: c.tracking.stop_check_seconds == 10),
+    ("", lambda c: (c.shutdown_grace_seconds, c.specs_reload_seconds) == (10, 5)),
+    (
+        "tracking: {unschedulable_timeout_seconds: 90}",
+        lambda c: c.tracking.unschedulable_timeout_seconds == 90,
+    ),
+    ("tracking: {max_requeues: 0}", lambda c: c.tracking.max_requeues == 0),
+    ("tracking: {log_tail_lines: 0}", lambda c: c.tracking.log_tail_lines == 0),
+    ("tracking: {stop_check_seconds: 2.5}", lambda c: c.tracking.stop_check_seconds == 2.5),
+    ("shutdown_grace_seconds: 0", lambda c: c.shutdown_grace_seconds == 0),
+    ("specs_reload_seconds: 0.5", lambda c: c.specs_reload_seconds == 0.5),
+]
+
+
+@pytest.mark.parametrize(("text", "check"), AGENT_RUNTIME_KEYS)
+def test_agent_runtime_keys(text: str, check: Any) -> None:
+    assert check(_resolve(text or None).config)
+
+
+BAD_RUNTIME_VALUES = [
+    ("tracking: {unschedulable_timeout_seconds: 0}", "tracking.unschedulable_timeout_seconds"),
+    ("tracking: {max_requeues: -1}", "tracking.max_requeues"),
+    ("tracking: {log_tail_lines: 5000}", "tracking.log_tail_lines"),
+    ("tracking: {stop_check_seconds: 0}", "tracking.stop_check_seconds"),
+    ("tracking: {stop_check: 1}", "tracking.stop_check"),
+    ("shutdown_grace_seconds: -1", "shutdown_grace_seconds"),
+    ("specs_reload_seconds: 0", "specs_reload_seconds"),
+]
+
+
+@pytest.mark.parametrize(("text", "path"), BAD_RUNTIME_VALUES)
+def test_bad_agent_runtime_values_name_the_key(text: str, path: str) -> None:
+    problems = _problems(text)
+    assert len(problems) == 1
+    assert f": {path}:" in problems[0], problems
