@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -37,7 +38,7 @@ from launch_agent.adapters.kube import (
 )
 from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import QueueSpec
-from launch_agent.model.run_state import RunState
+from launch_agent.model.run_state import Reason, RunState
 from launch_agent.runtime.health import Readiness
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.reporter import Reporter, wait_event
@@ -54,6 +55,11 @@ from launch_agent.tracking import (
 log = logging.getLogger(__name__)
 
 POD = Resource("", "v1", "Pod", "pods")
+# Seconds a failed workload waits for its pods to say why (see `Tracker._unexplained`).
+EXPLAIN_GRACE = 3.0
+_EXPLAINABLE = frozenset(
+    {Reason.BACKOFF_LIMIT_EXCEEDED, Reason.POD_FAILURE_POLICY, Reason.WORKLOAD_FAILED}
+)
 PodKey = tuple[str, str]
 Finish = Callable[[RunRecord, Assessment], None]
 
@@ -233,9 +239,29 @@ class Tracker:
         fresh, record.warned = new_warnings(candidates, record.warned)
         for warning in fresh:
             self.reporter.warn(record.rqi_id, warning.message, "run")
+        if state.terminal and self._unexplained(record, assessment):
+            return
         if state.terminal:
             self.runs.mark_finishing(record)
             self.finish(record, assessment)
+
+    def _unexplained(self, record: RunRecord, assessment: Assessment) -> bool:
+        """True while a workload failure still waits for its pods to explain it.
+
+        The workload and its pods come from different watches, so the Job's "failed" can arrive
+        before the pod event that says "OOMKilled" (or before a relist after a dropped pod
+        watch). Reporting the bare "BackoffLimitExceeded" then would lose the reason; the run
+        waits up to `EXPLAIN_GRACE` seconds for the pods, then is reported as it is.
+        """
+        state, diagnosis = assessment
+        if state is not RunState.FAILED or diagnosis is None or diagnosis.pod is not None:
+            return False
+        if diagnosis.reason not in _EXPLAINABLE:
+            return False
+        now = time.monotonic()
+        if record.explain_until is None:
+            record.explain_until = now + EXPLAIN_GRACE
+        return now < record.explain_until
 
     # --- housekeeping ----------------------------------------------------------------------
 
@@ -243,7 +269,8 @@ class Tracker:
         """Re-assess runs whose state can change with time alone (unschedulable deadlines),
         and runs not assessed yet (their pods were not listed yet)."""
         for record in self.runs:
-            if everything or record.state in (RunState.STARTING, None):
+            waiting = record.explain_until is not None
+            if everything or waiting or record.state in (RunState.STARTING, None):
                 self.evaluate(record)
 
     def publish(self) -> None:
@@ -260,7 +287,7 @@ class Tracker:
             self._restarts[key] = now
         self.metrics.inflight.set(self.runs.inflight)
 
-    async def run_periodic(self, stopping: asyncio.Event, interval: float = 2.0) -> None:
+    async def run_periodic(self, stopping: asyncio.Event, interval: float = 1.0) -> None:
         while not stopping.is_set():
             await wait_event(stopping, interval)
             self.recheck()
