@@ -114,6 +114,13 @@ class KubeApiServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner, self._site = None, None
+        leftover = [t for t in self._app.inflight if not t.done()]
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            await asyncio.gather(*leftover, return_exceptions=True)
+        # One more turn lets aiohttp's per-connection tasks see their handler end.
+        await asyncio.sleep(0)
 
     async def __aenter__(self) -> KubeApiServer:
         await self.start()

@@ -127,6 +127,9 @@ class KubeApp:
         self.store, self.faults, self.log, self.settings = store, faults, log, settings
         self.validators = StrictValidators()
         self.stopping = asyncio.Event()
+        # Handlers still running (a fault delay, a watch) when the server stops; a client
+        # that went away does not end them, so `KubeApiServer.close` cancels what is left.
+        self.inflight: set[asyncio.Task[Any]] = set()
         self.app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024**2)
         self.app.router.add_route("*", "/{tail:.*}", self._dispatch)
 
@@ -171,6 +174,9 @@ class KubeApp:
         start = time.monotonic()
         key, _ = self.route_key(request)
         status = 500
+        task = asyncio.current_task()
+        if task is not None:
+            self.inflight.add(task)
         try:
             if self.faults.refuse:
                 return _drop(request)
@@ -204,6 +210,8 @@ class KubeApp:
             status = 400
             return _error(errors.bad_request(f"invalid query parameter: {exc}"))
         finally:
+            if task is not None:
+                self.inflight.discard(task)
             self.log.record(request.method, request.path_qs, key, status, time.monotonic() - start)
 
     async def _body(self, request: web.Request) -> Any:

@@ -167,3 +167,22 @@ async def test_drop_watches_ends_open_streams(
         assert kube.drop_watches("jobs") == 1
     assert task.result() == 0
     await w.close()
+
+
+async def test_closing_ends_handlers_whose_client_went_away() -> None:
+    """A request held by a fault delay outlives its client; closing the server ends it (the
+    guardrail fails this test if a handler task is left running)."""
+    async with KubeApiServer() as kube:
+        kube.faults.add(FaultRule("LIST pods", delay=30.0))
+
+        async def call() -> None:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"{kube.url}/api/v1/namespaces/default/pods") as resp,
+            ):
+                await resp.read()
+
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                await call()
+        assert kube.faults.rules[0].fired == 1
