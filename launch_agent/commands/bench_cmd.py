@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from launch_agent.commands import bench_render, bench_sandbox, bench_tracking
+from launch_agent.commands import bench_dispatch, bench_render, bench_sandbox, bench_tracking
 
 BenchRegistrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
@@ -18,6 +18,7 @@ BENCHMARKS: tuple[BenchRegistrar, ...] = (
     bench_render.register_bench,
     bench_sandbox.register_bench,
     bench_tracking.register_bench,
+    bench_dispatch.register_bench,
 )
 
 

@@ -104,7 +104,8 @@ class WorldSettings:
     # How long a popped, unacknowledged item stays leased (W&B: a few minutes).
     lease_seconds: float = 60.0
     default_outcome: str = "succeed after=2s"
-    # "auto": ../shared/crds if present, else the packaged schemas; "packaged"; or a directory.
+    # "auto": ../shared/crds if present, else the packaged schemas; "packaged"; "none"; or a
+    # directory of CRD YAML files.
     crds: str = "auto"
     nodes: tuple[Node, ...] = (BIG_NODE,)
     cluster: bool = True
@@ -186,12 +187,16 @@ class SandboxWorld:
     async def _prepare(self) -> None:
         choice = self.settings.crds
         crds: Path | None = None
-        if choice == "auto" and await asyncio.to_thread(SHARED_CRDS.is_dir):
+        if choice == "none":
+            self.crd_source = "none"
+        elif choice == "auto" and await asyncio.to_thread(SHARED_CRDS.is_dir):
             crds = SHARED_CRDS
         elif choice not in ("auto", "packaged"):
             crds = Path(choice)
         try:
-            if crds is not None:
+            if choice == "none":
+                pass
+            elif crds is not None:
                 await self.kube.load_crds_from(crds)
                 self.crd_source = str(crds)
             else:

@@ -1,0 +1,176 @@
+"""`launch-agent bench dispatch`: our agent against the reference `wandb launch-agent`.
+
+Method and results: docs/benchmarks.md. Each agent gets a fresh sandbox in this process and
+runs as a subprocess (so `/proc` measures the agent alone); see `launch_agent.demo.dispatch`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from launch_agent.demo.bench_runs import measure_dispatch, measure_tracking
+from launch_agent.demo.dispatch import BenchError
+from launch_agent.demo.launchers import OURS, REFERENCE, REFERENCE_WANDB, our_spec, reference_spec
+
+DESCRIPTION = """\
+Measure dispatch: N runs (single-pod Jobs) queued before the agent starts, each agent in a
+fresh loopback sandbox (W&B server and Kubernetes API server in this process), the agent as a
+subprocess. Prints and writes (--json) for each agent: runs/s from enqueue (agent start) to
+workload created, p50/p99 pop-to-create latency, W&B and Kubernetes requests per run, CPU
+seconds and peak RSS of the agent's process tree, time to notice completion and idle W&B
+requests per hour. Then, for our agent only: a tracking run with --track-runs running runs
+(watch connections, requests per minute, RSS) and a restart (time to adopt them all).
+
+The reference is `wandb launch-agent` 0.31.0 from .venv-reference (`make test-reference`
+creates it), with max_jobs -1 and builder noop. Benchmarks print numbers; they never fail on
+a threshold. Expect several minutes with the defaults.
+"""
+
+
+def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "dispatch",
+        help="our agent vs the reference wandb launch-agent: throughput, requests, CPU, RSS",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--runs", type=int, default=1000, help="runs per agent (default: %(default)s)"
+    )
+    parser.add_argument("--json", metavar="FILE", help="also write the results here as JSON")
+    parser.add_argument("--skip-reference", action="store_true", help="measure only our agent")
+    parser.add_argument(
+        "--track-runs",
+        type=int,
+        default=10_000,
+        help="running runs for the tracking and restart runs; 0 skips them (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=60.0,
+        help="idle window after the runs finished (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--window-seconds",
+        type=float,
+        default=60.0,
+        help="measurement window of the tracking run (default: %(default)s)",
+    )
+    parser.set_defaults(handler=_bench)
+
+
+def _say(text: str) -> None:
+    print(f"# {text}", file=sys.stderr, flush=True)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    for flag, value in (("--runs", args.runs), ("--track-runs", args.track_runs + 1)):
+        if value < 1:
+            print(f"error: {flag} must be at least 1, got {value}", file=sys.stderr)
+            return 2
+    for flag, value in (
+        ("--idle-seconds", args.idle_seconds),
+        ("--window-seconds", args.window_seconds),
+    ):
+        if value <= 0:
+            print(f"error: {flag} must be positive, got {value}", file=sys.stderr)
+            return 2
+    try:
+        results = asyncio.run(_run(args))
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    _print(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        print(f"\nresults written to {args.json}")
+    return 0
+
+
+async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {"benchmark": "dispatch", "runs": args.runs}
+    results["ours"] = await measure_dispatch(
+        OURS, our_spec(), args.runs, idle_seconds=args.idle_seconds, say=_say
+    )
+    if args.skip_reference:
+        results["reference"] = {"skipped": "--skip-reference"}
+    elif not REFERENCE_WANDB.exists():
+        why = (
+            f"{REFERENCE_WANDB} is missing: `make test-reference` creates .venv-reference"
+            " (wandb 0.31.0 with its launch extras)"
+        )
+        _say(f"reference agent skipped: {why}")
+        results["reference"] = {"skipped": why}
+    else:
+        results["reference"] = await measure_dispatch(
+            REFERENCE, reference_spec(), args.runs, idle_seconds=args.idle_seconds, say=_say
+        )
+    ours, ref = results["ours"], results["reference"]
+    if "runs_per_second" in ref:
+        results["throughput_ratio"] = round(ours["runs_per_second"] / ref["runs_per_second"], 1)
+    if args.track_runs > 0:
+        results["tracking"] = await measure_tracking(
+            OURS, our_spec(), args.track_runs, window_seconds=args.window_seconds, say=_say
+        )
+    return results
+
+
+ROWS = (
+    ("runs/s, enqueue -> workload created", "runs_per_second"),
+    ("runs/s, first -> last workload", "runs_per_second_first_to_last"),
+    ("agent start -> first pop (s)", "seconds_to_first_pop"),
+    ("agent start -> last workload (s)", "seconds_to_last_create"),
+    ("pop -> create p50 (ms)", ("pop_to_create_ms", "p50")),
+    ("pop -> create p99 (ms)", ("pop_to_create_ms", "p99")),
+    ("W&B requests per run", "wandb_requests_per_run"),
+    ("Kubernetes requests per run", "kube_requests_per_run"),
+    ("CPU seconds, start -> last workload", "cpu_seconds_dispatch"),
+    ("CPU seconds, whole run", "cpu_seconds_total"),
+    ("peak RSS, agent process (MB)", "peak_rss_mb"),
+    ("peak RSS, process tree (MB)", "peak_tree_rss_mb"),
+    ("all Jobs succeeded -> agent done (s)", "completion_seconds"),
+    ("idle W&B requests per hour", "idle_wandb_requests_per_hour"),
+    ("idle Kubernetes requests per hour", "idle_kube_requests_per_hour"),
+)
+
+
+def _cell(result: dict[str, Any], key: str | tuple[str, str]) -> str:
+    if "skipped" in result:
+        return "skipped"
+    value = result[key[0]][key[1]] if isinstance(key, tuple) else result[key]
+    return str(value)
+
+
+def _print(results: dict[str, Any]) -> None:
+    ours, ref = results["ours"], results["reference"]
+    print(f"dispatch, {results['runs']} single-pod Jobs queued before the agent starts")
+    width = max(len(label) for label, _ in ROWS)
+    print(f"{'':<{width}}  {'launch-agent':>14}  {'wandb 0.31.0':>14}")
+    for label, key in ROWS:
+        print(f"{label:<{width}}  {_cell(ours, key):>14}  {_cell(ref, key):>14}")
+    if "throughput_ratio" in results:
+        print(f"throughput, ours / reference: {results['throughput_ratio']}x")
+    if "skipped" in ref:
+        print(f"reference: skipped ({ref['skipped']})")
+    tracking = results.get("tracking")
+    if tracking:
+        restart = tracking["restart"]
+        print(f"\ntracking, {tracking['runs']} running runs (our agent)")
+        print(f"  dispatch of all runs: {tracking['dispatch_runs_per_second']} runs/s")
+        print(f"  watch connections: {tracking['watch_connections']}")
+        print(f"  W&B requests/min: {tracking['wandb_requests_per_minute']}", end=" ")
+        print(tracking["wandb_operations"])
+        print(f"  Kubernetes requests/min: {tracking['kube_requests_per_minute']}", end=" ")
+        print(tracking["kube_routes"])
+        print(f"  peak RSS: {tracking['peak_rss_mb']} MB")
+        print(
+            f"restart: adopted {restart['adopted']} runs in {restart['seconds_to_adopt']} s"
+            f" (Jobs created again: {restart['jobs_created_again']}, items popped again:"
+            f" {restart['items_popped_again']}, peak RSS {restart['peak_rss_mb']} MB)"
+        )

@@ -1,0 +1,184 @@
+"""How the dispatch benchmark starts each agent against a sandbox.
+
+- ours: `launch-agent run` from this virtualenv, with a queue spec for a single-pod Job (the
+  same container, requests and image as the reference's runs) and production defaults for
+  everything that is not about the sandbox (poll intervals, stop checks, `max_jobs: -1`);
+- the reference: `wandb launch-agent` 0.31.0 from `.venv-reference` (created by
+  `make test-reference`), `--max-jobs -1`, config `builder: {type: noop}` (the Helm chart's
+  default), a fresh HOME and W&B directories, the kubeconfig in `~/.kube/config`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from launch_agent.demo.dispatch import AgentLauncher
+from launch_agent.demo.world import SandboxWorld
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE_WANDB = ROOT / ".venv-reference" / "bin" / "wandb"
+ENTITY = "ent"
+PROJECT = "proj"
+QUEUE = "q1"
+AGENT_NAME = "bench-agent"
+IMAGE = "busybox:1.36"
+
+# A minimal single-pod Job, as in the reference note: one container, 100m CPU, 64Mi.
+JOB = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "spec": {
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": IMAGE,
+                        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                    }
+                ]
+            }
+        }
+    },
+}
+
+QUEUE_SPEC = f"""\
+apiVersion: launch-agent/v1
+kind: QueueSpec
+metadata:
+  name: bench
+spec:
+  queues: [{QUEUE}]
+  namespace: default
+  template:
+    apiVersion: batch/v1
+    kind: Job
+    spec:
+      template:
+        spec:
+          containers:
+            - name: main
+              image: ${{image_uri}}
+              resources:
+                requests: {{cpu: 100m, memory: 64Mi}}
+  overridable:
+    - overrides.args
+    - overrides.run_config
+"""
+
+
+def reference_spec() -> dict[str, Any]:
+    """The runSpec of the reference note: docker image, resource_args = the Job."""
+    return {
+        "resource": "kubernetes",
+        "resource_args": {"kubernetes": JOB},
+        "docker": {"docker_image": IMAGE},
+        "job": None,
+        "uri": None,
+        "entity": ENTITY,
+        "project": PROJECT,
+        "overrides": {},
+    }
+
+
+def our_spec() -> dict[str, Any]:
+    """The same run for our agent: the Job comes from the queue spec, as admins set it up."""
+    return {
+        "resource": "kubernetes",
+        "docker": {"docker_image": IMAGE},
+        "job": None,
+        "uri": None,
+        "entity": ENTITY,
+        "project": PROJECT,
+        "overrides": {},
+    }
+
+
+def _base_env() -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+
+
+def _ours_command(world: SandboxWorld, scratch: Path) -> tuple[list[str], dict[str, str]]:
+    specs = scratch / "queue-specs"
+    specs.mkdir(exist_ok=True)
+    (specs / "bench.yaml").write_text(QUEUE_SPEC, encoding="utf-8")
+    config = scratch / "launch-config.yaml"
+    config.write_text(
+        f"queues: [{QUEUE}]\nentity: {ENTITY}\nmax_jobs: -1\nagent_name: {AGENT_NAME}\n"
+        f"base_url: {world.wandb.url}\nqueue_specs_dir: {specs}\nnamespaces: [default]\n"
+        "health: {host: 127.0.0.1, port: 0}\n",
+        encoding="utf-8",
+    )
+    argv = [
+        str(Path(sys.executable).parent / "launch-agent"),
+        "run",
+        "--config",
+        str(config),
+        "--kubeconfig",
+        str(world.kubeconfig),
+    ]
+    env = _base_env() | {"WANDB_API_KEY": world.wandb.api_key, "HOME": str(scratch)}
+    return argv, env
+
+
+def _ours_finished(world: SandboxWorld, log: str) -> int:
+    """A success costs no request at all: the agent's log line is the only trace."""
+    return log.count("-> succeeded")
+
+
+async def _sigterm(world: SandboxWorld, process: asyncio.subprocess.Process) -> None:
+    process.terminate()
+
+
+def _reference_command(world: SandboxWorld, scratch: Path) -> tuple[list[str], dict[str, str]]:
+    home = scratch / "home"
+    (home / ".kube").mkdir(parents=True, exist_ok=True)
+    (home / ".kube" / "config").write_bytes(world.kubeconfig.read_bytes())
+    config = scratch / "reference-config.yaml"
+    config.write_text("builder:\n  type: noop\n", encoding="utf-8")
+    argv = [
+        str(REFERENCE_WANDB),
+        "launch-agent",
+        "--queue",
+        QUEUE,
+        "--entity",
+        ENTITY,
+        "--max-jobs=-1",
+        "--config",
+        str(config),
+    ]
+    env = _base_env() | {
+        "HOME": str(home),
+        "KUBECONFIG": str(home / ".kube" / "config"),
+        "WANDB_BASE_URL": world.wandb.url,
+        "WANDB_API_KEY": world.wandb.api_key,
+        "WANDB_DIR": str(home),
+        "WANDB_CONFIG_DIR": str(home / ".config" / "wandb"),
+        "WANDB_CACHE_DIR": str(home / ".cache" / "wandb"),
+        "WANDB_ERROR_REPORTING": "false",
+    }
+    return argv, env
+
+
+def _reference_finished(world: SandboxWorld, log: str) -> int:
+    """Done with a run = its `wandb-api-key-<runId>` Secret deleted."""
+    secrets = world.kube.objects.list("secrets", namespace=None)
+    left = sum(1 for s in secrets if s["metadata"]["name"].startswith("wandb-api-key-"))
+    jobs = len(world.kube.objects.list("jobs", namespace=None))
+    return jobs - left
+
+
+async def _stop_polling(world: SandboxWorld, process: asyncio.subprocess.Process) -> None:
+    """W&B's own graceful stop for the reference agent: `stopPolling` on its next tick."""
+    for agent in world.state.agents.values():
+        world.state.set_stop_polling(agent.id)
+
+
+OURS = AgentLauncher("launch-agent", _ours_command, _ours_finished, _sigterm)
+REFERENCE = AgentLauncher(
+    "wandb-launch-agent", _reference_command, _reference_finished, _stop_polling
+)
