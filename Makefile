@@ -65,8 +65,19 @@ test-reference: $(STAMP) $(REF_STAMP)
 demo: $(STAMP)
 	$(BIN)/launch-agent demo
 
+# Every benchmark listed in BENCHMARKS (launch_agent/commands/bench_cmd.py), one after the other,
+# each also writing $(BENCH_OUT)/NAME.json; the names come from the command's own parser.
+BENCH_OUT ?= bench-results
+BENCH_NAMES = $(BIN)/python -c 'import argparse as a; from launch_agent.cli import build_parser as b; \
+	c = lambda p: next(x for x in p._actions if isinstance(x, a._SubParsersAction)).choices; \
+	print(*c(c(b())["bench"]))'
+
 bench: $(STAMP)
-	$(BIN)/launch-agent bench all
+	mkdir -p $(BENCH_OUT)
+	set -e; for name in $$($(BENCH_NAMES)); do \
+		echo "== launch-agent bench $$name"; \
+		$(BIN)/launch-agent bench $$name --json $(BENCH_OUT)/$$name.json; \
+	done
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
