@@ -424,7 +424,8 @@ class KubeApp:
         dry = _dry_run(request)
         await self._strict(request, t.rt, body)
         body.pop("status", None) if t.rt.has_status else None
-        created = self.store.create(t.rt, t.namespace or "", body, dry_run=dry)
+        # The body was parsed for this request alone: the store may keep it as it is.
+        created = self.store.create(t.rt, t.namespace or "", body, dry_run=dry, owned=True)
         return _json(_out(t.rt, created), 201)
 
     async def _replace(self, request: web.Request, t: Target) -> web.Response:

@@ -210,8 +210,14 @@ class Store:
             table[key] = obj
         self._index(rt.storage, key, obj, old)
 
-    def create(self, rt: ResourceType, namespace: str, body: Obj, *, dry_run: bool = False) -> Obj:
-        if rt.storage == CRD_STORAGE:
+    def create(
+        self, rt: ResourceType, namespace: str, body: Obj, *, dry_run: bool = False, owned: bool = False
+    ) -> Obj:
+        """Store a new object. `owned=True`: the caller hands `body` over (the HTTP layer, with
+        a body it just parsed), so it is stored without a defensive copy."""
+        if owned:
+            obj = body
+        elif rt.storage == CRD_STORAGE:
             # A CRD is up to 1.4 MB of schema: deep-copying it would hold the event loop for
             # over 100 ms. Only metadata and status are written here, and stored objects are
             # never mutated, so sharing the caller's schema is safe.

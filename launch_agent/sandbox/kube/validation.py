@@ -22,6 +22,7 @@ import asyncio
 import functools
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources as importlib_resources
 from typing import Any
 
@@ -67,10 +68,27 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _is(value: Any, kind: str) -> bool:
-    if isinstance(value, bool) and kind in ("integer", "number"):
-        return False
-    return isinstance(value, _TYPES.get(kind, (object,)))
+def _type_names(schema: Mapping[str, Any]) -> list[str] | None:
+    kinds = schema.get("type")
+    if kinds is None:
+        return None
+    return list(kinds) if isinstance(kinds, list) else [str(kinds)]
+
+
+@dataclass(slots=True)
+class _Node:
+    """One schema node, resolved and pre-digested so the walk does no lookups it can avoid."""
+
+    types: tuple[type, ...] | None  # None: any type
+    bools: bool  # whether True/False are allowed (bool is an int subclass in Python)
+    expected: str
+    enum: list[Any] | None
+    props: dict[str, Any] | None
+    extra: Any  # additionalProperties: True, False or a schema
+    required: tuple[str, ...]
+    items: Any
+    alternatives: list[Any] | None  # oneOf/anyOf that are not plain type unions
+    all_of: list[Any]
 
 
 class Walker:
@@ -79,7 +97,7 @@ class Walker:
     A purpose-built walk instead of a general JSON-schema validator: kube-apiserver's strict
     decoding is exactly these checks, and the walk costs tens of microseconds per Job where
     `jsonschema` takes most of a millisecond, which would cap the sandbox below 1,000
-    strict creates per second.
+    strict creates per second. Schema nodes are digested once (`_Node`) and reused.
     """
 
     def __init__(
@@ -87,6 +105,48 @@ class Walker:
     ) -> None:
         self.schema = schema
         self.definitions = definitions or {}
+        self._nodes: dict[int, _Node] = {}
+
+    def _node(self, schema: Mapping[str, Any]) -> _Node:
+        node = self._nodes.get(id(schema))
+        if node is not None:
+            return node
+        resolved = schema
+        while "$ref" in resolved:
+            resolved = self.definitions[str(resolved["$ref"]).rsplit("/", 1)[-1]]
+        names = _type_names(resolved)
+        alternatives = None
+        for key in ("oneOf", "anyOf"):
+            branches = resolved.get(key)
+            if not branches:
+                continue
+            plain = [_type_names(self._resolve(b)) for b in branches]
+            if all(
+                p is not None and set(self._resolve(b)) <= {"type", "description"}
+                for p, b in zip(plain, branches, strict=True)
+            ):
+                # int-or-string and quantities: a union of types, checked in one isinstance.
+                union = [n for p in plain for n in p or ()]
+                names = union if names is None else [n for n in names if n in union]
+            else:
+                alternatives = list(branches)
+        types = None if names is None else tuple(t for n in names for t in _TYPES.get(n, (object,)))
+        node = _Node(
+            types=types,
+            bools=names is None or "boolean" in names,
+            expected=" or ".join(n for n in names or () if n != "null"),
+            enum=resolved.get("enum"),
+            props=resolved.get("properties"),
+            extra=resolved.get("additionalProperties", True),
+            required=tuple(resolved.get("required") or ()),
+            items=resolved.get("items") if isinstance(resolved.get("items"), dict) else None,
+            alternatives=alternatives,
+            all_of=list(resolved.get("allOf") or ()),
+        )
+        # Keyed by id: every node is part of `self.schema` or `self.definitions`, which this
+        # walker holds, so ids stay unique for its lifetime.
+        self._nodes[id(schema)] = node
+        return node
 
     def _resolve(self, schema: Mapping[str, Any]) -> Mapping[str, Any]:
         while "$ref" in schema:
@@ -114,47 +174,45 @@ class Walker:
         unknown: list[str],
         problems: list[tuple[str, str]],
     ) -> None:
-        schema = self._resolve(schema)
-        for key in ("oneOf", "anyOf"):
-            if key in schema and not any(self._fits(branch, value) for branch in schema[key]):
-                problems.append(
-                    (path or "(root)", f"Invalid value: {value!r}: matches no allowed type")
-                )
-                return
-        for branch in schema.get("allOf") or ():
+        node = self._node(schema)
+        if node.alternatives is not None and not any(
+            self._fits(b, value) for b in node.alternatives
+        ):
+            problems.append(
+                (path or "(root)", f"Invalid value: {value!r}: matches no allowed type")
+            )
+            return
+        for branch in node.all_of:
             self._walk(branch, value, path, unknown, problems)
-        kinds = schema.get("type")
-        if kinds is not None:
-            allowed = kinds if isinstance(kinds, list) else [kinds]
-            if not any(_is(value, k) for k in allowed):
-                expected = " or ".join(k for k in allowed if k != "null")
-                problems.append(
-                    (path or "(root)", f"Invalid value: {value!r}: must be of type {expected}")
-                )
-                return
-        enum = schema.get("enum")
-        if enum is not None and value not in enum:
-            choices = ", ".join(repr(e) for e in enum if e is not None)
+        if node.types is not None and (
+            not isinstance(value, node.types) or (isinstance(value, bool) and not node.bools)
+        ):
+            problems.append(
+                (path or "(root)", f"Invalid value: {value!r}: must be of type {node.expected}")
+            )
+            return
+        if node.enum is not None and value not in node.enum:
+            choices = ", ".join(repr(e) for e in node.enum if e is not None)
             problems.append(
                 (path or "(root)", f"Unsupported value: {value!r}: supported values: {choices}")
             )
         if isinstance(value, dict):
-            props = schema.get("properties")
-            extra = schema.get("additionalProperties", True)
+            props, extra = node.props, node.extra
             for key, item in value.items():
-                where = f"{path}.{key}" if path else str(key)
                 if props is not None and key in props:
-                    self._walk(props[key], item, where, unknown, problems)
+                    self._walk(
+                        props[key], item, f"{path}.{key}" if path else key, unknown, problems
+                    )
                 elif extra is False:
-                    unknown.append(where)
+                    unknown.append(f"{path}.{key}" if path else str(key))
                 elif isinstance(extra, dict):
-                    self._walk(extra, item, where, unknown, problems)
-            for key in schema.get("required") or ():
+                    self._walk(extra, item, f"{path}.{key}" if path else key, unknown, problems)
+            for key in node.required:
                 if key not in value:
-                    problems.append((f"{path}.{key}" if path else str(key), "Required value"))
-        elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+                    problems.append((f"{path}.{key}" if path else key, "Required value"))
+        elif isinstance(value, list) and node.items is not None:
             for i, item in enumerate(value):
-                self._walk(schema["items"], item, f"{path}[{i}]", unknown, problems)
+                self._walk(node.items, item, f"{path}[{i}]", unknown, problems)
 
 
 def _schema_dir() -> Any:
