@@ -5,6 +5,8 @@ this one: the agent's own Kubernetes client (`launch_agent.adapters.kube.KubeCli
 kubernetes_asyncio), so the numbers are what the agent's benchmarks will meet. Measured:
 
 - creates/s: N Jobs POSTed with `fieldValidation=Strict` (as the agent does), C in flight;
+  and the server's CPU time per create (from /proc), which does not depend on what else the
+  machine is running: 1 / that is the rate one free core sustains;
 - a full LIST of the N objects;
 - watches over the N objects: W concurrent watch streams from resourceVersion 0 (each replays
   all N objects as ADDED), events/s over all streams;
@@ -75,6 +77,15 @@ def _job(i: int) -> dict[str, Any]:
     }
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time the process has used (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def _start_server(event_log: int) -> tuple[asyncio.subprocess.Process, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -131,12 +142,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for i in queue:
                     await kube.create(_job(i), "default")
 
+            cpu_before = await loop.run_in_executor(None, _cpu_seconds, proc.pid)
+            client_before = time.process_time()
             start = time.perf_counter()
             async with asyncio.TaskGroup() as tg:
                 for n in range(args.concurrency):
                     tg.create_task(worker(), name=f"bench-create-{n}")
             elapsed = time.perf_counter() - start
+            client_cpu = time.process_time() - client_before
+            cpu_after = await loop.run_in_executor(None, _cpu_seconds, proc.pid)
             results["creates_per_s"] = round(args.objects / elapsed, 1)
+            results["client_cpu_ms_per_create"] = round(client_cpu / args.objects * 1000, 3)
+            if cpu_before is not None and cpu_after is not None:
+                # Independent of what else the machine runs: the server's CPU per create, and
+                # the create rate one fully available core would sustain.
+                per_create = (cpu_after - cpu_before) / args.objects
+                results["server_cpu_ms_per_create"] = round(per_create * 1000, 3)
+                if per_create > 0:
+                    results["server_creates_per_cpu_second"] = round(1 / per_create, 1)
             results["create_ms_mean"] = round(elapsed / args.objects * args.concurrency * 1000, 2)
             results["server_rss_mb_after_creates"] = await loop.run_in_executor(
                 None, _rss_mb, proc.pid
