@@ -211,7 +211,13 @@ class Store:
         self._index(rt.storage, key, obj, old)
 
     def create(
-        self, rt: ResourceType, namespace: str, body: Obj, *, dry_run: bool = False, owned: bool = False
+        self,
+        rt: ResourceType,
+        namespace: str,
+        body: Obj,
+        *,
+        dry_run: bool = False,
+        owned: bool = False,
     ) -> Obj:
         """Store a new object. `owned=True`: the caller hands `body` over (the HTTP layer, with
         a body it just parsed), so it is stored without a defensive copy."""
