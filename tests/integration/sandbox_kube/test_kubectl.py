@@ -101,3 +101,36 @@ async def test_kubectl_selectors_on_pods_and_api_resources(
     assert out.split() == ["pod/p1"]
     _, out, _ = await _kubectl(kubeconfig, "api-resources", "--api-group=batch", "-o", "name")
     assert out.split() == ["jobs.batch"]
+
+
+async def test_kubectl_logs_and_describe_of_a_simulated_run(
+    kube: KubeApiServer, kubeconfig: Path
+) -> None:
+    from launch_agent.sandbox.cluster import SimulatedCluster
+
+    async with SimulatedCluster(kube) as cluster:
+        cluster.script("run=r1", 'exit code=3 after=2s log="loss=nan"')
+        kube.objects.create("jobs", job_body("job-r1", labels={"run": "r1"}))
+        cluster.advance(5)
+        [pod] = kube.objects.list("pods", label_selector="job-name=job-r1")
+        name = pod["metadata"]["name"]
+        _, out, _ = await _kubectl(kubeconfig, "logs", name, "--tail=2")
+        assert out.splitlines() == ["loss=nan", "sandbox: exiting with code 3"]
+        _, out, _ = await _kubectl(
+            kubeconfig,
+            "get",
+            "pod",
+            name,
+            "-o",
+            "jsonpath={.status.containerStatuses[0].state.terminated.exitCode}",
+        )
+        assert out == "3"
+        _, out, _ = await _kubectl(
+            kubeconfig,
+            "get",
+            "job",
+            "job-r1",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type=='Failed')].reason}",
+        )
+        assert out == "BackoffLimitExceeded"
