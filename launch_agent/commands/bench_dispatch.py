@@ -15,7 +15,7 @@ from typing import Any
 
 from launch_agent.demo.bench_runs import measure_dispatch, measure_tracking
 from launch_agent.demo.dispatch import BenchError
-from launch_agent.demo.launchers import OURS, REFERENCE, REFERENCE_WANDB, our_spec, reference_spec
+from launch_agent.demo.launchers import OURS, REFERENCE, our_spec, reference_spec, reference_wandb
 
 DESCRIPTION = """\
 Measure dispatch: N runs (single-pod Jobs) queued before the agent starts, each agent in a
@@ -27,8 +27,9 @@ requests per hour. Then, for our agent only: a tracking run with --track-runs ru
 (watch connections, requests per minute, RSS) and a restart (time to adopt them all).
 
 The reference is `wandb launch-agent` 0.31.0 from .venv-reference (`make test-reference`
-creates it), with max_jobs -1 and builder noop. Benchmarks print numbers; they never fail on
-a threshold. Expect several minutes with the defaults.
+creates it; $LAUNCH_AGENT_REFERENCE_WANDB names another wandb executable), with max_jobs -1
+and builder noop. Without it the reference is skipped with a note and ours still runs.
+Benchmarks print numbers; they never fail on a threshold. Expect several minutes with the defaults.
 """
 
 
@@ -100,9 +101,9 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     )
     if args.skip_reference:
         results["reference"] = {"skipped": "--skip-reference"}
-    elif not REFERENCE_WANDB.exists():
+    elif not (wandb_cli := reference_wandb()).exists():
         why = (
-            f"{REFERENCE_WANDB} is missing: `make test-reference` creates .venv-reference"
+            f"{wandb_cli} is missing: `make test-reference` creates .venv-reference"
             " (wandb 0.31.0 with its launch extras)"
         )
         _say(f"reference agent skipped: {why}")

@@ -21,6 +21,7 @@ benchmark's own process; the agent runs as a subprocess, so the CPU and memory s
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
 import signal
@@ -44,7 +45,7 @@ def percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
     return ordered[rank - 1]
 
 

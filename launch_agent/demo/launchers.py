@@ -4,8 +4,9 @@
   same container, requests and image as the reference's runs) and production defaults for
   everything that is not about the sandbox (poll intervals, stop checks, `max_jobs: -1`);
 - the reference: `wandb launch-agent` 0.31.0 from `.venv-reference` (created by
-  `make test-reference`), `--max-jobs -1`, config `builder: {type: noop}` (the Helm chart's
-  default), a fresh HOME and W&B directories, the kubeconfig in `~/.kube/config`.
+  `make test-reference`; `LAUNCH_AGENT_REFERENCE_WANDB` names another `wandb` executable),
+  `--max-jobs -1`, config `builder: {type: noop}` (the Helm chart's default), a fresh HOME
+  and W&B directories, the kubeconfig in `~/.kube/config`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from launch_agent.demo.dispatch import AgentLauncher
 from launch_agent.demo.world import SandboxWorld
 
 ROOT = Path(__file__).resolve().parents[2]
-REFERENCE_WANDB = ROOT / ".venv-reference" / "bin" / "wandb"
+DEFAULT_REFERENCE_WANDB = ROOT / ".venv-reference" / "bin" / "wandb"
 ENTITY = "ent"
 PROJECT = "proj"
 QUEUE = "q1"
@@ -98,6 +99,11 @@ def our_spec() -> dict[str, Any]:
     }
 
 
+def reference_wandb() -> Path:
+    """The reference `wandb` CLI: $LAUNCH_AGENT_REFERENCE_WANDB, else `.venv-reference`'s."""
+    return Path(os.environ.get("LAUNCH_AGENT_REFERENCE_WANDB") or DEFAULT_REFERENCE_WANDB)
+
+
 def _base_env() -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
 
@@ -141,7 +147,7 @@ def _reference_command(world: SandboxWorld, scratch: Path) -> tuple[list[str], d
     config = scratch / "reference-config.yaml"
     config.write_text("builder:\n  type: noop\n", encoding="utf-8")
     argv = [
-        str(REFERENCE_WANDB),
+        str(reference_wandb()),
         "launch-agent",
         "--queue",
         QUEUE,

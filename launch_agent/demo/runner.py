@@ -131,6 +131,7 @@ class Demo:
         self.out.flush()
 
     async def run(self) -> DemoResult:
+        self.started = time.monotonic()  # the progress lines count from here
         queues = sorted({r.queue for r in self.runs})
         namespaces = await asyncio.to_thread(spec_namespaces, self.specs_dir, set(queues))
         settings = WorldSettings(
@@ -153,7 +154,6 @@ class Demo:
             agent = Agent(
                 agent_config(world, self.specs_dir, namespaces), kubeconfig=str(world.kubeconfig)
             )
-            self.started = time.monotonic()
             stop = asyncio.Event()
             task = asyncio.create_task(agent.run(stop), name="demo-agent")
             try:

@@ -1,0 +1,69 @@
+"""`launch-agent bench dispatch` end to end, small: our agent as a subprocess, the JSON it
+writes, the tracking and restart runs, and the note when the reference agent is missing.
+
+The numbers are not asserted (benchmarks never pass or fail on timings); what is checked is
+that each figure was measured from real traffic: requests counted by the servers, every run
+created exactly once and adopted again after the restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+LAUNCH_AGENT = Path(sys.executable).parent / "launch-agent"
+
+
+async def test_bench_dispatch_small(tmp_path: Path) -> None:
+    out = tmp_path / "dispatch.json"
+    env = dict(os.environ, LAUNCH_AGENT_REFERENCE_WANDB=str(tmp_path / "no-such-wandb"))
+    process = await asyncio.create_subprocess_exec(
+        str(LAUNCH_AGENT),
+        "bench",
+        "dispatch",
+        "--runs",
+        "20",
+        "--track-runs",
+        "40",
+        "--idle-seconds",
+        "1",
+        "--window-seconds",
+        "1",
+        "--json",
+        str(out),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=240)
+    assert process.returncode == 0, stdout.decode() + stderr.decode()
+    results = json.loads(await asyncio.to_thread(out.read_text))
+
+    ours = results["ours"]
+    assert ours["runs"] == 20
+    assert ours["wandb_operations"]["popFromRunQueue"] >= 20
+    assert ours["wandb_operations"]["ackRunQueueItem"] == 20
+    assert ours["kube_routes"]["POST jobs"] == 20
+    assert 2 <= ours["wandb_requests_per_run"] < 3
+    assert ours["pop_to_create_ms"]["p50"] > 0
+    assert ours["cpu_seconds_total"] > 0
+    assert ours["peak_rss_mb"] > 10
+
+    assert "make test-reference" in results["reference"]["skipped"]
+    assert "no-such-wandb is missing" in stderr.decode()
+
+    tracking = results["tracking"]
+    assert tracking["runs"] == 40
+    assert tracking["watch_connections"] >= 1
+    assert "POST jobs" not in tracking["kube_routes"]
+    restart = tracking["restart"]
+    assert restart["adopted"] == 40
+    assert restart["jobs_created_again"] == 0
+    assert restart["items_popped_again"] == 0
+
+    text = stdout.decode()
+    assert "runs/s, enqueue -> workload created" in text
+    assert "restart: adopted 40 runs" in text
