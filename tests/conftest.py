@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.events
+import gc
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -51,6 +52,14 @@ def _describe(handle: asyncio.Handle) -> str:
 
 # Patched once for the session: this is the standard library's Handle, not our code.
 asyncio.events.Handle._run = _timed_run  # type: ignore[method-assign]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Everything imported so far (libraries, schemas, test modules) lives for the whole run:
+    # moving it out of the collector's reach keeps full collections, which run inside whatever
+    # callback happens to allocate, from growing with the size of the suite.
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
