@@ -10,7 +10,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from launch_agent.commands import bench_dispatch, bench_render, bench_sandbox, bench_tracking
+from launch_agent.commands import (
+    bench_dispatch,
+    bench_quota,
+    bench_render,
+    bench_sandbox,
+    bench_tracking,
+)
 
 BenchRegistrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
@@ -19,6 +25,7 @@ BENCHMARKS: tuple[BenchRegistrar, ...] = (
     bench_sandbox.register_bench,
     bench_tracking.register_bench,
     bench_dispatch.register_bench,
+    bench_quota.register_bench,
 )
 
 

@@ -230,3 +230,31 @@ def test_simulate_as_a_process(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["running"] == ["r"]
+
+
+def test_bench_quota_prints_numbers_and_writes_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_file = tmp_path / "bench.json"
+    status, out, _ = cli(
+        capsys,
+        "bench",
+        "quota",
+        "--leaves",
+        "20",
+        "--runs",
+        "200",
+        "--churn",
+        "20",
+        "--json",
+        str(out_file),
+    )
+    assert status == 0
+    assert "decisions/s" in out and "p99" in out
+    result = json.loads(out_file.read_text())
+    assert result["leaves"] == 20
+    assert set(result["phases"]) == {"borrow", "reclaim", "churn"}
+    # The workload exercises both plain admissions and reclaim.
+    assert result["phases"]["borrow"]["decisions"] > 0
+    assert result["phases"]["reclaim"]["preemptions"] > 0
+    assert result["decisions"] == sum(p["decisions"] for p in result["phases"].values())
