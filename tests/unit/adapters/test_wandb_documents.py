@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launch_agent.adapters import wandb_documents as docs
-from launch_agent.adapters.wandb_schema import check, normalize
+from tests.unit.adapters.wandb_sdl import check, normalize
 
 ROOT = Path(__file__).resolve().parents[3]
 RECORDED_FILE = ROOT.parent / "shared" / "reference" / "wandb-graphql-operations.jsonl"
