@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -224,6 +225,9 @@ def _schema_dir() -> Any:
 def _definitions() -> dict[str, Any]:
     text = (_schema_dir() / "_definitions.json").read_text(encoding="utf-8")
     definitions: dict[str, Any] = json.loads(text)["$defs"]
+    # Hundreds of thousands of immutable objects kept for the process: out of the collected
+    # generations, so full collections do not rescan them (see apiserver.load_crd_documents).
+    gc.freeze()
     return definitions
 
 
