@@ -189,14 +189,6 @@ class _Plan:
                 self.remove(victim)
 
 
-def can_try_preemption(ledger: Ledger, x: Run, within_queue: str) -> bool:
-    """Whether `x` may preempt at all: reclaim needs its leaf within min (R4), R8 needs the
-    leaf's policy to allow it. Cheap: only x's own leaf is looked at."""
-    return within_queue == "LowerPriority" or (
-        len(ledger.paths[x.leaf]) > 1 and ledger.within_min(x.leaf, x.request)
-    )
-
-
 def plan_preemption(
     ledger: Ledger, admitted: list[dict[str, Run]], x: Run, reclaim_policy: str, within_queue: str
 ) -> list[Run] | None:
