@@ -48,6 +48,9 @@ from launch_agent.adapters.kube.kinds import Resource
 
 log = logging.getLogger(__name__)
 
+# Events delivered between two voluntary yields to the event loop.
+YIELD_EVERY = 50
+
 
 @dataclass(frozen=True, slots=True)
 class InformerEvent:
@@ -145,7 +148,9 @@ class Informer:
                 # Expected: KubeError, aiohttp.ClientError, TimeoutError, a malformed line.
                 # Anything else is a bug, logged with its traceback; the informer still lives,
                 # since every run's tracking depends on it.
-                expected = isinstance(exc, KubeError | aiohttp.ClientError | TimeoutError)
+                expected = isinstance(
+                    exc, KubeError | aiohttp.ClientError | TimeoutError | ValueError
+                )
                 self.healthy = False
                 self.stats.errors += 1
                 self.stats.last_error = str(exc)[:300]
@@ -214,6 +219,10 @@ class Informer:
 
     async def _deliver(self, event: CacheEvent) -> None:
         self.stats.events += 1
+        if self.stats.events % YIELD_EVERY == 0:
+            # A relist of 10,000 objects, or a burst of buffered watch events, would otherwise
+            # run in one step of this task and stall every other task on the loop.
+            await asyncio.sleep(0)
         try:
             await self.handler(
                 InformerEvent(event.type, event.obj, self.resource, self.namespace, event.from_list)
