@@ -15,7 +15,7 @@ CRD schemas (`shared/crds/`) and the controllers' constants, not from guesses:
 - RayJob: `jobDeploymentStatus` (Complete, Failed, ValidationFailed, Suspended, Running, ...)
   with `jobStatus` (PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED); `spec.suspend`.
 - Volcano Job: `status.state.phase` (Completed, Failed, Terminated, Aborted, Running, Pending:
-  a gang its queue has not admitted yet counts as queued).
+  queued while no pod exists, as the queue has not admitted the gang yet; starting after).
 
 An unknown kind falls back to the common condition vocabulary, so a new CRD degrades to
 "starting until a Succeeded/Complete/Failed condition appears" rather than to an error.
@@ -179,8 +179,11 @@ def volcano_job(obj: Mapping[str, Any]) -> WorkloadStatus:
         return WorkloadStatus(Phase.STOPPED, reason or phase, message)
     if phase in ("Running", "Completing", "Restarting"):
         return RUNNING
-    if phase == "Pending":
-        # Volcano keeps a gang in Pending until its queue admits all of minAvailable.
+    if phase == "Pending" and not any(
+        integer(obj, "status", counter) for counter in ("pending", "running", "failed")
+    ):
+        # No pods yet: the job's queue has not admitted its gang (minAvailable) yet. Once pods
+        # exist, Pending means they are starting, and a stuck pod must be able to fail the run.
         return SUSPENDED
     return PENDING
 

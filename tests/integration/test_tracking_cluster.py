@@ -44,18 +44,24 @@ class Tracker:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         self.changed = asyncio.Condition()
+        self.informers: Any = None
 
     async def __call__(self, event: InformerEvent) -> None:
         name = event.obj["metadata"]["name"]
         async with self.changed:
-            if event.resource.kind == "Job" and event.type != "DELETED":
+            if event.resource.kind != "Pod" and event.type != "DELETED":
                 self.jobs[name] = event.obj
             elif event.resource.kind == "Pod":
                 self.pods[name] = event.obj  # DELETED keeps the final object
             self.changed.notify_all()
 
-    def pods_of(self, job: str) -> list[dict[str, Any]]:
-        return [p for p in self.pods.values() if p["metadata"]["labels"].get("job-name") == job]
+    def pods_of(self, run: str) -> list[dict[str, Any]]:
+        """The run's pods by the run label the agent puts on every pod template."""
+        return [
+            p
+            for p in self.pods.values()
+            if (p["metadata"].get("labels") or {}).get("launch-agent.io/run-id") == run
+        ]
 
 
 def job_manifest(name: str, outcome: str) -> dict[str, Any]:
@@ -97,6 +103,7 @@ async def setup(
             tracker = Tracker()
             settings = InformerSettings(label_selector=SELECTOR, backoff_base=0.02)
             async with InformerSet(client, tracker, settings) as infs:
+                tracker.informers = infs
                 infs.add(JOBS, NS)
                 infs.add(PODS, NS)
                 async with asyncio.timeout(10):
@@ -104,11 +111,11 @@ async def setup(
                 yield kube, cluster, client, tracker
 
 
-async def settle(kube: KubeApiServer, tracker: Tracker, name: str) -> None:
-    """Until the informers have delivered the store's current Job and pods."""
+async def settle(kube: KubeApiServer, tracker: Tracker, name: str, resource: str = "jobs") -> None:
+    """Until the informers have delivered the store's current workload and pods."""
 
     def caught_up() -> bool:
-        job = kube.objects.find("jobs", name, NS)
+        job = kube.objects.find(resource, name, NS)
         seen = tracker.jobs.get(name)
         if job is None or seen is None:
             return False
@@ -116,7 +123,7 @@ async def settle(kube: KubeApiServer, tracker: Tracker, name: str) -> None:
             return False
         live = {
             p["metadata"]["name"]: p["metadata"]["resourceVersion"]
-            for p in kube.objects.list("pods", NS, label_selector=f"job-name={name}")
+            for p in kube.objects.list("pods", NS, label_selector=f"launch-agent.io/run-id={name}")
         }
         mine = {
             n: p["metadata"]["resourceVersion"]
@@ -188,3 +195,104 @@ async def test_stop_deletes_the_job_and_its_pods(
     cluster.advance(60)  # termination grace periods
     assert kube.objects.find("jobs", "run-stop", NS) is None
     assert kube.objects.list("pods", NS, label_selector="job-name=run-stop") == []
+
+
+CRDS = Path(__file__).resolve().parents[2].parent / "shared" / "crds"
+LABELS = {"launch-agent.io/agent": "test-agent", "launch-agent.io/run-id": "run-cr"}
+CONTAINER = {"name": "main", "image": "ghcr.io/acme/train:1.2"}
+TEMPLATE = {
+    "metadata": {"labels": LABELS},
+    "spec": {"restartPolicy": "Never", "containers": [CONTAINER]},
+}
+
+
+def jobset() -> dict[str, Any]:
+    job = {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": TEMPLATE}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2, "template": {"spec": job}}]},
+    }
+
+
+def pytorchjob() -> dict[str, Any]:
+    replica = {"restartPolicy": "Never", "template": TEMPLATE}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, **replica},
+                "Worker": {"replicas": 2, **replica},
+            }
+        },
+    }
+
+
+def volcano() -> dict[str, Any]:
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "spec": {
+            "minAvailable": 2,
+            "schedulerName": "volcano",
+            "queue": "default",
+            "tasks": [{"name": "worker", "replicas": 2, "template": TEMPLATE}],
+        },
+    }
+
+
+CR_CASES = [
+    (jobset, "jobset.x-k8s.io_jobsets.yaml", "succeed after=2s", RunState.SUCCEEDED, None),
+    (
+        jobset,
+        "jobset.x-k8s.io_jobsets.yaml",
+        "exit code=4 after=2s",
+        RunState.FAILED,
+        Reason.EXIT_CODE,
+    ),
+    (
+        pytorchjob,
+        "kubeflow.org_pytorchjobs.yaml",
+        "oomkilled after=2s",
+        RunState.FAILED,
+        Reason.OOM_KILLED,
+    ),
+    (pytorchjob, "kubeflow.org_pytorchjobs.yaml", "run", RunState.RUNNING, None),
+    (volcano, "batch.volcano.sh_jobs.yaml", "succeed after=2s", RunState.SUCCEEDED, None),
+    (volcano, "batch.volcano.sh_jobs.yaml", "imagepullbackoff", RunState.FAILED, Reason.IMAGE_PULL),
+]
+
+
+@pytest.mark.parametrize(
+    ("make", "crd", "outcome", "state", "reason"),
+    [pytest.param(*c, id=f"{c[0].__name__} {c[2]}") for c in CR_CASES],
+)
+async def test_custom_resource_outcome_is_tracked(
+    setup: tuple[KubeApiServer, SimulatedCluster, KubeClient, Tracker],
+    make: Any,
+    crd: str,
+    outcome: str,
+    state: RunState,
+    reason: Reason | None,
+) -> None:
+    kube, cluster, client, tracker = setup
+    await kube.load_crd_file(CRDS / crd)
+    manifest = make()
+    manifest["metadata"] = {
+        "name": "run-cr",
+        "labels": LABELS,
+        "annotations": {ANNOTATION: outcome},
+    }
+    resource = await client.resolve(manifest["apiVersion"], manifest["kind"])
+    informers: InformerSet = tracker.informers
+    informers.add(resource, NS)
+    await client.create(manifest, NS)
+    plural = f"{resource.plural}.{resource.group}"
+    await settle(kube, tracker, "run-cr", plural)
+    cluster.advance(30)
+    await settle(kube, tracker, "run-cr", plural)
+    got, diagnosis = assess(
+        tracker.jobs["run-cr"], tracker.pods_of("run-cr"), cluster.clock.now(), POLICY
+    )
+    assert (got, diagnosis.reason if diagnosis else None) == (state, reason), diagnosis

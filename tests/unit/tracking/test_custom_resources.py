@@ -49,11 +49,15 @@ def rayjob(status: dict[str, Any], **spec: Any) -> dict[str, Any]:
     return custom("ray.io/v1", "RayJob", status, **spec)
 
 
-def vcjob(phase: str, reason: str = "", message: str = "") -> dict[str, Any]:
+def vcjob(phase: str, reason: str = "", message: str = "", **counts: int) -> dict[str, Any]:
     return custom(
         "batch.volcano.sh/v1alpha1",
         "Job",
-        {"state": {"phase": phase, "reason": reason, "message": message}, "minAvailable": 2},
+        {
+            "state": {"phase": phase, "reason": reason, "message": message},
+            "minAvailable": 2,
+            **counts,
+        },
     )
 
 
@@ -291,6 +295,7 @@ CASES: list[tuple[str, dict[str, Any], RunState, Reason | None]] = [
     ),
     # Volcano Job: status.state.phase.
     ("volcano pending gang", vcjob("Pending"), RunState.QUEUED, None),
+    ("volcano gang admitted, pods pending", vcjob("Pending", pending=2), RunState.STARTING, None),
     ("volcano running", vcjob("Running"), RunState.RUNNING, None),
     ("volcano restarting", vcjob("Restarting"), RunState.RUNNING, None),
     ("volcano completed", vcjob("Completed"), RunState.SUCCEEDED, None),
@@ -378,6 +383,16 @@ def test_failed_pytorchjob_explained_by_worker_oom() -> None:
     assert state is RunState.FAILED
     assert diagnosis is not None
     assert (diagnosis.reason, diagnosis.container) == (Reason.OOM_KILLED, "pytorch")
+
+
+def test_image_pull_fails_an_admitted_volcano_gang_stuck_in_pending() -> None:
+    stuck = pod(
+        "run-abc-worker-0", "Pending", container_status(waiting=("ImagePullBackOff", "Back-off"))
+    )
+    state, diagnosis = assess(vcjob("Pending", pending=1, running=1), [stuck], NOW)
+    assert state is RunState.FAILED
+    assert diagnosis is not None
+    assert diagnosis.reason is Reason.IMAGE_PULL
 
 
 def test_image_pull_fails_a_jobset_that_never_fails_itself() -> None:
