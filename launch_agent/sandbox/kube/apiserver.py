@@ -25,7 +25,8 @@ from aiohttp import web
 from launch_agent.sandbox.faults import Faults, RequestLog
 from launch_agent.sandbox.kube.objects import Objects
 from launch_agent.sandbox.kube.resources import CrdError, ResourceType
-from launch_agent.sandbox.kube.server import KubeApp, ServerSettings
+from launch_agent.sandbox.kube.responses import ServerSettings
+from launch_agent.sandbox.kube.server import KubeApp
 from launch_agent.sandbox.kube.store import Store
 
 _CRD_CACHE: dict[tuple[str, float], list[dict[str, Any]]] = {}
