@@ -362,7 +362,7 @@ async def test_informer_delivers_add_modify_delete(client: KubeClient, kube: Kub
     async with informers(client, recorder) as infs:
         informer = infs.add(JOBS, NS)
         assert infs.add(JOBS, NS) is informer  # one watch per (kind, namespace)
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(WAIT):
             await infs.wait_synced()
         assert [e.type for e in recorder.events] == ["ADDED"]
         assert recorder.events[0].from_list
@@ -390,14 +390,16 @@ async def test_informer_ignores_objects_outside_its_selector(
 ) -> None:
     recorder = Recorder()
     async with informers(client, recorder) as infs:
-        infs.add(JOBS, NS)
-        async with asyncio.timeout(10):
+        informer = infs.add(JOBS, NS)
+        async with asyncio.timeout(WAIT):
             await infs.wait_synced()
         other = job_manifest("not-ours")
         other["metadata"]["labels"] = {"team": "other"}
         kube.objects.create("jobs", other, NS)
         kube.objects.create("jobs", job_manifest("ours"), NS)
-        await recorder.wait_for("ADDED", "ours")
+        event = await recorder.wait_for("ADDED", "ours")
+        assert not event.from_list  # a live watch event: no relist on an empty start
+        assert informer.stats.relists_after_gone == 0
     assert not recorder.seen("ADDED", "not-ours")
 
 
@@ -412,9 +414,12 @@ async def test_informer_resumes_after_dropped_watch_without_relisting(
         for i in range(3):
             await _open_watch(kube, "batch/jobs")
             assert kube.drop_watches("jobs") == 1
-            # A change made while the watch is down arrives after the reconnect.
+            # Changes made while the watch is down arrive after the reconnect, each one.
+            kube.objects.patch_status("jobs", "a", {"active": 1, "ready": i}, NS)
             kube.objects.patch("jobs", "a", {"metadata": {"annotations": {"step": str(i)}}}, NS)
             await _wait_annotation(recorder, "a", str(i))
+            ready = [e.obj["status"].get("ready") for e in recorder.seen("MODIFIED", "a")]
+            assert ready[-2:] == [i, i]  # the status change, then the annotation change
         await _open_watch(kube, "batch/jobs")
         kube.drop_watches("jobs")
         # The terminal state lands while disconnected: it is replayed from the resourceVersion.
@@ -437,7 +442,7 @@ async def test_informer_relists_after_410_and_misses_no_terminal_state(
     recorder = Recorder()
     async with informers(client, recorder) as infs:
         informer = infs.add(JOBS, NS)
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(WAIT):
             await infs.wait_synced()
         # Disconnect, change everything, compact the history the watch would resume from.
         await kube.refuse_connections()
@@ -468,7 +473,7 @@ async def test_informer_relists_on_injected_410_event(
     recorder = Recorder()
     async with informers(client, recorder) as infs:
         informer = infs.add(JOBS, NS)
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(WAIT):
             await infs.wait_synced()
         kube.faults.add(FaultRule("WATCH jobs", status=410, times=2))
         kube.drop_watches("jobs")
@@ -547,7 +552,7 @@ async def test_informers_for_pods_and_custom_resources_share_one_handler(
         pytorch = await client.resolve("kubeflow.org/v1", "PyTorchJob")
         infs.add(pytorch, NS)
         infs.add(PODS, NS)
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(WAIT):
             await infs.wait_synced()
         created = await client.create(pytorchjob_manifest("run-pt"), NS)
         pod = owned_pod({**created.obj, "metadata": {**created.obj["metadata"]}}, "master-0")
