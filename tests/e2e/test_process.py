@@ -128,6 +128,7 @@ async def test_sigterm_reports_killed_and_leaves_workloads_running(
 
 CRASH_POINTS = [
     # (where the agent is held when it is killed, the sandbox fault that holds it there)
+    ("pop-in-flight", "wandb", "popFromRunQueue"),
     ("create-in-flight", "kube", "POST jobs"),
     ("ack-in-flight", "wandb", "ackRunQueueItem"),
     ("after-ack", None, None),
