@@ -83,6 +83,8 @@ class AdmissionEngine:
         self._blocked_at: dict[tuple[int, str], list[tuple[int, int, int]]] = {}
         self._epoch = [0] * count
         self._decreased: set[tuple[int, str]] = set()
+        self._invalidated: set[int] = set()
+        self._was_strict = [False] * count
         self._evicting = 0
         self._reserved: list[Run] = []
         self._unready_gangs = 0
@@ -537,7 +539,7 @@ class AdmissionEngine:
             current = stack.pop()
             children = self.ledger.children[current]
             if not children:
-                self._dirty_leaves.add(current)
+                self._invalidated.add(current)
                 continue
             stack.extend(c for c in children if table[c].get(resource, 0) > headroom)
 
@@ -571,17 +573,23 @@ class AdmissionEngine:
                 run = self._cand[leaf]
                 if run is None or self._guaranteed(run, self.ledger.paths[leaf]) != _LOCAL:
                     self._dirty_leaves.add(leaf)
-        if not self._dirty_leaves and not self._dirty_nodes:
+        if not self._dirty_leaves and not self._dirty_nodes and not self._invalidated:
             return
         for leaf in self._dirty_leaves:
             self._examine_leaf(leaf)
+        # Leaves whose only news is that their candidate may no longer fit: usage only grew
+        # for them, so the runs they skipped are still infeasible and the scan resumes at the
+        # candidate (fit and the guarantee are monotone in usage).
+        for leaf in self._invalidated - self._dirty_leaves:
+            self._examine_leaf(leaf, resume=True)
         todo: set[int] = set()
-        for node in self._dirty_leaves | self._dirty_nodes:
+        for node in self._dirty_leaves | self._invalidated | self._dirty_nodes:
             for ancestor in self.ledger.paths[node]:
                 if ancestor in todo:
                     break
                 todo.add(ancestor)
         self._dirty_leaves.clear()
+        self._invalidated.clear()
         self._dirty_nodes.clear()
         depth = self.ledger.depth
         for node in sorted(todo, key=lambda n: -depth[n]):
@@ -606,21 +614,29 @@ class AdmissionEngine:
         if limit > obstacles.get(where, -(10**40)):
             obstacles[where] = limit
 
-    def _examine_leaf(self, leaf: int) -> None:
-        """R6.1: the first feasible pending run in order, or only the head in Strict mode."""
+    def _examine_leaf(self, leaf: int, resume: bool = False) -> None:
+        """R6.1: the first feasible pending run in order, or only the head in Strict mode.
+        With `resume`, start at the current candidate and keep the obstacles recorded for the
+        runs before it (they still hold)."""
+        start = self._cand[leaf]
+        if not resume or start is None or self._was_strict[leaf] or self.exhaustive:
+            start = None
+            self._epoch[leaf] += 1
         self._cand[leaf] = None
         self._cand_kind[leaf] = _NONE
         self._sensitive.discard(leaf)
         self._local.discard(leaf)
-        self._epoch[leaf] += 1
+        self._was_strict[leaf] = False
         obstacles: dict[tuple[int, str], int] = {}
         try:
-            self._scan_leaf(leaf, obstacles)
+            self._scan_leaf(leaf, obstacles, start)
         finally:
             if obstacles:
                 self._block(leaf, obstacles)
 
-    def _scan_leaf(self, leaf: int, obstacles: dict[tuple[int, str], int]) -> None:
+    def _scan_leaf(
+        self, leaf: int, obstacles: dict[tuple[int, str], int], start: Run | None
+    ) -> None:
         ledger = self.ledger
         node = ledger.nodes[leaf]
         path = ledger.paths[leaf]
@@ -630,7 +646,11 @@ class AdmissionEngine:
         maxs = ledger.maxs
         reclaim_possible = len(path) > 1  # a lone root has no other queue to reclaim from
         seen: list[tuple[int, str]] = []
-        for run in self._pending[leaf]:
+        pending = self._pending[leaf]
+        if start is not None and start in pending:
+            head = False  # the leaf was not Strict and the clock has not moved since
+            pending = pending[pending.index(start) :]
+        for run in pending:
             if run.reserved_at is not None or (
                 run.not_before is not None and run.not_before > self.now
             ):
@@ -639,6 +659,8 @@ class AdmissionEngine:
                 node.strict_after is not None and self.now - run.enqueued[0] >= node.strict_after
             )
             head = False
+            if strict:
+                self._was_strict[leaf] = True
             if not (gangs_blocked and run.pods > 1):
                 request = run.request
                 blocked = None
