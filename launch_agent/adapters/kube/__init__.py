@@ -2,6 +2,7 @@
 
 - `KubeClient` (`client.py`): the one client per process; create-or-adopt with strict field
   validation, delete with background propagation, list, patch, pod log tail, retries.
+- `load_configuration` (`connect.py`): kubeconfig or in-cluster configuration, off the loop.
 - `KindRegistry` / `Resource` (`kinds.py`): kinds resolved by discovery, cached.
 - `Informer` / `InformerSet` (`informer.py`): list-then-watch per (kind, namespace) with a local
   cache (`cache.py`), bookmarks, 410 relist and backoff.
@@ -11,7 +12,8 @@
 from __future__ import annotations
 
 from launch_agent.adapters.kube.backoff import RetryPolicy
-from launch_agent.adapters.kube.client import Created, KubeClient, Listed, load_configuration
+from launch_agent.adapters.kube.client import Created, KubeClient, Listed
+from launch_agent.adapters.kube.connect import load_configuration
 from launch_agent.adapters.kube.errors import (
     KindNotInstalled,
     KubeApiError,

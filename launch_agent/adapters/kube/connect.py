@@ -1,0 +1,148 @@
+"""Connecting to a cluster: configuration from a kubeconfig or the pod, and the API client.
+
+Both steps do blocking work that must stay off the agent's event loop: reading the kubeconfig
+(and running an exec credential plugin, if it names one), and building the TLS context, which
+parses the system CA bundle (40-250 ms of CPU on the development machine). The kubeconfig is
+loaded in a worker thread; the TLS context is built there too and handed to an `ApiClient`
+created on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+from collections.abc import Coroutine
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio.client import ApiClient, Configuration, rest
+from kubernetes_asyncio.config import load_incluster_config, load_kube_config
+
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def use_in_cluster(kubeconfig: str | None, in_cluster: bool | None) -> bool:
+    """`in_cluster=None`: in-cluster when no kubeconfig is named and the pod environment is set."""
+    if in_cluster is not None:
+        return in_cluster
+    return kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ
+
+
+async def load_configuration(
+    kubeconfig: str | None = None, context: str | None = None, in_cluster: bool | None = None
+) -> Configuration:
+    """A client configuration from a kubeconfig file or the pod's service account.
+
+    Loading reads files (and may run an exec credential plugin), so it runs in a worker thread,
+    never on the agent's loop. Limitation: a credential from an exec plugin (e.g. `aws eks
+    get-token`) is read once; in a pod the service-account token is re-read by `KubeClient`.
+    """
+
+    def load() -> Configuration:
+        cfg = Configuration()
+        if use_in_cluster(kubeconfig, in_cluster):
+            # The client's own token refresh reads the token file on the loop; KubeClient
+            # re-reads it in a worker thread instead (`token_file`).
+            load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=cfg, try_refresh_token=False
+            )
+        else:
+            _drive(
+                load_kube_config(
+                    config_file=kubeconfig,
+                    context=context,
+                    client_configuration=cfg,
+                    persist_config=False,
+                )
+            )
+        return cfg
+
+    try:
+        return await asyncio.to_thread(load)
+    except _NeedsLoop:
+        # Plugins that await: same loading, on a private loop in a worker thread.
+        cfg = Configuration()
+        await asyncio.to_thread(
+            asyncio.run,
+            load_kube_config(
+                config_file=kubeconfig,
+                context=context,
+                client_configuration=cfg,
+                persist_config=False,
+            ),
+        )
+        return cfg
+
+
+def _drive(coro: Coroutine[Any, Any, Any]) -> None:
+    """Run the kubeconfig loader's coroutine to completion in this worker thread.
+
+    With token, certificate or basic credentials it never awaits anything, so it finishes on the
+    first step, without an event loop (whose presence would make every file read in this thread
+    look like a blocking call on a loop). Exec and OIDC plugins do await a subprocess or HTTP
+    call: for those the coroutine gets a private loop in this thread.
+    """
+    try:
+        coro.send(None)
+    except StopIteration:
+        return
+    coro.close()
+    raise _NeedsLoop
+
+
+class _NeedsLoop(Exception):
+    pass
+
+
+def _ssl_context(configuration: Configuration) -> ssl.SSLContext:
+    """The TLS settings of `RESTClientObject.__init__` (kubernetes_asyncio 36.1.0, pinned)."""
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if configuration.disable_strict_ssl_verification:
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    return context
+
+
+class _RestClient(rest.RESTClientObject):
+    """kubernetes_asyncio's REST client with its SSL context built beforehand, off the loop.
+
+    `RESTClientObject()` parses the system CA bundle: 40-250 ms of CPU on this machine, long
+    enough to stall every other task. Everything else mirrors its `__init__`.
+    """
+
+    def __init__(self, configuration: Configuration, context: ssl.SSLContext) -> None:
+        # mypy infers the attribute types from the library's unannotated code, where these
+        # start as strings; the same values are assigned here as there.
+        self.server_hostname = configuration.tls_server_name  # type: ignore[assignment]
+        self.proxy = configuration.proxy  # type: ignore[assignment]
+        self.proxy_headers = configuration.proxy_headers  # type: ignore[assignment]
+        self.pool_manager = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(
+                limit=configuration.connection_pool_maxsize, ssl=context
+            ),
+            trust_env=True,
+            read_bufsize=2**21,
+        )
+
+
+class _ApiClient(ApiClient):
+    """`ApiClient` around a `_RestClient`; the rest mirrors `ApiClient.__init__`."""
+
+    def __init__(self, configuration: Configuration, context: ssl.SSLContext) -> None:
+        self.configuration = configuration
+        self.pool_threads = 1
+        self.rest_client = _RestClient(configuration, context)
+        self.default_headers: dict[str, str] = {}
+        self.cookie = None  # type: ignore[assignment]
+        self.user_agent = "launch-agent"
+        self.client_side_validation = configuration.client_side_validation
+
+
+async def build_api_client(configuration: Configuration) -> ApiClient:
+    context = await asyncio.to_thread(_ssl_context, configuration)
+    return _ApiClient(configuration, context)
