@@ -93,6 +93,11 @@ class Diagnosis:
         return self.severity is Severity.TERMINAL
 
     @property
+    def scheduler_message(self) -> str | None:
+        """The scheduler's own words ("0/3 nodes are available: ...") for Unschedulable."""
+        return self.detail if self.reason is Reason.UNSCHEDULABLE else None
+
+    @property
     def key(self) -> str:
         """Identity for de-duplication: the same problem in the same container is one warning.
 

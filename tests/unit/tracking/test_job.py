@@ -379,7 +379,8 @@ def test_diagnosis_carries_container_image_and_detail() -> None:
     assert (oom.container, oom.exit_code) == ("main", 137)
     _, unsched = assess(job(active=1), [unschedulable_pod(timedelta(hours=1))], NOW)
     assert unsched is not None
-    assert unsched.detail == UNSCHEDULABLE_MSG
+    assert unsched.detail == unsched.scheduler_message == UNSCHEDULABLE_MSG
+    assert pull.scheduler_message is None
 
 
 @pytest.mark.parametrize(
