@@ -504,6 +504,24 @@ async def test_informer_reopens_a_stalled_watch(client: KubeClient, kube: KubeAp
         assert informer.stats.watches == 2
 
 
+async def test_informer_honours_retry_after_on_a_throttled_watch(
+    client: KubeClient, kube: KubeApiServer
+) -> None:
+    recorder = Recorder()
+    settings = InformerSettings(label_selector=SELECTOR, backoff_base=0.02, backoff_cap=5.0)
+    async with InformerSet(client, recorder, settings) as infs:
+        informer = infs.add(JOBS, NS)
+        await _open_watch(kube, "batch/jobs")
+        kube.faults.add(FaultRule("WATCH jobs", status=429, times=1))  # answers Retry-After: 1
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        kube.drop_watches("jobs")
+        kube.objects.create("jobs", job_manifest("after-429"), NS)
+        await recorder.wait_for("ADDED", "after-429")
+        assert loop.time() - start >= 1.0  # the server's wait, not the 10-20 ms backoff
+        assert informer.stats.errors == 1
+
+
 async def test_informer_backs_off_on_error_storm_and_recovers(
     client: KubeClient, kube: KubeApiServer
 ) -> None:

@@ -43,7 +43,7 @@ from launch_agent.adapters.kube.cache import (
     strip_managed_fields,
 )
 from launch_agent.adapters.kube.client import KubeClient
-from launch_agent.adapters.kube.errors import KubeError, KubeGone, error_from_response
+from launch_agent.adapters.kube.errors import KubeApiError, KubeError, KubeGone, error_from_response
 from launch_agent.adapters.kube.kinds import Resource
 
 log = logging.getLogger(__name__)
@@ -155,6 +155,9 @@ class Informer:
                 self.stats.errors += 1
                 self.stats.last_error = str(exc)[:300]
                 delay = self._backoff.next_delay()
+                if isinstance(exc, KubeApiError) and exc.retry_after:
+                    # The API server's priority and fairness asked for this much (a 429).
+                    delay = max(delay, min(exc.retry_after, self.settings.backoff_cap))
                 log.warning(
                     "%s: %s; reconnecting in %.2fs",
                     self.name,
