@@ -13,8 +13,10 @@ worker tasks take them in order:
 - succeeded: nothing to report (W&B learns success from the run itself).
 
 Clean-up: a Job that Kubernetes finished stays for its `ttlSecondsAfterFinished` (its pods and
-logs help a person diagnose) and is annotated `launch-agent.io/reported` so a restarted agent
-does not report it again; every other workload (custom resources, and Jobs the agent gives up
+logs help a person diagnose) and, if it failed or was preempted, is annotated
+`launch-agent.io/reported` so a restarted agent does not report it again. Where RBAC grants no
+`patch` on Jobs (the Helm chart's least-privilege Role) such a Job is deleted instead, once its
+report and log tail reached W&B. Every other workload (custom resources, and Jobs the agent gives up
 on: stuck pulls, unschedulable) is deleted with `propagationPolicy: Background`, so no pod is
 left behind. The record is removed last; if the agent stops before W&B confirmed a report, the
 record stays and the next start adopts the run and reports it then.
@@ -27,7 +29,7 @@ import json
 import logging
 from typing import Any
 
-from launch_agent.adapters.kube import KubeClient, KubeError
+from launch_agent.adapters.kube import KubeClient, KubeError, KubeForbidden
 from launch_agent.model.config import TrackingConfig
 from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
 from launch_agent.runtime.metrics import Metrics
@@ -72,6 +74,8 @@ class Finisher:
         self.workers = workers
         self._queue: asyncio.Queue[tuple[RunRecord, Assessment]] = asyncio.Queue()
         self.handled = 0
+        # False once the API server refused a patch (RBAC): reported Jobs are deleted instead.
+        self.may_patch = True
 
     def submit(self, record: RunRecord, assessment: Assessment) -> None:
         self._queue.put_nowait((record, assessment))
@@ -186,11 +190,20 @@ class Finisher:
             resource = await self.kube.resolve(record.api_version, record.kind)
             finished = workload_status(obj).phase in (Phase.SUCCEEDED, Phase.FAILED)
             if record.kind == "Job" and resource.group == "batch" and finished:
-                if state is not RunState.SUCCEEDED:
-                    # Kept for its TTL; marked so a restart does not report it again.
+                if state is RunState.SUCCEEDED:
+                    return  # kept for its TTL; adopting it again after a restart reports nothing
+                if self.may_patch:
+                    # Kept for its TTL (its pods help a person); marked so a restart does not
+                    # report it again.
                     patch = {"metadata": {"annotations": {REPORTED: state.value}}}
-                    await self.kube.patch(resource, record.namespace, record.name, patch)
-                return
+                    try:
+                        await self.kube.patch(resource, record.namespace, record.name, patch)
+                        return
+                    except KubeForbidden:
+                        # Least-privilege RBAC (the Helm chart's) grants no patch: delete
+                        # instead, so a restart cannot report or requeue the run twice.
+                        log.info("no RBAC to annotate Jobs: reported Jobs are deleted instead")
+                        self.may_patch = False
             await self.kube.delete(resource, record.namespace, record.name)
             record.deleting = True
         except KubeError as exc:

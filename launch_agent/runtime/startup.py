@@ -9,9 +9,9 @@ The agent registers (`createLaunchAgent`) under W&B's rules (W&B names the agent
 stable identity on the cluster is `agent_name`, which labels everything it creates, so a
 restarted agent is the same agent to Kubernetes and adopts its runs.
 
-Pods get the W&B API key from one Secret per target namespace (`wandb-api-key`, key
-`password`, as W&B's Helm chart names it), never one per run. If the Helm chart (or an admin)
-created it, it is used as is; otherwise the agent creates it.
+Pods get the W&B API key from one Secret per target namespace (`api_key_secret`, key
+`api_key_secret_key`), never one per run. If the Helm chart (or an admin) created it, it is used
+as is (the agent only reads it); otherwise the agent creates it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from launch_agent.adapters.kube import KubeClient, KubeError, KubeUnavailable, Resource
+from launch_agent.adapters.kube import (
+    KubeClient,
+    KubeError,
+    KubeForbidden,
+    KubeNotFound,
+    KubeUnavailable,
+    Resource,
+)
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.adapters.wandb_errors import WandbNotFound, WandbUnavailable
 from launch_agent.model import labels as L
@@ -134,9 +141,35 @@ async def ensure_api_key_secrets(
     agent_name: str,
     stopping: asyncio.Event,
 ) -> None:
-    """One Secret holding the API key per namespace; an existing one is left as it is."""
+    """One Secret holding the API key per namespace; an existing one is left as it is.
+
+    Read first (the Helm chart creates the Secret and grants only `get` on that one name),
+    created only when it is missing.
+    """
     encoded = base64.b64encode(api_key.encode()).decode("ascii")
     for namespace in namespaces:
+        where = f"{namespace}/{name}"
+        try:
+            existing = await until_available(
+                f"reading Secret {where}",
+                functools.partial(kube.get, SECRET, namespace, name),
+                stopping,
+            )
+        except KubeNotFound:
+            existing = None
+        except KubeForbidden as exc:
+            log.warning("cannot read Secret %s (%s); assuming it exists", where, exc.message)
+            continue
+        if existing is not None:
+            if key not in (existing.get("data") or {}):
+                log.warning(
+                    "Secret %s has no key %r: run pods will fail with CreateContainerConfigError"
+                    " until it does",
+                    where,
+                    key,
+                )
+            log.info("API-key Secret %s found", where)
+            continue
         body = {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -145,26 +178,14 @@ async def ensure_api_key_secrets(
             "data": {key: encoded},
         }
         try:
-            created = await until_available(
-                f"ensuring Secret {namespace}/{name}",
+            await until_available(
+                f"creating Secret {where}",
                 functools.partial(kube.create, body, namespace),
                 stopping,
             )
         except KubeError as exc:
             raise StartupError(
-                f"cannot create the API-key Secret {namespace}/{name}: {exc} (the agent's"
-                f" service account needs create/get on secrets in {namespace}, or create the"
-                " Secret with the Helm chart)"
+                f"the API-key Secret {where} does not exist and the agent cannot create it: {exc}"
+                f" (create it, as the Helm chart does, or grant create on secrets in {namespace})"
             ) from None
-        data = created.obj.get("data") or {}
-        if created.adopted and key not in data:
-            log.warning(
-                "Secret %s/%s exists but has no key %r: pods will fail with"
-                " CreateContainerConfigError until it does",
-                namespace,
-                name,
-                key,
-            )
-        log.info(
-            "API-key Secret %s/%s %s", namespace, name, "found" if created.adopted else "created"
-        )
+        log.info("API-key Secret %s created", where)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 
+from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState
 from tests.e2e.conftest import Env, run_spec, until
 
@@ -114,3 +115,30 @@ async def test_stop_polling_from_wandb_stops_the_agent(env: Env) -> None:
     env.state.set_stop_polling(agent.agent_id)
     await asyncio.wait_for(task, 20)
     assert env.state.agents[agent.agent_id].status == "KILLED"
+
+
+async def test_least_privilege_rbac_no_patch_and_an_existing_secret(env: Env) -> None:
+    """The Helm chart's Role: Secret `get` by name only, no `patch` on Jobs."""
+    env.kube.objects.create(
+        "secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "wandb-api-key-test-agent"},
+            "data": {"password": "a2V5"},
+        },
+    )
+    env.kube.faults.add(FaultRule("POST secrets", status=403))
+    env.kube.faults.add(FaultRule("PATCH jobs", status=403))
+    env.cluster.script("launch-agent.io/run-id=rb", 'exit code=7 after=2s log="rbac run"')
+    item = env.push(run_spec("rb"))
+    async with env.running() as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+        env.advance(10)
+        await until(lambda: item.state is ItemState.FAILED, message="failed")
+        assert item.failure is not None
+        assert "exited with code 7" in item.failure.message
+        assert "rbac run" in item.failure.message
+        await until(lambda: not env.jobs(), message="reported Job deleted instead of annotated")
+        await until(lambda: agent.runs.get(item.id) is None)
+    assert env.kube.log.count("POST secrets") == 0
