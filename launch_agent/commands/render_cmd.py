@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from launch_agent.commands.config_cmd import load_config, report_config_error
+from launch_agent.model.config_resolve import ConfigError
 from launch_agent.model.queue_spec import InvalidInput, Problem
 from launch_agent.model.run_item import parse_run_item
 from launch_agent.render.pipeline import render
@@ -64,8 +66,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--queue", metavar="NAME", help="W&B queue the item came from (default: the spec's first)"
     )
-    parser.add_argument("--agent-name", default="launch-agent", metavar="NAME")
-    parser.add_argument("--base-url", default="https://api.wandb.ai", metavar="URL")
+    parser.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        help="the agent's launch-config.yaml, for the agent name, W&B URL and API-key Secret"
+        " the objects refer to (default: as `launch-agent run` finds it)",
+    )
+    parser.add_argument("--agent-name", metavar="NAME", help="overrides the configuration")
+    parser.add_argument("--base-url", metavar="URL", help="overrides the configuration")
     parser.add_argument(
         "-o", "--output", choices=["yaml", "json"], default="yaml", help="output format"
     )
@@ -109,7 +118,10 @@ def run(args: argparse.Namespace) -> int:
     print_problems(args.item, item_problems)
     if spec is None or item is None:
         return 2
-    settings = RenderSettings(agent_name=args.agent_name, base_url=args.base_url.rstrip("/"))
+    try:
+        settings = RenderSettings.from_config(load_config(args).config)
+    except ConfigError as exc:
+        return report_config_error(exc)
     try:
         result = render(spec, item, args.image, settings, queue_name=args.queue)
     except InvalidInput as exc:

@@ -29,7 +29,7 @@ from launch_agent.model.queue_spec import Problem
 class RenderSettings:
     agent_name: str = "launch-agent"
     base_url: str = "https://api.wandb.ai"
-    api_key_secret: str = "wandb-api-key"
+    api_key_secret: str = "wandb-api-key-launch-agent"
     api_key_secret_key: str = "password"
     queue_entity: str | None = None  # the entity that owns the queues; default: the run's
     backoff_limit: int = 0

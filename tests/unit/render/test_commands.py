@@ -189,3 +189,33 @@ def test_render_settings_from_agent_config() -> None:
     )
     assert settings.ttl_seconds_after_finished == 60
     assert settings.backoff_limit == 0
+
+
+def test_render_takes_names_from_the_agent_configuration(
+    item_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "launch-config.yaml"
+    config.write_text("agent_name: team-a\napi_key_secret: shared-key\nbase_url: http://wb.local\n")
+    argv = ["render", "--spec", str(EXAMPLES / "job.yaml"), "--item", str(item_file)]
+    assert main([*argv, "-c", str(config), "-o", "json"]) == 0
+    job = json.loads(capsys.readouterr().out)[0]
+    env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["WANDB_API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "shared-key"
+    assert env["WANDB_BASE_URL"]["value"] == "http://wb.local"
+    assert job["metadata"]["labels"]["launch-agent.io/agent"] == "team-a"
+    # A flag beats the file, as for every agent command.
+    assert main([*argv, "-c", str(config), "-o", "json", "--agent-name", "team-b"]) == 0
+    job = json.loads(capsys.readouterr().out)[0]
+    assert job["metadata"]["labels"]["launch-agent.io/agent"] == "team-b"
+
+
+def test_render_reports_a_bad_configuration(
+    item_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "launch-config.yaml"
+    config.write_text("agent_nam: x\n")
+    argv = ["render", "--spec", str(EXAMPLES / "job.yaml"), "--item", str(item_file)]
+    assert main([*argv, "-c", str(config)]) == 2
+    assert (
+        "agent_nam: unknown key 'agent_nam'; did you mean 'agent_name'?" in capsys.readouterr().err
+    )

@@ -42,7 +42,9 @@ def test_wandb_environment_matches_the_reference_agent() -> None:
     env = _env(render(spec, item, None, SETTINGS).workload)
     assert env == {
         "WANDB_BASE_URL": "https://wandb.example.com",
-        "WANDB_API_KEY": {"secretKeyRef": {"name": "wandb-api-key", "key": "password"}},
+        "WANDB_API_KEY": {
+            "secretKeyRef": {"name": "wandb-api-key-launch-agent", "key": "password"}
+        },
         "WANDB_PROJECT": "proj",
         "WANDB_ENTITY": "ent",
         "WANDB_LAUNCH": "True",
