@@ -25,6 +25,7 @@ are still exactly what a full recomputation would give.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Mapping
 from fractions import Fraction
@@ -79,9 +80,9 @@ class AdmissionEngine:
         self._sensitive: set[int] = set()
         self._local: set[int] = set()
         # Skipped runs, by the (node, resource) that blocks them: heaps of
-        # (-usage threshold, leaf, epoch); an entry is stale once its leaf is re-examined.
-        self._blocked_at: dict[tuple[int, str], list[tuple[int, int, int]]] = {}
-        self._epoch = [0] * count
+        # (-usage threshold, token, seq, run); an entry is stale once its run is scanned again.
+        self._blocked_at: dict[tuple[int, str], list[tuple[int, int, int, Run]]] = {}
+        self._wake_from: dict[int, tuple[int, Fraction, int, str]] = {}
         self._decreased: set[tuple[int, str]] = set()
         self._invalidated: set[int] = set()
         self._was_strict = [False] * count
@@ -293,6 +294,7 @@ class AdmissionEngine:
 
     def _enqueue(self, run: Run) -> None:
         run.state = RunState.PENDING
+        run.block_token += 1
         pending = self._pending[run.leaf]
         low, high = 0, len(pending)
         while low < high:  # bisect on the order key; evicted runs keep their original place
@@ -551,18 +553,22 @@ class AdmissionEngine:
         self._dirty_leaves |= self._sensitive
 
     def _wake_blocked(self) -> None:
-        """Re-examine the leaves with a skipped run whose recorded obstacle is gone: the run was
-        blocked at (node, resource) while usage there exceeded its threshold."""
+        """Find the skipped runs whose recorded obstacle is gone — blocked at (node, resource)
+        while usage there exceeded their threshold — and note, per leaf, the earliest of them:
+        the leaf's scan restarts there."""
         ledger = self.ledger
+        wake = self._wake_from
         for node, resource in self._decreased:
             heap = self._blocked_at.get((node, resource))
             if not heap:
                 continue
             used = ledger.effective(node, resource)
             while heap and -heap[0][0] >= used:
-                _, leaf, epoch = heapq.heappop(heap)
-                if epoch == self._epoch[leaf]:
-                    self._dirty_leaves.add(leaf)
+                _, token, _, run = heapq.heappop(heap)
+                if token == run.block_token and run.state is RunState.PENDING:
+                    known = wake.get(run.leaf)
+                    if known is None or run.order < known:
+                        wake[run.leaf] = run.order
         self._decreased.clear()
 
     def _settle(self) -> None:
@@ -573,70 +579,60 @@ class AdmissionEngine:
                 run = self._cand[leaf]
                 if run is None or self._guaranteed(run, self.ledger.paths[leaf]) != _LOCAL:
                     self._dirty_leaves.add(leaf)
-        if not self._dirty_leaves and not self._dirty_nodes and not self._invalidated:
+        if not (self._dirty_leaves or self._dirty_nodes or self._invalidated or self._wake_from):
             return
         for leaf in self._dirty_leaves:
-            self._examine_leaf(leaf)
-        # Leaves whose only news is that their candidate may no longer fit: usage only grew
-        # for them, so the runs they skipped are still infeasible and the scan resumes at the
-        # candidate (fit and the guarantee are monotone in usage).
-        for leaf in self._invalidated - self._dirty_leaves:
-            self._examine_leaf(leaf, resume=True)
+            self._examine_leaf(leaf, None)
+        # Partial scans. Runs skipped before the restart point are still infeasible: their
+        # obstacle did not clear (or they would have woken the leaf), and usage only grew for
+        # them otherwise (fit and the guarantee are monotone in usage). Leaves whose candidate
+        # may merely have stopped fitting restart at that candidate.
+        for leaf, order in self._wake_from.items():
+            if leaf not in self._dirty_leaves:
+                self._examine_leaf(leaf, order)
+        for leaf in self._invalidated:
+            run = self._cand[leaf]
+            if leaf not in self._dirty_leaves and leaf not in self._wake_from:
+                self._examine_leaf(leaf, run.order if run is not None else None)
+        changed = self._dirty_leaves | self._invalidated | self._wake_from.keys()
         todo: set[int] = set()
-        for node in self._dirty_leaves | self._invalidated | self._dirty_nodes:
+        for node in changed | self._dirty_nodes:
             for ancestor in self.ledger.paths[node]:
                 if ancestor in todo:
                     break
                 todo.add(ancestor)
         self._dirty_leaves.clear()
         self._invalidated.clear()
+        self._wake_from.clear()
         self._dirty_nodes.clear()
         depth = self.ledger.depth
         for node in sorted(todo, key=lambda n: -depth[n]):
             self._recompute(node)
 
-    def _block(self, leaf: int, obstacles: dict[tuple[int, str], int]) -> None:
-        """Record why `leaf` skipped runs: for each (node, resource), the usage at or below
-        which the most easily satisfied of them stops being blocked there."""
-        epoch = self._epoch[leaf]
-        for where, threshold in obstacles.items():
-            heap = self._blocked_at.setdefault(where, [])
-            heapq.heappush(heap, (-threshold, leaf, epoch))
-            if len(heap) > 4 * len(self.ledger.leaves) + 64:
-                # Entries of re-examined leaves are stale; drop them so the heap stays bounded.
-                heap[:] = [e for e in heap if e[2] == self._epoch[e[1]]]
-                heapq.heapify(heap)
+    def _block(self, run: Run, where: tuple[int, str], threshold: int) -> None:
+        """Record that `run` is skipped until usage at `where` falls to `threshold`."""
+        heap = self._blocked_at.setdefault(where, [])
+        heapq.heappush(heap, (-threshold, run.block_token, run.enqueued[1], run))
+        if len(heap) > 2 * len(self.runs) + 64:
+            # Entries of runs scanned again since, or no longer pending, are stale.
+            heap[:] = [
+                e for e in heap if e[1] == e[3].block_token and e[3].state is RunState.PENDING
+            ]
+            heapq.heapify(heap)
 
-    @staticmethod
-    def _obstacle(
-        obstacles: dict[tuple[int, str], int], where: tuple[int, str], limit: int
-    ) -> None:
-        if limit > obstacles.get(where, -(10**40)):
-            obstacles[where] = limit
-
-    def _examine_leaf(self, leaf: int, resume: bool = False) -> None:
-        """R6.1: the first feasible pending run in order, or only the head in Strict mode.
-        With `resume`, start at the current candidate and keep the obstacles recorded for the
-        runs before it (they still hold)."""
-        start = self._cand[leaf]
-        if not resume or start is None or self._was_strict[leaf] or self.exhaustive:
+    def _examine_leaf(self, leaf: int, start: tuple[int, Fraction, int, str] | None) -> None:
+        """R6.1: the first feasible pending run in order, or only the head in Strict mode;
+        from the run at order `start` on (a partial scan) or from the head (`None`)."""
+        if self._was_strict[leaf] or self.exhaustive:
             start = None
-            self._epoch[leaf] += 1
         self._cand[leaf] = None
         self._cand_kind[leaf] = _NONE
         self._sensitive.discard(leaf)
         self._local.discard(leaf)
         self._was_strict[leaf] = False
-        obstacles: dict[tuple[int, str], int] = {}
-        try:
-            self._scan_leaf(leaf, obstacles, start)
-        finally:
-            if obstacles:
-                self._block(leaf, obstacles)
+        self._scan_leaf(leaf, start)
 
-    def _scan_leaf(
-        self, leaf: int, obstacles: dict[tuple[int, str], int], start: Run | None
-    ) -> None:
+    def _scan_leaf(self, leaf: int, start: tuple[int, Fraction, int, str] | None) -> None:
         ledger = self.ledger
         node = ledger.nodes[leaf]
         path = ledger.paths[leaf]
@@ -647,9 +643,9 @@ class AdmissionEngine:
         reclaim_possible = len(path) > 1  # a lone root has no other queue to reclaim from
         seen: list[tuple[int, str]] = []
         pending = self._pending[leaf]
-        if start is not None and start in pending:
+        if start is not None:
             head = False  # the leaf was not Strict and the clock has not moved since
-            pending = pending[pending.index(start) :]
+            pending = pending[bisect.bisect_left(pending, start, key=lambda r: r.order) :]
         for run in pending:
             if run.reserved_at is not None or (
                 run.not_before is not None and run.not_before > self.now
@@ -661,6 +657,7 @@ class AdmissionEngine:
             head = False
             if strict:
                 self._was_strict[leaf] = True
+            run.block_token += 1  # entries from earlier scans of this run are now stale
             if not (gangs_blocked and run.pods > 1):
                 request = run.request
                 blocked = None
@@ -700,14 +697,14 @@ class AdmissionEngine:
                 # The run waits until usage at the blocking node falls to max - request there,
                 # or (to try preemption) until its leaf is back within min (R4).
                 where, resource = blocked
-                self._obstacle(obstacles, blocked, maxs[where][resource] - request[resource])
+                self._block(run, blocked, maxs[where][resource] - request[resource])
                 if reclaim_possible and not in_min:
                     for resource, amount in request.items():
                         if resource in COUNT_RESOURCES or amount <= 0:
                             continue
                         floor = ledger.mins[leaf].get(resource, 0)
                         if ledger.effective(leaf, resource) + amount > floor:
-                            self._obstacle(obstacles, (leaf, resource), floor - amount)
+                            self._block(run, (leaf, resource), floor - amount)
                             break
             if strict:
                 return

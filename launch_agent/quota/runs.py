@@ -69,6 +69,7 @@ class Run:
     reserved_at: Fraction | None = None  # set while its victims terminate (R10)
     evicted_for: str = ""  # why the current eviction happened
     fail_after_termination: bool = False
+    block_token: int = 0  # bumped whenever the engine scans the run (see engine._block)
     order: tuple[int, Fraction, int, str] = field(init=False)
 
     def __post_init__(self) -> None:
