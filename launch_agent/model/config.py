@@ -155,6 +155,14 @@ class AgentConfig(_Strict):
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     # How often the queue specs directory is checked for edits (a ConfigMap update).
     specs_reload_seconds: float = Field(default=5.0, gt=0)
+    # Kaniko build Jobs run as root, so they run apart from the agent: in their own namespace
+    # (default: the first of `namespaces`) under their own service account (default: the
+    # namespace's `default`). The Helm chart sets both.
+    kaniko_namespace: str | None = None
+    kaniko_service_account: str | None = None
+    # A dockerconfigjson Secret (in the Kaniko namespace) with push credentials for registries
+    # that have no workload identity; W&B's `WANDB_LAUNCH_KANIKO_AUTH_SECRET`.
+    kaniko_docker_config_secret: str | None = None
 
     @field_validator("max_jobs", "max_schedulers")
     @classmethod
@@ -181,6 +189,13 @@ class AgentConfig(_Strict):
         for ns in value:
             if not DNS_LABEL.match(ns):
                 raise ValueError(f"{ns!r} is not a valid namespace name")
+        return value
+
+    @field_validator("kaniko_namespace", "kaniko_service_account", "kaniko_docker_config_secret")
+    @classmethod
+    def _optional_name(cls, value: str | None) -> str | None:
+        if value is not None and not DNS_LABEL.match(value):
+            raise ValueError(f"{value!r} is not a valid Kubernetes name (a DNS label)")
         return value
 
     @field_validator("base_url")

@@ -95,6 +95,9 @@ ENVIRONMENT: tuple[tuple[str, Path, str], ...] = (
     ("LAUNCH_AGENT_HEALTH_PORT", ("health", "port"), "str"),
     ("LAUNCH_AGENT_API_KEY_SECRET", ("api_key_secret",), "str"),
     ("LAUNCH_AGENT_API_KEY_SECRET_KEY", ("api_key_secret_key",), "str"),
+    ("LAUNCH_AGENT_KANIKO_NAMESPACE", ("kaniko_namespace",), "str"),
+    ("LAUNCH_AGENT_KANIKO_SERVICE_ACCOUNT", ("kaniko_service_account",), "str"),
+    ("WANDB_LAUNCH_KANIKO_AUTH_SECRET", ("kaniko_docker_config_secret",), "str"),
 )
 
 _EXPECTED = {

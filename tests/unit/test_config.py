@@ -165,7 +165,19 @@ ENV_TABLE = [
     ("LAUNCH_AGENT_LOG_FORMAT", "json", "log_format", "json"),
     ("LAUNCH_AGENT_API_KEY_SECRET", "my-key", "api_key_secret", "my-key"),
     ("LAUNCH_AGENT_API_KEY_SECRET_KEY", "token", "api_key_secret_key", "token"),
+    ("LAUNCH_AGENT_KANIKO_NAMESPACE", "kaniko", "kaniko_namespace", "kaniko"),
+    ("LAUNCH_AGENT_KANIKO_SERVICE_ACCOUNT", "kaniko-sa", "kaniko_service_account", "kaniko-sa"),
+    ("WANDB_LAUNCH_KANIKO_AUTH_SECRET", "push", "kaniko_docker_config_secret", "push"),
 ]
+
+
+@pytest.mark.parametrize(
+    "field", ["kaniko_namespace", "kaniko_service_account", "kaniko_docker_config_secret"]
+)
+def test_kaniko_names_must_be_dns_labels(field: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        _resolve(f"{field}: Not_A_Name", {})
+    assert any(field in str(p) for p in caught.value.problems), caught.value.problems
 
 
 SECRET_NAMES = [
