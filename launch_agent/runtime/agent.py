@@ -214,7 +214,7 @@ class Agent:
         await tracker.watch_specs(specs.specs, config.namespaces)
         if not await tracker.wait_synced(ADOPTION_TIMEOUT):
             log.warning("not every watch listed within %.0fs; popping anyway", ADOPTION_TIMEOUT)
-        tracker.recheck(everything=True)
+        await tracker.recheck(everything=True)
         log.info("adopted %d run(s) from the cluster", len(self.runs))
 
         dispatcher = Dispatcher(

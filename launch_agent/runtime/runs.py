@@ -125,6 +125,7 @@ class RunTable:
         self._finished: OrderedDict[str, None] = OrderedDict()
         # Items popped whose dispatch has not registered a record yet (they hold a slot).
         self.dispatching = 0
+        self._finishing = 0  # records in the table with `finishing` set (O(1) `inflight`)
         self._on_change = on_change
 
     def __len__(self) -> int:
@@ -143,7 +144,7 @@ class RunTable:
     @property
     def inflight(self) -> int:
         """Runs that count against `max_jobs`: created and not terminal, plus dispatches."""
-        return self.dispatching + sum(1 for r in self._by_item.values() if not r.finishing)
+        return self.dispatching + len(self._by_item) - self._finishing
 
     def finished_recently(self, rqi_id: str) -> bool:
         return rqi_id in self._finished
@@ -162,6 +163,8 @@ class RunTable:
         if self._by_item.get(record.rqi_id) is record:
             del self._by_item[record.rqi_id]
             self._by_label.pop(record.label, None)
+            if record.finishing:
+                self._finishing -= 1
         if finished:
             self._finished[record.rqi_id] = None
             while len(self._finished) > RECENTLY_FINISHED:
@@ -169,6 +172,8 @@ class RunTable:
         self._changed()
 
     def mark_finishing(self, record: RunRecord) -> None:
+        if not record.finishing and self._by_item.get(record.rqi_id) is record:
+            self._finishing += 1
         record.finishing = True
         self._changed()
 

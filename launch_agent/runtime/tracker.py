@@ -55,6 +55,8 @@ from launch_agent.tracking import (
 log = logging.getLogger(__name__)
 
 POD = Resource("", "v1", "Pod", "pods")
+# Events or runs handled between two yields to the event loop.
+YIELD_EVERY = 100
 # Seconds a failed workload waits for its pods to say why (see `Tracker._unexplained`).
 EXPLAIN_GRACE = 3.0
 _EXPLAINABLE = frozenset(
@@ -95,6 +97,7 @@ class Tracker:
         # label-safe item id → the keys of its pods; entries go when their pods are deleted.
         self._pods_by_run: dict[str, set[PodKey]] = {}
         self._restarts: dict[str, tuple[int, int]] = {}
+        self._events = 0
 
     # --- informers -------------------------------------------------------------------------
 
@@ -146,6 +149,11 @@ class Tracker:
             self._on_pod(event)
         else:
             self._on_workload(event)
+        self._events += 1
+        if self._events % YIELD_EVERY == 0:
+            # A (re)list delivers thousands of events without awaiting anything: let the
+            # other watches, the poller and the health probes run in between.
+            await asyncio.sleep(0)
 
     def _on_pod(self, event: InformerEvent) -> None:
         meta = event.obj.get("metadata") or {}
@@ -265,13 +273,15 @@ class Tracker:
 
     # --- housekeeping ----------------------------------------------------------------------
 
-    def recheck(self, everything: bool = False) -> None:
+    async def recheck(self, everything: bool = False) -> None:
         """Re-assess runs whose state can change with time alone (unschedulable deadlines),
         and runs not assessed yet (their pods were not listed yet)."""
-        for record in self.runs:
+        for i, record in enumerate(self.runs):
             waiting = record.explain_until is not None
             if everything or waiting or record.state in (RunState.STARTING, None):
                 self.evaluate(record)
+            if i % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)
 
     def publish(self) -> None:
         for (resource, namespace), informer in self.informers.informers.items():
@@ -290,5 +300,5 @@ class Tracker:
     async def run_periodic(self, stopping: asyncio.Event, interval: float = 1.0) -> None:
         while not stopping.is_set():
             await wait_event(stopping, interval)
-            self.recheck()
+            await self.recheck()
             self.publish()

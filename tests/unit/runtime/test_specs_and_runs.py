@@ -177,3 +177,25 @@ def test_not_installed_message(api_version: str, kind: str, hint: str) -> None:
 )
 def test_max_jobs_admission(max_jobs: int, inflight: int, room: int | None) -> None:
     assert MaxJobs(max_jobs).room(inflight) == room
+
+
+@given(st.lists(st.tuples(st.sampled_from(["add", "finish", "remove"]), st.integers(0, 5))))
+def test_inflight_counts_exactly_the_unfinished_records(ops: list[tuple[str, int]]) -> None:
+    table = RunTable()
+    records = {
+        i: RunRecord(f"i{i}", "q", "e", "p", "r", "ns", f"n{i}", "batch/v1", "Job")
+        for i in range(6)
+    }
+    for op, i in ops:
+        record = table.get(f"i{i}")
+        if op == "add":
+            if record is None:
+                records[i] = RunRecord(
+                    f"i{i}", "q", "e", "p", "r", "ns", f"n{i}", "batch/v1", "Job"
+                )
+            table.add(records[i])
+        elif op == "finish" and record is not None:
+            table.mark_finishing(record)
+        elif op == "remove" and record is not None:
+            table.remove(record)
+        assert table.inflight == sum(1 for r in table if not r.finishing)
