@@ -1,0 +1,282 @@
+"""Image builds, the pure part: what to build, its tag, where it goes, and start-up checks.
+
+A build is described by a `BuildRequest`: the source resolved to an exact digest (a git commit,
+a W&B code artifact's digest, or a base image), the Dockerfile text, build arguments and the
+destination repository. The image tag is a hash of exactly those inputs, so the same job built
+twice yields the same tag, and the registry's "does this tag exist" answers "was this built".
+
+W&B's agent hashes `"<job artifact name>:v<version>" + Dockerfile` and keeps 8 hex digits; here
+the source is the resolved digest (a moved git branch is a new image, a re-logged identical job
+is not), build arguments are part of the hash, and the tag keeps 20 hex digits (80 bits), so two
+different builds colliding is not a practical concern.
+
+`builder_problems` checks the `builder` block at start-up (W&B's agent only finds a missing
+`build-context-store` at the first upload) and returns every problem with its config path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from launch_agent.model.config import BuilderConfig, RegistryConfig
+
+TAG_LENGTH = 20
+
+
+class SourceKind(StrEnum):
+    GIT = "git"
+    ARTIFACT = "artifact"
+    IMAGE = "image"
+
+
+@dataclass(frozen=True, slots=True)
+class BuildSource:
+    """Where the code comes from, pinned: `digest` is a commit sha or an artifact digest."""
+
+    kind: SourceKind
+    uri: str
+    digest: str
+
+    def __post_init__(self) -> None:
+        if not self.digest:
+            raise ValueError(f"{self.kind} source {self.uri!r} has no digest: resolve it first")
+
+
+@dataclass(frozen=True, slots=True)
+class BuildRequest:
+    """One image to build for one run (other runs needing the same tag share the build)."""
+
+    run_id: str
+    source: BuildSource
+    dockerfile: str
+    destination: str
+    build_args: tuple[tuple[str, str], ...] = ()
+    # The agent's name and the run queue item, stamped on the build Job as labels.
+    agent: str = "launch-agent"
+    run_queue_item: str = ""
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def tag(self) -> str:
+        return image_tag(self.source.digest, self.dockerfile, dict(self.build_args))
+
+    @property
+    def image(self) -> str:
+        return f"{self.destination}:{self.tag}"
+
+
+def image_tag(source_digest: str, dockerfile: str, build_args: Mapping[str, str]) -> str:
+    """A deterministic tag: the same inputs give the same tag, any change gives a new one.
+
+    Canonical JSON (sorted keys) keeps the hash independent of the order build args are given
+    in and free of ambiguity between fields (no concatenation of free text).
+    """
+    canonical = json.dumps(
+        {
+            "source": source_digest,
+            "dockerfile": dockerfile,
+            "args": dict(sorted(build_args.items())),
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:TAG_LENGTH]
+
+
+# --- destinations (registries) ----------------------------------------------------------------
+
+
+class RegistryKind(StrEnum):
+    ECR = "ecr"
+    GAR = "gar"
+    ACR = "acr"
+    GENERIC = "generic"
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """A parsed destination repository: `host/repository` without a tag."""
+
+    kind: RegistryKind
+    host: str
+    repository: str
+    region: str = ""
+    account: str = ""
+
+    @property
+    def uri(self) -> str:
+        return f"{self.host}/{self.repository}"
+
+
+_ECR = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
+_GAR = re.compile(r"^(?P<region>[a-z0-9-]+)-docker\.pkg\.dev$")
+_ACR = re.compile(r"^[a-z0-9]{5,50}\.azurecr\.io$")
+_HOST = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d{1,5})?$")
+# The distribution spec's repository name grammar.
+_REPO = re.compile(
+    r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
+)
+
+
+class DestinationError(ValueError):
+    """An unsupported or malformed destination; the message says what is wrong."""
+
+
+def parse_destination(uri: str) -> Destination:
+    """Parse `[https://]host[:port]/repo/path`; raise `DestinationError` naming the problem."""
+    text = uri.strip()
+    if text.startswith("https://"):
+        text = text[len("https://") :]
+    elif "://" in text:
+        raise DestinationError(f"{uri!r}: only https registries are supported")
+    host, _, repository = text.partition("/")
+    if not host or not repository:
+        raise DestinationError(
+            f"{uri!r}: expected host/repository (e.g. registry.example/ml/train)"
+        )
+    if not _HOST.match(host):
+        raise DestinationError(f"{uri!r}: {host!r} is not a registry host name")
+    if "@" in repository or ":" in repository:
+        raise DestinationError(f"{uri!r}: give the repository without a tag or digest")
+    if not _REPO.match(repository):
+        raise DestinationError(
+            f"{uri!r}: {repository!r} is not a repository name (lower-case path components)"
+        )
+    if host in ("gcr.io", "us.gcr.io", "eu.gcr.io", "asia.gcr.io"):
+        raise DestinationError(
+            f"{uri!r}: Container Registry (gcr.io) is shut down; use Artifact Registry"
+            " (REGION-docker.pkg.dev/PROJECT/REPOSITORY/IMAGE)"
+        )
+    if m := _ECR.match(host):
+        return Destination(RegistryKind.ECR, host, repository, m["region"], m["account"])
+    if m := _GAR.match(host):
+        if repository.count("/") < 2:
+            raise DestinationError(f"{uri!r}: Artifact Registry paths are PROJECT/REPOSITORY/IMAGE")
+        return Destination(
+            RegistryKind.GAR, host, repository, m["region"], repository.split("/")[0]
+        )
+    if _ACR.match(host):
+        return Destination(RegistryKind.ACR, host, repository)
+    if host.endswith((".amazonaws.com", ".pkg.dev", ".azurecr.io")):
+        raise DestinationError(f"{uri!r}: {host!r} looks like a cloud registry but is malformed")
+    return Destination(RegistryKind.GENERIC, host, repository)
+
+
+# --- build context store --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLocation:
+    """`s3://bucket/prefix` or `gs://bucket/prefix`; objects go under the prefix."""
+
+    scheme: str
+    bucket: str
+    prefix: str
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def uri(self, name: str) -> str:
+        return f"{self.scheme}://{self.bucket}/{self.key(name)}"
+
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+STORE_SCHEMES = ("s3", "gs")
+
+
+def parse_store(uri: str) -> StoreLocation:
+    """Parse a build-context-store URI; raise `ValueError` naming the problem."""
+    scheme, sep, rest = uri.strip().partition("://")
+    if not sep:
+        raise ValueError(f"{uri!r}: expected s3://BUCKET[/PREFIX] or gs://BUCKET[/PREFIX]")
+    if scheme not in STORE_SCHEMES:
+        raise ValueError(f"{uri!r}: scheme {scheme!r} is not supported (s3:// or gs://)")
+    bucket, _, prefix = rest.partition("/")
+    if not _BUCKET.match(bucket) or ".." in bucket:
+        raise ValueError(f"{uri!r}: {bucket!r} is not a valid bucket name")
+    return StoreLocation(scheme, bucket, prefix.strip("/"))
+
+
+# --- start-up validation ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BuildProblem:
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+def destination_uri(builder: BuilderConfig, registry: RegistryConfig | None) -> str | None:
+    """`builder.destination`, else W&B's deprecated `registry.uri`."""
+    if builder.destination:
+        return builder.destination
+    return registry.uri if registry is not None else None
+
+
+def builder_problems(
+    builder: BuilderConfig | None, registry: RegistryConfig | None = None
+) -> list[BuildProblem]:
+    """Every problem with a Kaniko `builder` block; empty when builds can run (or are off)."""
+    if builder is None or builder.type != "kaniko":
+        return []
+    problems: list[BuildProblem] = []
+    if not builder.build_context_store:
+        problems.append(
+            BuildProblem(
+                "builder.build-context-store", "required for Kaniko builds (s3:// or gs://)"
+            )
+        )
+    else:
+        try:
+            parse_store(builder.build_context_store)
+        except ValueError as exc:
+            problems.append(BuildProblem("builder.build-context-store", str(exc)))
+    dest = destination_uri(builder, registry)
+    if not dest:
+        problems.append(
+            BuildProblem("builder.destination", "required for Kaniko builds (the image repository)")
+        )
+    else:
+        try:
+            parse_destination(dest)
+        except DestinationError as exc:
+            where = "builder.destination" if builder.destination else "registry.uri"
+            problems.append(BuildProblem(where, str(exc)))
+    if (builder.secret_name is None) != (builder.secret_key is None):
+        missing = "secret-key" if builder.secret_key is None else "secret-name"
+        problems.append(
+            BuildProblem(f"builder.{missing}", "secret-name and secret-key must be set together")
+        )
+    problems.extend(_overlay_problems(builder.kaniko_config or {}))
+    return problems
+
+
+def _overlay_problems(overlay: Mapping[str, object]) -> list[BuildProblem]:
+    base = "builder.kaniko-config"
+    spec = overlay.get("spec")
+    template = spec.get("template") if isinstance(spec, Mapping) else None
+    pod = template.get("spec") if isinstance(template, Mapping) else None
+    containers = pod.get("containers") if isinstance(pod, Mapping) else None
+    if containers is None:
+        return []
+    path = f"{base}.spec.template.spec.containers"
+    if not isinstance(containers, list) or len(containers) > 1:
+        return [BuildProblem(path, "at most one container (the Kaniko executor) may be given")]
+    problems: list[BuildProblem] = []
+    container = containers[0] if containers else {}
+    args = container.get("args", []) if isinstance(container, Mapping) else []
+    if not isinstance(args, list):
+        return [BuildProblem(f"{path}[0].args", "must be a list of --flag=value strings")]
+    for i, arg in enumerate(args):
+        if not isinstance(arg, str) or not arg.startswith("--"):
+            problems.append(BuildProblem(f"{path}[0].args[{i}]", f"{arg!r} is not a --flag"))
+    return problems
