@@ -57,6 +57,8 @@ class RunRecord:
     # Last states of the run's pods that were deleted (a preempted pod is deleted by the
     # scheduler): they still explain the run's end. At most `GONE_PODS`, newest kept.
     gone_pods: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    # A pod is unschedulable: the run's state can change with time alone (its deadline).
+    timed: bool = False
     # A failed workload whose pods do not explain it yet: wait for them until then (monotonic).
     explain_until: float | None = None
 

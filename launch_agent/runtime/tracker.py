@@ -244,6 +244,7 @@ class Tracker:
         candidates = list(pod_warnings(pods, now, self.policy))
         if diagnosis is not None and not diagnosis.terminal:
             candidates.append(diagnosis)
+        record.timed = any(d.reason is Reason.UNSCHEDULABLE for d in candidates)
         fresh, record.warned = new_warnings(candidates, record.warned)
         for warning in fresh:
             self.reporter.warn(record.rqi_id, warning.message, "run")
@@ -277,8 +278,8 @@ class Tracker:
         """Re-assess runs whose state can change with time alone (unschedulable deadlines),
         and runs not assessed yet (their pods were not listed yet)."""
         for i, record in enumerate(self.runs):
-            waiting = record.explain_until is not None
-            if everything or waiting or record.state in (RunState.STARTING, None):
+            waiting = record.explain_until is not None or record.timed
+            if everything or waiting or record.state is None:
                 self.evaluate(record)
             if i % YIELD_EVERY == YIELD_EVERY - 1:
                 await asyncio.sleep(0)
