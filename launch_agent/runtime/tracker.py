@@ -287,7 +287,8 @@ class Tracker:
     def publish(self) -> None:
         for (resource, namespace), informer in self.informers.informers.items():
             key = f"{resource.kind}.{resource.api_version} {namespace or '*'}"
-            self.readiness.watch(key, informer.healthy or not informer.synced.is_set())
+            starting = not informer.synced.is_set() and informer.stats.errors == 0
+            self.readiness.watch(key, informer.healthy or starting)
             before = self._restarts.get(key, (0, 0))
             now = (informer.stats.errors, informer.stats.relists_after_gone)
             labels = {"kind": resource.kind, "namespace": namespace or "*"}
