@@ -1,0 +1,138 @@
+"""Build-context objects in S3 (boto3) or GCS (google-cloud-storage): upload, exists, delete.
+
+Both SDKs are blocking, so every call runs in the default executor, never on the event loop
+(W&B's agent uploads to S3 synchronously on the loop). One `ObjectStore` — and so one SDK
+client with its connection pool — lives for the whole process; the client is created lazily in
+the executor because creating it reads credentials files and may call a metadata server.
+
+Errors come back as `ObjectStoreError` naming the URI and the operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from launch_agent.model.build import StoreLocation, parse_store
+
+T = TypeVar("T")
+
+
+class ObjectStoreError(RuntimeError):
+    """An upload, delete or existence check that failed; the message names the object."""
+
+
+class ObjectStore:
+    """One store location (`s3://bucket/prefix` or `gs://bucket/prefix`) and its client.
+
+    `endpoint_url` points S3 at another endpoint (moto in tests, MinIO); GCS honours
+    `STORAGE_EMULATOR_HOST` itself. `timeout` bounds every call.
+    """
+
+    def __init__(
+        self,
+        uri: str | StoreLocation,
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        timeout: float = 300.0,
+    ) -> None:
+        self.location = uri if isinstance(uri, StoreLocation) else parse_store(uri)
+        self._endpoint = endpoint_url
+        self._region = region
+        self.timeout = timeout
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def uri(self, name: str) -> str:
+        return self.location.uri(name)
+
+    # --- the client, once per process -----------------------------------------------------------
+
+    def _get_client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = self._make_client()
+            return self._client
+
+    def _make_client(self) -> Any:
+        if self.location.scheme == "s3":
+            import boto3
+            from botocore.config import Config
+
+            config = Config(retries={"max_attempts": 5, "mode": "standard"})
+            return boto3.session.Session().client(
+                "s3", endpoint_url=self._endpoint, region_name=self._region, config=config
+            )
+        from google.cloud import storage
+
+        return storage.Client()
+
+    async def _run(self, what: str, name: str, fn: Callable[[], T]) -> T:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await loop.run_in_executor(None, fn)
+        except TimeoutError:
+            raise ObjectStoreError(
+                f"{what} {self.uri(name)}: no answer within {self.timeout:g}s"
+            ) from None
+        except ObjectStoreError:
+            raise
+        except Exception as exc:
+            raise ObjectStoreError(f"{what} {self.uri(name)}: {exc}") from exc
+
+    # --- operations ---------------------------------------------------------------------------
+
+    async def upload(self, path: Path, name: str) -> str:
+        """Upload the file at `path` as `name` under the prefix; return its URI."""
+        await self._run("upload to", name, functools.partial(self._upload, path, name))
+        return self.uri(name)
+
+    async def exists(self, name: str) -> bool:
+        return await self._run("existence check of", name, functools.partial(self._exists, name))
+
+    async def delete(self, name: str) -> None:
+        """Delete the object; deleting one that is gone is not an error."""
+        await self._run("delete of", name, functools.partial(self._delete, name))
+
+    def _upload(self, path: Path, name: str) -> None:
+        client = self._get_client()
+        key = self.location.key(name)
+        if self.location.scheme == "s3":
+            client.upload_file(str(path), self.location.bucket, key)
+        else:
+            client.bucket(self.location.bucket).blob(key).upload_from_filename(str(path))
+
+    def _exists(self, name: str) -> bool:
+        client = self._get_client()
+        key = self.location.key(name)
+        if self.location.scheme == "s3":
+            from botocore.exceptions import ClientError
+
+            try:
+                client.head_object(Bucket=self.location.bucket, Key=key)
+            except ClientError as exc:
+                code = str(exc.response.get("Error", {}).get("Code", ""))
+                if code in ("404", "NoSuchKey", "NotFound"):
+                    return False
+                raise
+            return True
+        return bool(client.bucket(self.location.bucket).blob(key).exists())
+
+    def _delete(self, name: str) -> None:
+        client = self._get_client()
+        key = self.location.key(name)
+        if self.location.scheme == "s3":
+            client.delete_object(Bucket=self.location.bucket, Key=key)
+            return
+        from google.api_core.exceptions import NotFound
+
+        try:
+            client.bucket(self.location.bucket).blob(key).delete()
+        except NotFound:
+            pass

@@ -1,0 +1,105 @@
+"""Loopback peers for build tests: moto's S3 server, the GCS emulator, a git repository."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str, aws_env: None, request: pytest.FixtureRequest) -> str:
+    """A fresh bucket per test (named after the test) on the shared moto server."""
+    name = "ctx-" + str(abs(hash(request.node.nodeid)) % 10**12)
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def gcs_host() -> Iterator[str]:
+    from gcp_storage_emulator.server import create_server
+
+    port = free_port()
+    server = create_server("127.0.0.1", port, in_memory=True, default_bucket="ctx-gcs")
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def gcs_env(gcs_host: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_host)
+    return "ctx-gcs"
+
+
+def git(cwd: Path, *args: str) -> str:
+    out = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@example.com",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@example.com",
+            "HOME": str(cwd),
+            "PATH": "/usr/bin:/bin",
+        },
+    )
+    return out.stdout.strip()
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path) -> tuple[Path, str, str]:
+    """A local repository with two commits; returns (path, first sha, second sha)."""
+    repo = tmp_path / "origin"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "train.py").write_text("print('v1')\n")
+    (repo / "requirements.txt").write_text("numpy==2.1.0\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "one")
+    first = git(repo, "rev-parse", "HEAD")
+    (repo / "train.py").write_text("print('v2')\n")
+    git(repo, "commit", "-qam", "two")
+    second = git(repo, "rev-parse", "HEAD")
+    return repo, first, second
