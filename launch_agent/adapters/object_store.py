@@ -11,6 +11,7 @@ Errors come back as `ObjectStoreError` naming the URI and the operation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import threading
 from collections.abc import Callable
@@ -132,7 +133,5 @@ class ObjectStore:
             return
         from google.api_core.exceptions import NotFound
 
-        try:
+        with contextlib.suppress(NotFound):
             client.bucket(self.location.bucket).blob(key).delete()
-        except NotFound:
-            pass

@@ -29,9 +29,8 @@ async def test_s3(s3_endpoint: str, s3_bucket: str, tmp_path: Path) -> None:
     await asyncio.to_thread(path.write_bytes, b"context")
     await store.upload(path, "a.tgz")
     client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
-    body = await asyncio.to_thread(
-        lambda: client.get_object(Bucket=s3_bucket, Key="builds/a.tgz")["Body"].read()
-    )
+    obj = await asyncio.to_thread(client.get_object, Bucket=s3_bucket, Key="builds/a.tgz")
+    body = await asyncio.to_thread(obj["Body"].read)
     assert body == b"context"
     await store.delete("a.tgz")
     await _roundtrip(store, tmp_path)
@@ -49,7 +48,7 @@ async def test_missing_bucket_is_a_clear_error(
     path = tmp_path / "ctx.tgz"
     await asyncio.to_thread(path.write_bytes, b"context")
     with pytest.raises(
-        ObjectStoreError, match="upload to s3://no-such-bucket/x/a.tgz.*NoSuchBucket"
+        ObjectStoreError, match=r"upload to s3://no-such-bucket/x/a\.tgz.*NoSuchBucket"
     ):
         await store.upload(path, "a.tgz")
 
