@@ -565,10 +565,16 @@ class AdmissionEngine:
             used = ledger.effective(node, resource)
             while heap and -heap[0][0] >= used:
                 _, token, _, run = heapq.heappop(heap)
-                if token == run.block_token and run.state is RunState.PENDING:
-                    known = wake.get(run.leaf)
-                    if known is None or run.order < known:
-                        wake[run.leaf] = run.order
+                if token != run.block_token or run.state is not RunState.PENDING:
+                    continue
+                # Runs after the leaf's candidate were not scanned since it became the
+                # candidate: their entries may be old, and they cannot matter.
+                candidate = self._cand[run.leaf]
+                if candidate is not None and candidate.order < run.order:
+                    continue
+                known = wake.get(run.leaf)
+                if known is None or run.order < known:
+                    wake[run.leaf] = run.order
         self._decreased.clear()
 
     def _settle(self) -> None:

@@ -6,12 +6,14 @@ full), which also checks the incremental bookkeeping against a from-scratch comp
 
 from __future__ import annotations
 
+import random
 from fractions import Fraction
 from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from launch_agent.commands import bench_quota
 from launch_agent.quota import AdmissionEngine, PodSet, QuotaTree, RunSpec, RunState, parse_tree
 from launch_agent.quota.runs import RUNNING_STATES
 from tests.unit.quota.helpers import ack_tree
@@ -241,3 +243,42 @@ def run_and_check(tree: QuotaTree, data: st.DataObject) -> None:
     for replay in (AdmissionEngine(tree), AdmissionEngine(tree, exhaustive=True)):
         assert [apply(replay, e) for e in events] == outcomes
         assert replay.ledger.used == engine.ledger.used
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10**6),
+    leaves=st.integers(4, 30),
+    fanout=st.integers(2, 5),
+    runs=st.integers(40, 240),
+    interleaved=st.booleans(),
+)
+def test_incremental_bookkeeping_matches_the_exhaustive_engine_at_scale(
+    seed: int, leaves: int, fanout: int, runs: int, interleaved: bool
+) -> None:
+    """Larger, fuller trees than the random ones above (the benchmark's workload): borrow,
+    reclaim, then churn, with every decision compared with the from-scratch engine."""
+
+    def play(exhaustive: bool) -> list[list[tuple[str, str, str]]]:
+        rng = random.Random(seed)
+        tree = parse_tree(bench_quota.build_tree(leaves, fanout))
+        engine = AdmissionEngine(tree, exhaustive=exhaustive)
+        queues = sorted(tree.leaf_of_queue())
+        half = len(queues) // 2
+        first, second = (
+            (queues[::2], queues[1::2]) if interleaved else (queues[:half], queues[half:])
+        )
+        outcome = []
+        for group, prefix, count in ((first, "b", runs * 7 // 10), (second, "r", runs // 3)):
+            for spec in bench_quota.make_runs(count, group, rng, prefix):
+                engine.submit(spec)
+            outcome.append(apply(engine, ("advance", Fraction(0))))
+        for _ in range(30):
+            running = sorted(r.id for r in engine.in_state(RunState.READY))
+            if not running:
+                break
+            outcome.append(apply(engine, ("finish", rng.choice(running))))
+            check_invariants(engine, outcome[-1])
+        return outcome
+
+    assert play(False) == play(True)
