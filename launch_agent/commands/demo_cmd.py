@@ -17,11 +17,12 @@ DEFAULT_SPECS = Path(__file__).resolve().parents[2] / "queue-specs"
 
 DESCRIPTION = """\
 Start the sandbox in this process (a Kubernetes API server with the CRDs of every workload
-kind, a simulated cluster in real time, a W&B Launch server), push one run for each example
-queue spec in queue-specs/ with a scripted outcome (success for Job, PyTorchJob, JobSet,
-TrainJob, RayJob and Volcano Job; OOMKilled; ImagePullBackOff; Unschedulable; a LeaderWorkerSet
-stopped from the W&B UI while it runs), run the real agent in-process against it, print a line
-whenever a run changes state, and end with a table of each run's outcome and what W&B received.
+kind, a simulated cluster in real time, a W&B Launch server), push runs for the example queue
+specs in queue-specs/ with scripted outcomes (success for Job, PyTorchJob, JobSet, TrainJob,
+RayJob and Volcano Job; OOMKilled; ImagePullBackOff; Unschedulable; a LeaderWorkerSet stopped
+from the W&B UI while it runs; a Kueue Job stopped while it waits in the queue), run the real
+agent in-process against it, print a line whenever a run changes state, and end with a table
+of each run's outcome and what W&B received. See docs/demo.md.
 
 Nothing leaves the machine: every server listens on 127.0.0.1 and goes away at the end.
 

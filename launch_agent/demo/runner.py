@@ -222,7 +222,13 @@ class Demo:
             if record is None and not seen.finished:
                 seen.finished = True
                 self._line(t, "agent: done with the run")
-        if t.run.stop_when_running and not t.stop_pressed and seen.last_state == "running":
+        # The Stop button exists once W&B has the run, i.e. once the item is acked.
+        if (
+            t.run.stop_when
+            and not t.stop_pressed
+            and seen.item_state == "CLAIMED"
+            and seen.last_state == t.run.stop_when
+        ):
             world.state.stop_run(ENTITY, PROJECT, t.run.run_id)
             t.stop_pressed = True
             self._line(t, "Stop pressed in the W&B UI")

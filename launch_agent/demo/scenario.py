@@ -7,8 +7,9 @@ with the outcome the simulated cluster plays for its pods (the sandbox's outcome
 - `succeeded`: the item is claimed (acked with the run's name) and W&B hears no failure;
 - `failed`: the item is failed with stage `run` and a message that contains every fragment
   (the reason in words, the container or image, the scheduler's message);
-- `stopped`: the run is stopped from the W&B UI while it runs; the agent deletes the workload
-  and reports no failure, because W&B asked for the stop.
+- `stopped`: the run is stopped from the W&B UI (while it runs, or while it waits suspended
+  for Kueue, which the sandbox does not run); the agent deletes the workload and reports no
+  failure, because W&B asked for the stop.
 
 `judge` compares an `Observation` (what the sandbox and the agent recorded) with the
 expectation and explains any difference in one line, so the demo's exit status means something.
@@ -34,7 +35,8 @@ class DemoRun:
     outcome: str | None = None  # None: the cluster's default (succeed after a moment)
     fragments: tuple[str, ...] = ()  # must all appear in the failure message (case-insensitive)
     image: str = IMAGE
-    stop_when_running: bool = False
+    # Press Stop in the W&B UI once the agent sees the run in this state ("running", "queued").
+    stop_when: str | None = None
 
     @property
     def run_id(self) -> str:
@@ -95,7 +97,15 @@ RUNS: tuple[DemoRun, ...] = (
         "LeaderWorkerSet",
         "stopped",
         outcome="run",
-        stop_when_running=True,
+        stop_when="running",
+    ),
+    DemoRun(
+        "kueue",
+        "team-a",
+        "Job (Kueue)",
+        "stopped",
+        outcome="run",
+        stop_when="queued",
     ),
 )
 

@@ -8,7 +8,7 @@ from launch_agent.demo.scenario import RUNS, DemoRun, Observation, judge, receiv
 
 OK = DemoRun("ok", "q", "Job", "succeeded")
 OOM = DemoRun("oom", "q", "Job", "failed", fragments=("OOMKilled", "container main"))
-STOP = DemoRun("stop", "q", "LeaderWorkerSet", "stopped", stop_when_running=True)
+STOP = DemoRun("stop", "q", "LeaderWorkerSet", "stopped", stop_when="running")
 
 
 def seen(item: str = "CLAIMED", run: str | None = None, **kw: object) -> Observation:
@@ -107,5 +107,6 @@ def test_the_scenario_covers_every_kind_and_failure_the_issue_names() -> None:
     outcomes = " ".join(r.outcome or "" for r in RUNS)
     for reason in ("oomkilled", "imagepullbackoff", "unschedulable"):
         assert reason in outcomes
-    assert any(r.stop_when_running and r.expect == "stopped" for r in RUNS)
+    assert any(r.stop_when == "running" and r.expect == "stopped" for r in RUNS)
+    assert any(r.stop_when == "queued" and r.queue == "team-a" for r in RUNS)  # Kueue
     assert len({r.run_id for r in RUNS}) == len(RUNS)
