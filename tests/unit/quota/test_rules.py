@@ -431,3 +431,37 @@ def test_time_is_injected_and_cannot_go_backwards() -> None:
     assert engine.runs["r"].enqueued[0] == 100
     with pytest.raises(ValueError, match="time cannot go backwards"):
         engine.advance(50)
+
+
+def test_restart_adopts_running_workloads_before_admitting_new_ones() -> None:
+    engine = AdmissionEngine(parse_tree(ack_tree()), now=50)
+    for i in range(5):  # the tree shrank since these started: a.1's max is now 20
+        engine.adopt(
+            RunSpec(f"old{i}", "q1", (PodSet(1, {"cpu": 5 * G}),)), admitted_at=i, ready=True
+        )
+    engine.adopt(RunSpec("booting", "q2", (PodSet(2, {"cpu": G}),)), admitted_at=40, ready=False)
+    assert engine.usage("a.1") == {"cpu": 25 * G}
+    assert engine.runs["booting"].state is RunState.ADMITTED
+    engine.submit(RunSpec("new", "q1", (PodSet(1, {"cpu": G}),)))
+    assert engine.cycle() == []
+    assert engine.explain("new") == "waiting for quota: a.1 uses 25/20 cpu"
+    engine.finish("old0")
+    engine.finish("old1")
+    assert [(d.action, d.run) for d in engine.cycle()] == [("admit", "new")]
+
+
+def test_finishing_a_pending_run_cancels_it_and_its_reservation() -> None:
+    tree = parse_tree(
+        flat(leaf("A", ["a"], 5, 10), leaf("B", ["b"], 5, 10), instantTermination=False)
+    )
+    engine = AdmissionEngine(tree)
+    engine.submit(RunSpec("a1", "a", (PodSet(2, {"cpu": 5 * G}),)))
+    engine.cycle()
+    engine.submit(RunSpec("b1", "b", (PodSet(1, {"cpu": 5 * G}),)))
+    engine.cycle()
+    assert engine.ledger.reserved[0] == {"cpu": 5 * G}
+    engine.finish("b1")
+    assert engine.ledger.reserved[0] == {}
+    assert engine.runs["b1"].state is RunState.FINISHED
+    engine.terminated("a1")
+    assert [(d.action, d.run) for d in engine.cycle()] == [("admit", "a1")]
