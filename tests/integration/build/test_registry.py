@@ -1,0 +1,147 @@
+"""Image existence checks: the v2 client against the sandbox registry (token auth), ECR on moto."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import boto3
+import pytest
+
+from launch_agent.adapters.registry import (
+    RegistryClient,
+    RegistryError,
+    docker_config_auths,
+    parse_challenge,
+)
+from launch_agent.model.build import Destination, RegistryKind, parse_destination
+from launch_agent.sandbox.registry import RegistryServer
+from launch_agent.sandbox.registry.server import OCI_INDEX
+
+USERS = {"ci": "s3cret"}
+
+
+@pytest.fixture
+async def registry() -> AsyncIterator[RegistryServer]:
+    async with RegistryServer(users=USERS) as server:
+        yield server
+
+
+def dest(server: RegistryServer, repo: str = "ml/train") -> Destination:
+    return parse_destination(f"{server.hostport}/{repo}")
+
+
+async def test_exists_with_token_auth(registry: RegistryServer) -> None:
+    registry.put_image("ml/train", "abc")
+    async with RegistryClient({registry.hostport: ("ci", "s3cret")}) as client:
+        assert await client.exists(dest(registry), "abc")
+        assert not await client.exists(dest(registry), "missing")
+    # challenge, token, retry; then the cached token goes straight through.
+    assert [(m, s) for m, _, s in registry.requests] == [
+        ("HEAD", 401),
+        ("GET", 200),
+        ("HEAD", 200),
+        ("HEAD", 404),
+    ]
+    assert registry.tokens_issued == 1
+
+
+async def test_multi_arch_index_is_found(registry: RegistryServer) -> None:
+    registry.put_image("ml/train", "multi", media_type=OCI_INDEX)
+    async with RegistryClient({registry.hostport: ("ci", "s3cret")}) as client:
+        assert await client.exists(dest(registry), "multi")
+
+
+async def test_wrong_password_is_a_clear_error(registry: RegistryServer) -> None:
+    async with RegistryClient({registry.hostport: ("ci", "nope")}) as client:
+        with pytest.raises(RegistryError, match="refused the configured credentials"):
+            await client.exists(dest(registry), "abc")
+
+
+async def test_anonymous_pull() -> None:
+    async with RegistryServer(users=USERS, anonymous_pull=True) as server:
+        server.put_image("public/img", "v1")
+        async with RegistryClient() as client:
+            assert await client.exists(dest(server, "public/img"), "v1")
+    async with RegistryServer(users=USERS) as server, RegistryClient() as client:
+        with pytest.raises(RegistryError, match="refused anonymous access"):
+            await client.exists(dest(server, "public/img"), "v1")
+
+
+async def test_open_registry_without_auth() -> None:
+    async with RegistryServer(auth=False) as server, RegistryClient() as client:
+        server.put_image("ml/train", "t")
+        assert await client.exists(dest(server), "t")
+        assert not await client.exists(dest(server), "u")
+
+
+async def test_unreachable_registry() -> None:
+    async with RegistryServer(auth=False) as server:
+        gone = dest(server)
+    async with RegistryClient(timeout=5) as client:
+        with pytest.raises(RegistryError, match="cannot reach"):
+            await client.exists(gone, "t")
+
+
+@pytest.mark.parametrize(
+    ("header", "scheme", "params"),
+    [
+        (
+            'Bearer realm="https://auth.example/token",service="reg",scope="repository:a:pull"',
+            "bearer",
+            {"realm": "https://auth.example/token", "service": "reg", "scope": "repository:a:pull"},
+        ),
+        ('Basic realm="Registry"', "basic", {"realm": "Registry"}),
+        ("", "", {}),
+    ],
+)
+def test_parse_challenge(header: str, scheme: str, params: dict[str, str]) -> None:
+    assert parse_challenge(header) == (scheme, params)
+
+
+def test_docker_config_auths() -> None:
+    config = {
+        "auths": {
+            "https://registry.example:5000/v1/": {"auth": "Y2k6czNjcmV0"},
+            "ghcr.io": {"username": "bot", "password": "tok"},
+            "bad": "not a mapping",
+        }
+    }
+    assert docker_config_auths(config) == {
+        "registry.example:5000": ("ci", "s3cret"),
+        "ghcr.io": ("bot", "tok"),
+    }
+
+
+async def test_ecr_describe_images(s3_endpoint: str, aws_env: None) -> None:
+    # Creating a boto3 client reads botocore's data files: off the loop.
+    ecr = await asyncio.to_thread(
+        boto3.client, "ecr", endpoint_url=s3_endpoint, region_name="us-east-1"
+    )
+    await asyncio.to_thread(ecr.create_repository, repositoryName="ml/train")
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+            "config": {},
+            "layers": [],
+        }
+    )
+    await asyncio.to_thread(
+        ecr.put_image, repositoryName="ml/train", imageManifest=manifest, imageTag="abc"
+    )
+    account = "123456789012"
+    target = Destination(
+        RegistryKind.ECR,
+        f"{account}.dkr.ecr.us-east-1.amazonaws.com",
+        "ml/train",
+        "us-east-1",
+        account,
+    )
+    async with RegistryClient(ecr_endpoint_url=s3_endpoint) as client:
+        assert await client.exists(target, "abc")
+        assert not await client.exists(target, "other")
+        missing = Destination(RegistryKind.ECR, target.host, "no/repo", "us-east-1", account)
+        with pytest.raises(RegistryError, match="ECR repository does not exist"):
+            await client.exists(missing, "abc")
