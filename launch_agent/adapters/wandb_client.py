@@ -55,7 +55,12 @@ from launch_agent.adapters.wandb_results import (
     RunRef,
     Viewer,
 )
-from launch_agent.adapters.wandb_retry import RetryPolicy, classify, parse_retry_after
+from launch_agent.adapters.wandb_retry import (
+    WANDB_RETRY,
+    RetryPolicy,
+    classify,
+    parse_retry_after,
+)
 from launch_agent.model.config import AgentConfig
 
 log = logging.getLogger(__name__)
@@ -89,7 +94,7 @@ class WandbClient:
             raise ValueError("stop_check_batch must be at least 1")
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/graphql"
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or WANDB_RETRY
         self.stop_check_batch = stop_check_batch
         self.stats: Counter[str] = Counter()
         self._max_connections = max_connections

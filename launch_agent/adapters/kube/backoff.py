@@ -18,53 +18,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from launch_agent.adapters.retry import RetryPolicy, parse_retry_after
+
+__all__ = ["RETRY_STATUSES", "Backoff", "RetryPolicy", "parse_retry_after"]
+
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Attempts per request and the timing between them; `timeout` is per attempt, seconds."""
-
-    attempts: int = 6
-    base_delay: float = 0.2
-    max_delay: float = 10.0
-    # A Retry-After above this ends the retries: the caller's own pause is the better place to
-    # wait that long than inside one request.
-    max_retry_after: float = 60.0
-    timeout: float = 30.0
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError("attempts must be at least 1")
-        if self.base_delay < 0 or self.max_delay < self.base_delay:
-            raise ValueError("need 0 <= base_delay <= max_delay")
-        if self.timeout <= 0:
-            raise ValueError("timeout must be positive")
-
-    def backoff(self, retry: int, rand: float) -> float:
-        """The wait before retry number `retry` (0-based); `rand` in [0, 1)."""
-        step = min(self.max_delay, self.base_delay * (2.0 ** min(retry, 30)))
-        return step / 2 + rand * step / 2
-
-    def delay(self, retry: int, rand: float, retry_after: float | None) -> float | None:
-        """The wait before the next attempt, or None when the server asks for too long."""
-        wait = self.backoff(retry, rand)
-        if retry_after is None:
-            return wait
-        if retry_after > self.max_retry_after:
-            return None
-        return max(wait, retry_after)
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a `Retry-After` header (kube-apiserver sends whole seconds)."""
-    if value is None:
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        return None
-    return seconds if seconds >= 0 else None
 
 
 @dataclass
