@@ -280,3 +280,43 @@ def _overlay_problems(overlay: Mapping[str, object]) -> list[BuildProblem]:
         if not isinstance(arg, str) or not arg.startswith("--"):
             problems.append(BuildProblem(f"{path}[0].args[{i}]", f"{arg!r} is not a --flag"))
     return problems
+
+
+# --- generated Dockerfiles --------------------------------------------------------------------
+
+
+def python_dockerfile(
+    base_image: str,
+    entrypoint: list[str],
+    *,
+    requirements: bool = False,
+    pyproject: bool = False,
+    workdir: str = "/src",
+) -> str:
+    """The Dockerfile for a Python job without one of its own.
+
+    Dependencies are installed before the code is copied, so a code-only change reuses the
+    cached dependency layer (Kaniko's `--cache-repo`). `requirements.txt` wins over
+    `pyproject.toml` when both exist, as W&B's agent does.
+    """
+    if not base_image or any(c.isspace() for c in base_image):
+        raise ValueError(f"{base_image!r} is not an image reference")
+    if not entrypoint:
+        raise ValueError("a generated Dockerfile needs an entry point")
+    lines = [
+        f"FROM {base_image}",
+        f"WORKDIR {workdir}",
+        "ENV PYTHONUNBUFFERED=1",
+    ]
+    if requirements:
+        lines += [
+            "COPY requirements.txt ./",
+            "RUN pip install --no-cache-dir -r requirements.txt",
+        ]
+    elif pyproject:
+        lines += ["COPY pyproject.toml ./"]
+    lines.append("COPY . ./")
+    if pyproject and not requirements:
+        lines.append("RUN pip install --no-cache-dir .")
+    lines.append("ENTRYPOINT " + json.dumps(entrypoint))
+    return "\n".join(lines) + "\n"

@@ -17,6 +17,7 @@ from launch_agent.model.build import (
     image_tag,
     parse_destination,
     parse_store,
+    python_dockerfile,
 )
 from launch_agent.model.config import BuilderConfig, RegistryConfig
 
@@ -187,3 +188,43 @@ def test_secret_name_without_key() -> None:
     assert [str(p) for p in builder_problems(builder)] == [
         "builder.secret-key: secret-name and secret-key must be set together"
     ]
+
+
+@pytest.mark.parametrize(
+    ("requirements", "pyproject", "present", "absent"),
+    [
+        (True, False, ["COPY requirements.txt ./", "pip install --no-cache-dir -r"], ["pyproject"]),
+        (False, True, ["COPY pyproject.toml ./", "RUN pip install --no-cache-dir ."], ["-r "]),
+        (True, True, ["-r requirements.txt"], ["pyproject"]),
+        (False, False, ["COPY . ./"], ["pip"]),
+    ],
+)
+def test_python_dockerfile(
+    requirements: bool, pyproject: bool, present: list[str], absent: list[str]
+) -> None:
+    text = python_dockerfile(
+        "python:3.11-slim", ["python", "train.py"], requirements=requirements, pyproject=pyproject
+    )
+    lines = text.splitlines()
+    assert lines[0] == "FROM python:3.11-slim"
+    assert lines[-1] == 'ENTRYPOINT ["python", "train.py"]'
+    for fragment in present:
+        assert fragment in text
+    for fragment in absent:
+        assert fragment not in text
+    # Dependencies before code: a code change keeps the dependency layer cached.
+    if requirements:
+        assert text.index("pip install") < text.index("COPY . ./")
+
+
+@pytest.mark.parametrize(
+    ("image", "entry", "reason"),
+    [
+        ("", ["python"], "not an image"),
+        ("py thon", ["x"], "not an image"),
+        ("py", [], "entry point"),
+    ],
+)
+def test_python_dockerfile_rejects(image: str, entry: list[str], reason: str) -> None:
+    with pytest.raises(ValueError, match=reason):
+        python_dockerfile(image, entry)

@@ -1,0 +1,164 @@
+"""Contexts: reproducible archives, Dockerfile choice, git and code-artifact sources."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tarfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from launch_agent.adapters.build_context import (
+    ContextError,
+    choose_dockerfile,
+    dockerfile_for,
+    pack,
+    pack_context,
+    resolve_artifact,
+    resolve_git,
+)
+from launch_agent.sandbox.wandb import WandbServer
+
+
+def make_tree(root: Path, order: list[str], mtime: int, umask_mode: int) -> None:
+    files = {"train.py": "print(1)\n", "lib/util.py": "X = 1\n", "lib/data/a.csv": "1,2\n",
+             "run.sh": "#!/bin/sh\n", "Dockerfile": "FROM scratch\n"}  # fmt: skip
+    for name in order:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(files[name])
+        path.chmod(umask_mode | (0o111 if name == "run.sh" else 0))
+        os.utime(path, (mtime, mtime))
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (root / "link").symlink_to("train.py")
+
+
+def test_same_input_same_bytes(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    names = ["train.py", "lib/util.py", "lib/data/a.csv", "run.sh", "Dockerfile"]
+    make_tree(a, names, 1_000_000, 0o644)
+    make_tree(b, list(reversed(names)), 2_000_000, 0o664)
+    pa = pack_context(a, "FROM python:3.11\n", tmp_path / "a.tgz")
+    pb = pack_context(b, "FROM python:3.11\n", tmp_path / "b.tgz")
+    assert pa.sha256 == pb.sha256
+    assert (tmp_path / "a.tgz").read_bytes() == (tmp_path / "b.tgz").read_bytes()
+    pc = pack_context(a, "FROM python:3.12\n", tmp_path / "c.tgz")
+    assert pc.sha256 != pa.sha256
+
+    with tarfile.open(tmp_path / "a.tgz") as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert ".git" not in members and ".git/HEAD" not in members
+        assert [n for n in members if n == "Dockerfile"] == ["Dockerfile"]
+        dockerfile = tar.extractfile("Dockerfile")
+        assert dockerfile is not None and dockerfile.read() == b"FROM python:3.11\n"
+        assert members["run.sh"].mode == 0o755
+        assert members["train.py"].mode == 0o644
+        assert members["lib"].isdir() and members["lib"].mode == 0o755
+        assert members["link"].issym() and members["link"].linkname == "train.py"
+        assert {(m.mtime, m.uid, m.gid, m.uname) for m in members.values()} == {(0, 0, 0, "")}
+
+
+async def test_pack_runs_off_the_loop(tmp_path: Path) -> None:
+    root = tmp_path / "src"
+    await asyncio.to_thread(make_tree, root, ["train.py"], 1, 0o644)
+    packed = await pack(root, "FROM scratch\n", tmp_path / "ctx.tgz")
+    assert packed.files == 3  # train.py, link and the Dockerfile (.git is left out)
+    assert packed.size > 0
+
+
+def test_pack_rejects_a_missing_tree(tmp_path: Path) -> None:
+    with pytest.raises(ContextError, match="not a directory"):
+        pack_context(tmp_path / "nope", "FROM scratch\n", tmp_path / "x.tgz")
+
+
+@pytest.mark.parametrize(
+    ("files", "kwargs", "expected"),
+    [
+        ({"Dockerfile.ml": "FROM a\n", "Dockerfile": "FROM b\n"},
+         {"override": "Dockerfile.ml", "job_dockerfile": "Dockerfile"}, "FROM a\n"),
+        ({"Dockerfile": "FROM b\n"}, {"job_dockerfile": "Dockerfile"}, "FROM b\n"),
+        ({"requirements.txt": "numpy\n"},
+         {"base_image": "python:3.11", "entrypoint": ["python", "t.py"]}, "-r requirements.txt"),
+        ({"pyproject.toml": "[project]\n"},
+         {"base_image": "python:3.11", "entrypoint": ["python", "t.py"]}, "pip install --no-cache-dir ."),
+    ],
+)  # fmt: skip
+def test_choose_dockerfile(
+    tmp_path: Path, files: dict[str, str], kwargs: dict[str, object], expected: str
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert expected in choose_dockerfile(tmp_path, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "reason"),
+    [
+        ({"override": "../etc/passwd"}, "inside the source tree"),
+        ({"override": "/etc/passwd"}, "inside the source tree"),
+        ({"job_dockerfile": "missing/Dockerfile"}, "does not exist"),
+        ({"base_image": "python:3.11"}, "entry point"),
+    ],
+)
+async def test_choose_dockerfile_errors(
+    tmp_path: Path, kwargs: dict[str, object], reason: str
+) -> None:
+    with pytest.raises(ContextError, match=reason):
+        await dockerfile_for(tmp_path, **kwargs)
+
+
+async def test_git_source_pins_the_commit(git_repo: tuple[Path, str, str], tmp_path: Path) -> None:
+    origin, first, second = git_repo
+    url = origin.as_uri()
+    assert await resolve_git(url, None, tmp_path / "head") == second
+    assert await resolve_git(url, "main", tmp_path / "branch") == second
+    assert await resolve_git(url, first, tmp_path / "sha") == first
+    text = await asyncio.to_thread((tmp_path / "sha" / "train.py").read_text)
+    assert text == "print('v1')\n"
+    with pytest.raises(ContextError, match="not a commit, branch or tag"):
+        await resolve_git(url, "no-such-branch", tmp_path / "bad")
+
+
+async def test_git_credentials_file_is_used(
+    git_repo: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    # A credentials file does not break a fetch that needs none, and a bad URL is reported.
+    creds = tmp_path / ".git-credentials"
+    await asyncio.to_thread(creds.write_text, "https://bot:token@git.example\n")
+    origin, _, second = git_repo
+    assert await resolve_git(origin.as_uri(), None, tmp_path / "c", creds) == second
+    with pytest.raises(ContextError, match="git fetch"):
+        await resolve_git((tmp_path / "missing").as_uri(), None, tmp_path / "m", creds)
+
+
+@pytest.fixture
+async def wandb_server() -> AsyncIterator[WandbServer]:
+    async with WandbServer() as server:
+        yield server
+
+
+async def test_code_artifact_source(wandb_server: WandbServer, tmp_path: Path) -> None:
+    files = {"train.py": b"print('art')\n", "requirements.txt": b"numpy\n"}
+    state = wandb_server.state
+    state.add_artifact("ent", "proj", "code-train", "code", files=files, aliases=("v0",))
+    state.add_artifact("ent", "proj", "code-other", "code", files=files, aliases=("v0",))
+    changed = {**files, "train.py": b"print('art v2')\n"}
+    state.add_artifact("ent", "proj", "code-train", "code", files=changed, aliases=("latest",))
+
+    async def digest(name: str, into: str) -> str:
+        return await resolve_artifact(
+            f"wandb-artifact://ent/proj/{name}", tmp_path / into, wandb_server.url,
+            wandb_server.api_key,
+        )  # fmt: skip
+
+    first = await digest("code-train:v0", "a")
+    assert await asyncio.to_thread((tmp_path / "a" / "train.py").read_bytes) == files["train.py"]
+    # The digest is of the contents: same files, same digest; other files, another digest.
+    assert await digest("code-other:v0", "b") == first
+    assert await digest("code-train:latest", "c") != first
+    with pytest.raises(ContextError, match="code artifact ent/proj/nope:latest"):
+        await resolve_artifact("ent/proj/nope:latest", tmp_path / "x", wandb_server.url,
+                               wandb_server.api_key)  # fmt: skip
