@@ -1,0 +1,165 @@
+"""`ImageBuilder` end to end on loopback: sandbox API server + simulated cluster (real time),
+S3 on moto, the sandbox registry (token auth) and git repositories made in the test.
+
+The simulated cluster runs the Kaniko Job with a scripted outcome; "Kaniko pushed the image"
+is played by a store listener that puts `--destination` into the sandbox registry when a build
+Job completes, as the real executor's push would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from launch_agent.adapters.builder import BuildFailed, BuildSpec, ImageBuilder, job_outcome
+from launch_agent.adapters.kube import KubeClient, RetryPolicy
+from launch_agent.adapters.object_store import ObjectStore
+from launch_agent.adapters.registry import RegistryClient
+from launch_agent.model.build import SourceKind, parse_destination
+from launch_agent.model.config import BuilderConfig
+from launch_agent.render.kaniko import IMAGE_TAG, KanikoSettings
+from launch_agent.sandbox.cluster import RealClock, SimulatedCluster
+from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
+from launch_agent.sandbox.registry import RegistryServer
+
+NS = "kaniko"
+
+
+@dataclass
+class Rig:
+    kube: KubeApiServer
+    cluster: SimulatedCluster
+    registry: RegistryServer
+    builder: ImageBuilder
+    s3: Any
+    bucket: str
+    jobs_created: list[str]
+
+
+def simulate_push(kube: KubeApiServer, registry: RegistryServer, created: list[str]) -> None:
+    def on_write(storage: str, kind: str, obj: dict[str, Any]) -> None:
+        if obj.get("kind") != "Job" or IMAGE_TAG not in obj["metadata"].get("labels", {}):
+            return
+        if kind == "ADDED":
+            created.append(obj["metadata"]["name"])
+        if job_outcome(obj) == "succeeded":
+            args = obj["spec"]["template"]["spec"]["containers"][0]["args"]
+            dest = next(a.split("=", 1)[1] for a in args if a.startswith("--destination="))
+            repo, tag = dest.split("/", 1)[1].rsplit(":", 1)
+            registry.put_image(repo, tag)
+
+    kube.store.listeners.append(on_write)
+
+
+@pytest.fixture
+async def rig(tmp_path: Path, s3_endpoint: str, s3_bucket: str) -> AsyncIterator[Rig]:
+    async with (
+        KubeApiServer(host="127.0.0.1", port=0, bookmark_interval=60.0) as kube,
+        SimulatedCluster(
+            kube, clock=RealClock(), default_outcome="succeed after=0.3s start=0.1s"
+        ) as cluster,
+        RegistryServer(users={"ci": "pw"}) as registry,
+    ):
+        created: list[str] = []
+        simulate_push(kube, registry, created)
+        path = await asyncio.to_thread(write_kubeconfig, tmp_path / "kubeconfig", kube.url, NS)
+        policy = RetryPolicy(base_delay=0.01, max_delay=0.05)
+        store = ObjectStore(f"s3://{s3_bucket}/ctx", endpoint_url=s3_endpoint, region="us-east-1")
+        builder_config = BuilderConfig.model_validate(
+            {"type": "kaniko", "build-context-store": f"s3://{s3_bucket}/ctx"}
+        )
+        settings = KanikoSettings(builder_config, NS, "kaniko-builder")
+        dest = parse_destination(f"{registry.hostport}/ml/train")
+        s3 = await asyncio.to_thread(
+            boto3.client, "s3", endpoint_url=s3_endpoint, region_name="us-east-1"
+        )
+        async with (
+            await KubeClient.from_kubeconfig(str(path), policy=policy) as client,
+            RegistryClient({registry.hostport: ("ci", "pw")}) as reg,
+            ImageBuilder(
+                client, store, reg, settings, dest, agent="agent-a", workdir=tmp_path
+            ) as builder,  # fmt: skip
+        ):
+            await client.create(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, NS
+            )
+            yield Rig(kube, cluster, registry, builder, s3, s3_bucket, created)
+
+
+def spec(url: str, run_id: str = "run-1", ref: str | None = None, **kw: Any) -> BuildSpec:
+    return BuildSpec(
+        run_id, SourceKind.GIT, url, ref, base_image="python:3.11-slim",
+        entrypoint=("python", "train.py"), **kw,
+    )  # fmt: skip
+
+
+async def leftovers(rig: Rig) -> tuple[list[str], list[str]]:
+    jobs = [j["metadata"]["name"] for j in rig.kube.store.list(rig.kube.store.rt("jobs"), NS)]
+    listing = await asyncio.to_thread(rig.s3.list_objects_v2, Bucket=rig.bucket)
+    return jobs, [o["Key"] for o in listing.get("Contents", [])]
+
+
+async def test_build_then_skip(rig: Rig, git_repo: tuple[Path, str, str]) -> None:
+    origin, first, _ = git_repo
+    image = await rig.builder.build(spec(origin.as_uri(), ref=first))
+    assert image.startswith(f"{rig.registry.hostport}/ml/train:")
+    assert len(rig.jobs_created) == 1
+    assert await leftovers(rig) == ([], [])
+    # The same job again: the image is in the registry, no second Job.
+    again = await rig.builder.build(spec(origin.as_uri(), run_id="run-2", ref=first))
+    assert again == image
+    assert len(rig.jobs_created) == 1
+    assert (rig.builder.stats.builds, rig.builder.stats.skipped) == (1, 1)
+    # Another commit is another image.
+    moved = await rig.builder.build(spec(origin.as_uri(), run_id="run-3"))
+    assert moved != image
+    assert len(rig.jobs_created) == 2
+
+
+async def test_concurrent_requests_share_one_build(
+    rig: Rig, git_repo: tuple[Path, str, str]
+) -> None:
+    origin, first, _ = git_repo
+    images = await asyncio.gather(
+        *(rig.builder.build(spec(origin.as_uri(), run_id=f"run-{i}", ref=first)) for i in range(5))
+    )
+    assert len(set(images)) == 1
+    assert len(rig.jobs_created) == 1
+    assert rig.builder.stats.builds == 1
+    assert await leftovers(rig) == ([], [])
+
+
+async def test_failed_build_raises_with_the_log_tail(
+    rig: Rig, git_repo: tuple[Path, str, str]
+) -> None:
+    origin, first, _ = git_repo
+    rig.cluster.script(
+        f"{IMAGE_TAG}",
+        'fail after=0.2s start=0.1s log="Step 3/5 : RUN pip install nope" '
+        'log="error building image: exit status 1"',
+    )
+    with pytest.raises(BuildFailed) as caught:
+        await rig.builder.build(spec(origin.as_uri(), ref=first))
+    assert caught.value.stage == "build"
+    assert "error building image: exit status 1" in caught.value.log_tail
+    assert "BackoffLimitExceeded" in caught.value.reason
+    assert await leftovers(rig) == ([], [])
+    assert rig.builder.stats.failed == 1
+
+
+async def test_bad_source_fails_before_any_job(rig: Rig, tmp_path: Path) -> None:
+    with pytest.raises(BuildFailed, match="preparing the build context: git fetch"):
+        await rig.builder.build(spec((tmp_path / "missing").as_uri()))
+    assert rig.jobs_created == []
+
+
+async def test_image_source_needs_no_build(rig: Rig) -> None:
+    got = await rig.builder.build(BuildSpec("run-1", SourceKind.IMAGE, "busybox:1.36"))
+    assert got == "busybox:1.36"
+    assert rig.jobs_created == []
