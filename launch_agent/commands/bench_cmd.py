@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Callable
 
 from launch_agent.commands import (
+    bench_build,
     bench_dispatch,
     bench_quota,
     bench_render,
@@ -26,6 +27,7 @@ BENCHMARKS: tuple[BenchRegistrar, ...] = (
     bench_tracking.register_bench,
     bench_dispatch.register_bench,
     bench_quota.register_bench,
+    bench_build.register_bench,
 )
 
 
