@@ -36,6 +36,7 @@ from launch_agent.adapters.kube import (
     KubeError,
     Resource,
 )
+from launch_agent.adapters.kube.cache import tracking_view
 from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import QueueSpec
 from launch_agent.model.run_state import Reason, RunState
@@ -91,6 +92,8 @@ class Tracker:
         self.finish = finish
         settings = informer_settings or InformerSettings()
         settings.label_selector = f"{L.AGENT}={agent_name}"
+        # Cache states, not manifests: what tracking, adoption and reports read (10,000 runs).
+        settings.transform = tracking_view
         self.informers = InformerSet(kube, self.on_event, settings)
         self._workloads: dict[tuple[str, str, str], Informer] = {}
         self._pods: dict[str, Informer] = {}
