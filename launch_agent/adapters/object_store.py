@@ -101,6 +101,24 @@ class ObjectStore:
         """Delete the object; deleting one that is gone is not an error."""
         await self._run("delete of", name, functools.partial(self._delete, name))
 
+    async def ensure_bucket(self) -> None:
+        """Create the bucket if it is missing (sandboxes, benchmarks; clusters bring theirs)."""
+        await self._run("creating the bucket of", "", self._ensure_bucket)
+
+    def _ensure_bucket(self) -> None:
+        client = self._get_client()
+        bucket = self.location.bucket
+        if self.location.scheme == "s3":
+            from botocore.exceptions import ClientError
+
+            try:
+                client.head_bucket(Bucket=bucket)
+            except ClientError:
+                client.create_bucket(Bucket=bucket)
+            return
+        if client.lookup_bucket(bucket) is None:
+            client.create_bucket(bucket)
+
     def _upload(self, path: Path, name: str) -> None:
         client = self._get_client()
         key = self.location.key(name)

@@ -100,8 +100,6 @@ async def measure_single_flight(runs: int) -> dict[str, Any]:
         from moto.server import ThreadedMotoServer
     except ImportError:
         return {"skipped": "moto is not installed (pip install -e '.[dev]')"}
-    import boto3
-
     from launch_agent.adapters.builder import BuildSpec, ImageBuilder
     from launch_agent.adapters.kube import KubeClient
     from launch_agent.adapters.object_store import ObjectStore
@@ -121,10 +119,8 @@ async def measure_single_flight(runs: int) -> dict[str, Any]:
     endpoint = f"http://127.0.0.1:{port}"
     created: list[str] = []
     try:
-        s3 = await asyncio.to_thread(
-            boto3.client, "s3", endpoint_url=endpoint, region_name="us-east-1"
-        )
-        await asyncio.to_thread(s3.create_bucket, Bucket="bench-ctx")
+        store = ObjectStore("s3://bench-ctx/ctx", endpoint_url=endpoint, region="us-east-1")
+        await store.ensure_bucket()
         with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:
             url = await asyncio.to_thread(_git_repo, Path(tmp) / "repo")
             async with (
@@ -152,7 +148,6 @@ async def measure_single_flight(runs: int) -> dict[str, Any]:
                 builder_config = BuilderConfig.model_validate(
                     {"type": "kaniko", "build-context-store": "s3://bench-ctx/ctx"}
                 )
-                store = ObjectStore("s3://bench-ctx/ctx", endpoint_url=endpoint, region="us-east-1")
                 dest = parse_destination(f"{registry.hostport}/bench/train")
                 async with (
                     await KubeClient.from_kubeconfig(str(kubeconfig)) as client,

@@ -59,3 +59,13 @@ async def test_one_client_per_store(s3_endpoint: str, s3_bucket: str, tmp_path: 
     first = store._client
     await store.exists("again")
     assert first is not None and store._client is first
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+async def test_ensure_bucket(
+    scheme: str, s3_endpoint: str, aws_env: None, gcs_env: str, tmp_path: Path
+) -> None:
+    store = ObjectStore(f"{scheme}://made-by-test/x", endpoint_url=s3_endpoint, region="us-east-1")
+    await store.ensure_bucket()
+    await store.ensure_bucket()  # already there: fine
+    await _roundtrip(store, tmp_path)
