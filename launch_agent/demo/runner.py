@@ -245,6 +245,11 @@ class Demo:
         if plural is not None:
             left = world.kube.objects.find(plural, t.record.name, namespace=t.record.namespace)
             t.seen.workload_left = left is not None
+        selector = f"launch-agent.io/run-id={t.run.run_id}"
+        pods = world.kube.objects.list(
+            "pods", namespace=t.record.namespace, label_selector=selector
+        )
+        t.seen.pods_left = len(pods)
 
     def _clock(self) -> str:
         return f"{time.monotonic() - self.started:6.2f}s"

@@ -122,6 +122,7 @@ class Observation:
     agent_states: list[str] = field(default_factory=list)  # RunState values, in order seen
     finished: bool = False  # the agent was done with it (its record released)
     workload_left: bool = False  # the workload still exists in the cluster
+    pods_left: int = 0  # pods of the run still in the cluster
 
     @property
     def last_state(self) -> str | None:
@@ -159,6 +160,8 @@ def judge(run: DemoRun, seen: Observation) -> str | None:
         return f"expected {run.expect}, the agent saw {seen.last_state or 'nothing'}"
     if run.expect == "stopped" and seen.workload_left:
         return "stopped from the UI but its workload is still in the cluster"
+    if run.expect == "stopped" and seen.pods_left:
+        return f"stopped from the UI but {seen.pods_left} of its pods are still in the cluster"
     return None
 
 

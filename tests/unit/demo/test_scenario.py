@@ -63,6 +63,11 @@ def seen(item: str = "CLAIMED", run: str | None = None, **kw: object) -> Observa
             ),
             "stopped from the UI but its workload is still in the cluster",
         ),
+        (
+            STOP,
+            seen(run="demo-stop", agent_states=["stopped"], finished=True, pods_left=2),
+            "stopped from the UI but 2 of its pods are still in the cluster",
+        ),
     ],
 )
 def test_judge(run: DemoRun, observation: Observation, problem: str | None) -> None:
