@@ -17,7 +17,13 @@ from typing import Any
 import boto3
 import pytest
 
-from launch_agent.adapters.builder import BuildFailed, BuildSpec, ImageBuilder, job_outcome
+from launch_agent.adapters.builder import (
+    BuildFailed,
+    BuildSpec,
+    Credentials,
+    ImageBuilder,
+    job_outcome,
+)
 from launch_agent.adapters.kube import KubeClient, RetryPolicy
 from launch_agent.adapters.object_store import ObjectStore
 from launch_agent.adapters.registry import RegistryClient
@@ -27,6 +33,7 @@ from launch_agent.render.kaniko import IMAGE_TAG, KanikoSettings
 from launch_agent.sandbox.cluster import RealClock, SimulatedCluster
 from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
 from launch_agent.sandbox.registry import RegistryServer
+from launch_agent.sandbox.wandb import WandbServer
 
 NS = "kaniko"
 
@@ -40,14 +47,19 @@ class Rig:
     s3: Any
     bucket: str
     jobs_created: list[str]
+    wandb: WandbServer
+    job_created: asyncio.Event
 
 
-def simulate_push(kube: KubeApiServer, registry: RegistryServer, created: list[str]) -> None:
+def simulate_push(
+    kube: KubeApiServer, registry: RegistryServer, created: list[str], event: asyncio.Event
+) -> None:
     def on_write(storage: str, kind: str, obj: dict[str, Any]) -> None:
         if obj.get("kind") != "Job" or IMAGE_TAG not in obj["metadata"].get("labels", {}):
             return
         if kind == "ADDED":
             created.append(obj["metadata"]["name"])
+            event.set()
         if job_outcome(obj) == "succeeded":
             args = obj["spec"]["template"]["spec"]["containers"][0]["args"]
             dest = next(a.split("=", 1)[1] for a in args if a.startswith("--destination="))
@@ -65,9 +77,11 @@ async def rig(tmp_path: Path, s3_endpoint: str, s3_bucket: str) -> AsyncIterator
             kube, clock=RealClock(), default_outcome="succeed after=0.3s start=0.1s"
         ) as cluster,
         RegistryServer(users={"ci": "pw"}) as registry,
+        WandbServer() as wandb_server,
     ):
         created: list[str] = []
-        simulate_push(kube, registry, created)
+        job_created = asyncio.Event()
+        simulate_push(kube, registry, created, job_created)
         path = await asyncio.to_thread(write_kubeconfig, tmp_path / "kubeconfig", kube.url, NS)
         policy = RetryPolicy(base_delay=0.01, max_delay=0.05)
         store = ObjectStore(f"s3://{s3_bucket}/ctx", endpoint_url=s3_endpoint, region="us-east-1")
@@ -83,13 +97,22 @@ async def rig(tmp_path: Path, s3_endpoint: str, s3_bucket: str) -> AsyncIterator
             await KubeClient.from_kubeconfig(str(path), policy=policy) as client,
             RegistryClient({registry.hostport: ("ci", "pw")}) as reg,
             ImageBuilder(
-                client, store, reg, settings, dest, agent="agent-a", workdir=tmp_path
+                client,
+                store,
+                reg,
+                settings,
+                dest,
+                agent="agent-a",
+                workdir=tmp_path,
+                credentials=Credentials(wandb_server.url, wandb_server.api_key),
             ) as builder,  # fmt: skip
         ):
             await client.create(
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, NS
             )
-            yield Rig(kube, cluster, registry, builder, s3, s3_bucket, created)
+            yield Rig(
+                kube, cluster, registry, builder, s3, s3_bucket, created, wandb_server, job_created
+            )
 
 
 def spec(url: str, run_id: str = "run-1", ref: str | None = None, **kw: Any) -> BuildSpec:
@@ -163,3 +186,51 @@ async def test_image_source_needs_no_build(rig: Rig) -> None:
     got = await rig.builder.build(BuildSpec("run-1", SourceKind.IMAGE, "busybox:1.36"))
     assert got == "busybox:1.36"
     assert rig.jobs_created == []
+
+
+async def test_code_artifact_build_then_skip(rig: Rig) -> None:
+    files = {"train.py": b"print('art')\n", "requirements.txt": b"numpy\n"}
+    rig.wandb.state.add_artifact("ent", "proj", "code-train", "code", files=files)
+    art = BuildSpec(
+        "run-a", SourceKind.ARTIFACT, "wandb-artifact://ent/proj/code-train:latest",
+        base_image="python:3.11-slim", entrypoint=("python", "train.py"),
+    )  # fmt: skip
+    image = await rig.builder.build(art)
+    assert len(rig.jobs_created) == 1
+    assert await rig.builder.build(art) == image
+    assert len(rig.jobs_created) == 1
+    assert await leftovers(rig) == ([], [])
+
+
+async def test_a_cancelled_caller_does_not_cancel_the_shared_build(
+    rig: Rig, git_repo: tuple[Path, str, str]
+) -> None:
+    origin, first, _ = git_repo
+    rig.cluster.script(IMAGE_TAG, "succeed after=1s start=0.1s")
+    quitter = asyncio.create_task(rig.builder.build(spec(origin.as_uri(), ref=first)), name="q")
+    stayer = asyncio.create_task(
+        rig.builder.build(spec(origin.as_uri(), run_id="run-2", ref=first)), name="s"
+    )
+    async with asyncio.timeout(10):
+        await rig.job_created.wait()
+    quitter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await quitter
+    image = await stayer
+    assert image.endswith(":" + rig.jobs_created[0].rsplit("-", 1)[1])
+    assert len(rig.jobs_created) == 1
+    assert await leftovers(rig) == ([], [])
+
+
+async def test_aclose_cancels_builds_and_cleans_up(
+    rig: Rig, git_repo: tuple[Path, str, str]
+) -> None:
+    origin, first, _ = git_repo
+    rig.cluster.script(IMAGE_TAG, "succeed after=60s")
+    caller = asyncio.create_task(rig.builder.build(spec(origin.as_uri(), ref=first)), name="c")
+    async with asyncio.timeout(10):
+        await rig.job_created.wait()
+    await rig.builder.aclose()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert await leftovers(rig) == ([], [])
