@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
+import aiohttp
 import boto3
 import pytest
 
@@ -145,3 +146,44 @@ async def test_ecr_describe_images(s3_endpoint: str, aws_env: None) -> None:
         missing = Destination(RegistryKind.ECR, target.host, "no/repo", "us-east-1", account)
         with pytest.raises(RegistryError, match="ECR repository does not exist"):
             await client.exists(missing, "abc")
+
+
+async def _token(session: aiohttp.ClientSession, server: RegistryServer, scope: str,
+                 auth: tuple[str, str] | None) -> int | str:  # fmt: skip
+    params = {"service": server.service, "scope": scope}
+    headers = {"Authorization": aiohttp.encode_basic_auth(*auth)} if auth else {}
+    async with session.get(f"{server.url}/token", params=params, headers=headers) as r:
+        return r.status if r.status != 200 else str((await r.json())["token"])
+
+
+async def test_sandbox_registry_push_needs_an_account() -> None:
+    """The peer itself: a push token only for a known user; a pushed manifest is served."""
+    manifest = b'{"schemaVersion": 2}'
+    ctype = "application/vnd.oci.image.manifest.v1+json"
+    async with (
+        RegistryServer(users=USERS, anonymous_pull=True) as server,
+        aiohttp.ClientSession() as session,
+    ):
+        url = f"{server.url}/v2/ml/train/manifests/v1"
+        anon = await _token(session, server, "repository:ml/train:pull,push", None)
+        assert isinstance(anon, str)
+        put = {"Authorization": f"Bearer {anon}", "Content-Type": ctype}
+        async with session.put(url, data=manifest, headers=put) as r:
+            assert r.status == 401  # anonymous tokens carry pull only
+        user = await _token(session, server, "repository:ml/train:pull,push",
+                            ("ci", "s3cret"))  # fmt: skip
+        assert isinstance(user, str)
+        put["Authorization"] = f"Bearer {user}"
+        async with session.put(url, data=manifest, headers=put) as r:
+            assert r.status == 201
+            digest = r.headers["Docker-Content-Digest"]
+        get = {"Authorization": f"Bearer {user}", "Accept": ctype}
+        async with session.get(url, headers=get) as r:
+            assert (r.status, await r.read(), r.headers["Docker-Content-Digest"]) == (
+                200, manifest, digest,
+            )  # fmt: skip
+        # A client that does not accept the manifest's type does not get it.
+        async with session.head(url, headers={**get, "Accept": "text/plain"}) as r:
+            assert r.status == 404
+        assert await _token(session, server, "repository:ml/train:pull",
+                            ("ci", "wrong")) == 401  # fmt: skip
