@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import tarfile
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from launch_agent.adapters.build_context import (
     ContextError,
@@ -162,3 +166,43 @@ async def test_code_artifact_source(wandb_server: WandbServer, tmp_path: Path) -
     with pytest.raises(ContextError, match="code artifact ent/proj/nope:latest"):
         await resolve_artifact("ent/proj/nope:latest", tmp_path / "x", wandb_server.url,
                                wandb_server.api_key)  # fmt: skip
+
+
+NAMES = st.text(alphabet="abcdefgh_-.", min_size=1, max_size=8).filter(
+    lambda n: n not in (".", "..", ".git", "Dockerfile")
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    files=st.dictionaries(
+        st.lists(NAMES, min_size=1, max_size=3).map("/".join), st.binary(max_size=64),
+        min_size=1, max_size=8,
+    ),
+    seed=st.integers(0, 2**16),
+)  # fmt: skip
+def test_packing_is_independent_of_creation_order_and_times(
+    files: dict[str, bytes], seed: int
+) -> None:
+    # Paths that are both a file and a directory prefix cannot coexist: keep the first.
+    kept: dict[str, bytes] = {}
+    for name, data in files.items():
+        parts = name.split("/")
+        prefixes = {"/".join(parts[:i]) for i in range(1, len(parts))}
+        if prefixes & kept.keys() or any(k.startswith(name + "/") for k in kept):
+            continue
+        kept[name] = data
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        digests = []
+        for n in range(2):
+            root = Path(tmp) / f"t{n}"
+            order = list(kept)
+            rng.shuffle(order)
+            for name in order:
+                path = root / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(kept[name])
+                os.utime(path, (rng.randint(0, 2**31), rng.randint(0, 2**31)))
+            digests.append(pack_context(root, "FROM x\n", Path(tmp) / f"{n}.tgz").sha256)
+        assert digests[0] == digests[1]
