@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 import yaml
 from pydantic import BaseModel, SecretStr, ValidationError
 
+from launch_agent.model.build import builder_problems
 from launch_agent.model.config import ENV_ONLY_FIELDS, SECRET_FIELDS, AgentConfig
 
 Path = tuple[str | int, ...]
@@ -261,6 +262,16 @@ def resolve(
         problems.sort(key=lambda p: _file_line(p.origin, fname))
         raise ConfigError(problems) from None
 
+    # A Kaniko builder that cannot work fails at start-up, not at the first build.
+    build_problems = builder_problems(config.builder, config.registry)
+    if build_problems:
+        raise ConfigError(
+            [
+                ConfigProblem(_build_origin(p.path, origins, lines, fname), p.path, p.reason)
+                for p in build_problems
+            ]
+        )
+
     if config.project is not None:
         warnings.append(
             "project: accepted for compatibility with W&B's documentation and ignored:"
@@ -273,6 +284,20 @@ def resolve(
     for path, _ in _leaves(_dump(config)):
         sources[_dotted(path)] = _source_of(path, origins, lines, fname)
     return ResolvedConfig(config, sources, tuple(warnings))
+
+
+def _build_origin(
+    dotted: str, origins: Mapping[Path, Source], lines: Mapping[Path, int], fname: str
+) -> str:
+    """`file:line` of the nearest key of a builder problem's path (or its env/flag source)."""
+    path: Path = tuple(dotted.split("."))
+    for depth in range(len(path), 0, -1):
+        prefix = path[:depth]
+        if prefix in origins:
+            return str(origins[prefix])
+        if prefix in lines:
+            return f"{fname}:{lines[prefix]}"
+    return fname
 
 
 def _source_of(

@@ -69,7 +69,7 @@ WANDB_KEYS = [
         """
         builder:
           type: kaniko
-          destination: 1.dkr.ecr.us-east-1.amazonaws.com/repo
+          destination: 123456789012.dkr.ecr.us-east-1.amazonaws.com/repo
           build-context-store: s3://bucket/ctx
           build-job-name: build
           secret-name: regcred
@@ -227,7 +227,8 @@ def test_nested_sources_point_at_the_line_of_the_key() -> None:
     queues: [a]
     builder:
       type: kaniko
-      build-context-store: s3://b/p
+      build-context-store: s3://bucket/p
+      destination: registry.example/ml/train
     """
     resolved = _resolve(text)
     assert str(resolved.sources["builder.type"]) == "file launch-config.yaml:3"
@@ -431,3 +432,39 @@ def test_bad_agent_runtime_values_name_the_key(text: str, path: str) -> None:
     problems = _problems(text)
     assert len(problems) == 1
     assert f": {path}:" in problems[0], problems
+
+
+KANIKO_CASES = [
+    (
+        "builder:\n  type: kaniko\n  destination: registry.example/ml/train\n",
+        # A missing key is reported at its parent's line.
+        ["launch-config.yaml:1: builder.build-context-store: required for Kaniko builds"],
+    ),
+    (
+        "builder:\n  type: kaniko\n  build-context-store: bucket/x\n"
+        "  destination: registry.example/ml/train:v1\n",
+        [
+            "launch-config.yaml:3: builder.build-context-store: 'bucket/x': expected s3://",
+            "launch-config.yaml:4: builder.destination: 'registry.example/ml/train:v1': give",
+        ],
+    ),
+    ("builder:\n  type: noop\n", []),
+    (
+        "builder:\n  type: kaniko\n  build-context-store: s3://ctx-bucket\n"
+        "  destination: 123456789012.dkr.ecr.us-east-1.amazonaws.com/ml\n",
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), KANIKO_CASES)
+def test_kaniko_builder_is_checked_at_start(text: str, expected: list[str]) -> None:
+    if not expected:
+        assert _resolve(text, {}).config.builder is not None
+        return
+    with pytest.raises(ConfigError) as caught:
+        _resolve(text, {})
+    got = [str(p) for p in caught.value.problems]
+    assert len(got) == len(expected), got
+    for line, start in zip(got, expected, strict=True):
+        assert line.startswith(start), (line, start)
