@@ -81,7 +81,10 @@ class AdmissionEngine:
         self._local: set[int] = set()
         # Skipped runs, by the (node, resource) that blocks them: heaps of
         # (-usage threshold, token, seq, run); an entry is stale once its run is scanned again.
-        self._blocked_at: dict[tuple[int, str], list[tuple[int, int, int, Run]]] = {}
+        # Entries hold only ints (the run by its enqueue sequence number): the garbage collector
+        # stops tracking such tuples, which matters with hundreds of thousands of them.
+        self._blocked_at: dict[tuple[int, str], list[tuple[int, int, int]]] = {}
+        self._by_seq: dict[int, Run] = {}
         self._wake_from: dict[int, tuple[int, Fraction, int, str]] = {}
         self._decreased: set[tuple[int, str]] = set()
         self._invalidated: set[int] = set()
@@ -103,6 +106,7 @@ class AdmissionEngine:
             raise EngineError(f"queue {spec.queue!r} is not mapped to a leaf (queues: {known})")
         run = Run(spec, leaf, self._request(spec), self._stamp())
         self.runs[spec.id] = run
+        self._by_seq[run.enqueued[1]] = run
         too_big = self._too_big(run)
         if too_big:
             run.state, run.reason = RunState.INADMISSIBLE, too_big
@@ -131,6 +135,15 @@ class AdmissionEngine:
         elif run.state in RUNNING_STATES or run.state is RunState.EVICTING:
             self._uncharge(run)
         run.state = RunState.FINISHED
+
+    def forget(self, run_id: str) -> None:
+        """Drop a finished or failed run from memory (the agent calls this once it has
+        reported the outcome; the simulator keeps runs to reject duplicate ids)."""
+        run = self._get(run_id)
+        if run.state not in (RunState.FINISHED, RunState.FAILED):
+            raise EngineError(f"run {run_id!r} is {run.state.value}; only ended runs are forgotten")
+        del self.runs[run_id]
+        self._by_seq.pop(run.enqueued[1], None)
 
     def mark_ready(self, run_id: str) -> None:
         run = self._get(run_id)
@@ -564,8 +577,9 @@ class AdmissionEngine:
                 continue
             used = ledger.effective(node, resource)
             while heap and -heap[0][0] >= used:
-                _, token, _, run = heapq.heappop(heap)
-                if token != run.block_token or run.state is not RunState.PENDING:
+                _, token, seq = heapq.heappop(heap)
+                run = self._by_seq.get(seq)
+                if run is None or token != run.block_token or run.state is not RunState.PENDING:
                     continue
                 # Runs after the leaf's candidate were not scanned since it became the
                 # candidate: their entries may be old, and they cannot matter.
@@ -618,13 +632,15 @@ class AdmissionEngine:
     def _block(self, run: Run, where: tuple[int, str], threshold: int) -> None:
         """Record that `run` is skipped until usage at `where` falls to `threshold`."""
         heap = self._blocked_at.setdefault(where, [])
-        heapq.heappush(heap, (-threshold, run.block_token, run.enqueued[1], run))
+        heapq.heappush(heap, (-threshold, run.block_token, run.enqueued[1]))
         if len(heap) > 2 * len(self.runs) + 64:
             # Entries of runs scanned again since, or no longer pending, are stale.
-            heap[:] = [
-                e for e in heap if e[1] == e[3].block_token and e[3].state is RunState.PENDING
-            ]
+            heap[:] = [e for e in heap if self._entry_valid(e)]
             heapq.heapify(heap)
+
+    def _entry_valid(self, entry: tuple[int, int, int]) -> bool:
+        run = self._by_seq.get(entry[2])
+        return run is not None and entry[1] == run.block_token and run.state is RunState.PENDING
 
     def _examine_leaf(self, leaf: int, start: tuple[int, Fraction, int, str] | None) -> None:
         """R6.1: the first feasible pending run in order, or only the head in Strict mode;

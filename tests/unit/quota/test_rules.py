@@ -465,3 +465,15 @@ def test_finishing_a_pending_run_cancels_it_and_its_reservation() -> None:
     assert engine.runs["b1"].state is RunState.FINISHED
     engine.terminated("a1")
     assert [(d.action, d.run) for d in engine.cycle()] == [("admit", "a1")]
+
+
+def test_ended_runs_can_be_forgotten() -> None:
+    engine = AdmissionEngine(parse_tree(ack_tree()))
+    engine.submit(RunSpec("r", "q1", (PodSet(1, {"cpu": G}),)))
+    engine.cycle()
+    with pytest.raises(ValueError, match="only ended runs are forgotten"):
+        engine.forget("r")
+    engine.finish("r")
+    engine.forget("r")
+    assert "r" not in engine.runs
+    engine.submit(RunSpec("r", "q1", (PodSet(1, {"cpu": G}),)))  # the id may come back
