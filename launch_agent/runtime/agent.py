@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import platform
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -53,7 +54,7 @@ from launch_agent.runtime.poller import Admission, MaxJobs, Poller
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RunTable
 from launch_agent.runtime.specs import SpecStore
-from launch_agent.runtime.startup import Stopped, ensure_api_key_secrets, register
+from launch_agent.runtime.startup import StartupError, Stopped, ensure_api_key_secrets, register
 from launch_agent.runtime.stopper import Stopper
 from launch_agent.runtime.supervisor import Supervisor
 from launch_agent.runtime.tracker import Tracker
@@ -157,7 +158,7 @@ class Agent:
             options["retry"] = self.wandb_retry
         wandb = await stack.enter_async_context(WandbClient.from_config(config, **options))
         self.wandb = wandb
-        kube_cfg = self.kube_configuration or await load_configuration(self.kubeconfig)
+        kube_cfg = self.kube_configuration or await self._kube_configuration()
         kube = await stack.enter_async_context(KubeClient(kube_cfg, policy=self.kube_retry))
         self.kube = kube
 
@@ -259,6 +260,20 @@ class Agent:
         sup.add("spec-reload", lambda s: specs.watch(config.specs_reload_seconds, s))
         sup.add("housekeeping", tracker.run_periodic)
         sup.on_stop(self._on_stop)
+
+    async def _kube_configuration(self) -> Any:
+        where = f"kubeconfig {self.kubeconfig}" if self.kubeconfig else "the environment"
+        if self.kubeconfig and not await asyncio.to_thread(os.path.isfile, self.kubeconfig):
+            raise StartupError(f"kubeconfig {self.kubeconfig} does not exist")
+        try:
+            return await load_configuration(self.kubeconfig)
+        except Exception as exc:
+            # The client library's own errors (a file without current-context, no cluster
+            # credentials at all) become one line that says where the agent looked.
+            raise StartupError(
+                f"cannot load the Kubernetes configuration from {where} (--kubeconfig,"
+                f" $KUBECONFIG, ~/.kube/config, or the pod's service account): {exc}"
+            ) from None
 
     async def _on_stop(self) -> None:
         self.readiness.shutting_down = True

@@ -111,6 +111,17 @@ async def test_missing_queues_are_listed_by_name(env: Env, tmp_path: Path) -> No
     assert "nope, gone" in proc.output()
 
 
+async def test_an_unusable_kubeconfig_is_one_clear_line(env: Env, tmp_path: Path) -> None:
+    config = write_config(env, tmp_path / "c.yaml", log_format="json")
+    env.kubeconfig = tmp_path / "broken-kubeconfig"
+    env.kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    async with agent_process(env, config) as proc:
+        code = await asyncio.wait_for(proc.process.wait(), START_TIMEOUT)
+    assert code == 1
+    assert proc.lines[-1].startswith("error: cannot load the Kubernetes configuration from")
+    assert "Traceback" not in proc.output()
+
+
 async def test_sigterm_reports_killed_and_leaves_workloads_running(
     env: Env, tmp_path: Path
 ) -> None:
