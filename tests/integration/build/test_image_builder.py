@@ -234,3 +234,40 @@ async def test_aclose_cancels_builds_and_cleans_up(
     with pytest.raises(asyncio.CancelledError):
         await caller
     assert await leftovers(rig) == ([], [])
+
+
+def sibling(rig: Rig, tmp_path: Path, **kw: Any) -> ImageBuilder:
+    b = rig.builder
+    return ImageBuilder(b.kube, b.store, b.registry, b.settings, b.destination,
+                        workdir=tmp_path, **kw)  # fmt: skip
+
+
+async def test_the_wait_resumes_when_the_watch_ends(
+    rig: Rig, git_repo: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    # Watches of 1 s against a 2.5 s build: the stream ends twice and is resumed.
+    origin, first, _ = git_repo
+    rig.cluster.script(IMAGE_TAG, "succeed after=2.5s start=0.1s")
+    before = rig.builder.kube.requests
+    async with sibling(rig, tmp_path, watch_timeout=1) as builder:
+        image = await builder.build(spec(origin.as_uri(), ref=first))
+    assert image.startswith(rig.registry.hostport)
+    # create, then (watch, get) per ended stream, the final watch, delete: well over the 3
+    # requests (create, watch, delete) of a build whose first watch sees the outcome.
+    assert rig.builder.kube.requests - before >= 6
+    assert await leftovers(rig) == ([], [])
+
+
+async def test_a_job_deleted_under_the_build_fails_it(
+    rig: Rig, git_repo: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    origin, first, _ = git_repo
+    rig.cluster.script(IMAGE_TAG, "succeed after=60s")
+    task = asyncio.create_task(rig.builder.build(spec(origin.as_uri(), ref=first)), name="b")
+    async with asyncio.timeout(10):
+        await rig.job_created.wait()
+    store = rig.kube.store
+    store.delete(store.rt("jobs"), NS, rig.jobs_created[0])
+    with pytest.raises(BuildFailed, match="was deleted"):
+        await task
+    assert await leftovers(rig) == ([], [])
