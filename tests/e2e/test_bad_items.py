@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from launch_agent.sandbox.wandb import ItemState
-from tests.e2e.conftest import Env, run_spec, until
+from tests.e2e.conftest import BASIC_SPEC, Env, run_spec, until
 
 PYTORCH_SPEC = """\
 apiVersion: launch-agent/v1
@@ -67,6 +67,13 @@ CASES: list[tuple[str, str, dict[str, Any], str, list[str]]] = [
         ["needs an image build", "no builder is configured"],
     ),
     (
+        "namespace-not-served",
+        "q-ns",
+        {},
+        "agent",
+        ["targets namespace 'elsewhere', which this agent does not serve (namespaces: default)"],
+    ),
+    (
         "kind-not-installed",
         "q-ddp",
         {},
@@ -85,7 +92,11 @@ async def test_bad_item_fails_and_the_agent_keeps_going(
     env: Env, queue: str, changes: dict[str, Any], stage: str, fragments: list[str]
 ) -> None:
     (Path(env.specs_dir) / "ddp.yaml").write_text(PYTORCH_SPEC)
-    for name in ("q9", "q-ddp"):
+    other = BASIC_SPEC.replace("name: basic", "name: other").replace("[q1]", "[q-ns]")
+    (Path(env.specs_dir) / "other.yaml").write_text(
+        other.replace("namespace: default", "namespace: elsewhere")
+    )
+    for name in ("q9", "q-ddp", "q-ns"):
         env.state.add_queue(name)
     spec = run_spec("bad1")
     for key, value in changes.items():
@@ -95,7 +106,7 @@ async def test_bad_item_fails_and_the_agent_keeps_going(
             spec[key] = value
     bad = env.push(spec, queue=queue)
     good = env.push(run_spec("good1"))
-    config = env.config(queues=["q1", "q9", "q-ddp"])
+    config = env.config(queues=["q1", "q9", "q-ddp", "q-ns"])
     async with env.running(env.agent(config)):
         await until(lambda: bad.state is ItemState.FAILED, message="bad item failed")
         assert bad.failure is not None
