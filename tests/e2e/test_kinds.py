@@ -87,3 +87,37 @@ async def test_every_kind_runs_to_success(
         assert outcomes == 1
         if plural != "jobs":
             await until(lambda: not _workloads(env, plural, namespace), message="CR deleted")
+
+
+async def test_kueue_suspended_job_is_queued_until_admitted(kinds_env: Env) -> None:
+    """The Job is created suspended for Kueue: queued (in flight, no failure) until admitted."""
+    env = kinds_env
+    env.kube.objects.create(
+        "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}, ""
+    )
+    shutil.copy(EXAMPLE_SPECS / "job-kueue.yaml", env.specs_dir / "job-kueue.yaml")
+    env.state.add_queue("team-a")
+    spec = run_spec("kq")
+    spec.pop("overrides")
+    item = env.push(spec, queue="team-a")
+    config = env.config(queues=["team-a"], namespaces=["team-a"])
+    async with env.running(env.agent(config)) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+        job = env.jobs("team-a")[0]
+        assert job["spec"]["suspend"] is True
+        assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+        record = agent.runs.get(item.id)
+        assert record is not None
+        env.advance(60)
+        await until(lambda: record.state is RunState.QUEUED, message="queued")
+        assert agent.runs.inflight == 1
+        # What Kueue does when the LocalQueue admits the workload.
+        env.kube.objects.patch(
+            "jobs", job["metadata"]["name"], {"spec": {"suspend": False}}, namespace="team-a"
+        )
+        for _ in range(5):
+            env.advance(30)
+            if agent.runs.get(item.id) is None:
+                break
+        await until(lambda: agent.runs.get(item.id) is None, message="finished after admission")
+        assert item.failure is None
