@@ -198,12 +198,25 @@ def fetch_git(url: str, ref: str | None, dest: Path, credentials_file: Path | No
         _git(["fetch", "-q", "--depth", "1", "origin", want], dest, credentials_file)
         _git(["checkout", "-q", "FETCH_HEAD"], dest, credentials_file)
     except ContextError:
-        # Servers that refuse a shallow fetch of a bare sha: fetch everything, then check out.
-        _git(["fetch", "-q", "origin"], dest, credentials_file)
-        try:
-            _git(["checkout", "-q", want], dest, credentials_file)
-        except ContextError:
-            raise ContextError(f"{url}: {want!r} is not a commit, branch or tag there") from None
+        # Servers that cannot fetch one ref shallowly (dumb HTTP, a bare sha without
+        # allowReachableSHA1InWant): fetch every branch and tag, then find `want` among them.
+        _git(["fetch", "-q", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*"],
+             dest, credentials_file)  # fmt: skip
+        if ref is None:
+            _git(["remote", "set-head", "origin", "--auto"], dest, credentials_file)
+            candidates = ["origin/HEAD"]
+        else:
+            candidates = [f"origin/{ref}", ref]
+        for candidate in candidates:
+            try:
+                sha = _git(["rev-parse", "--verify", "-q", f"{candidate}^{{commit}}"],
+                           dest, credentials_file)  # fmt: skip
+            except ContextError:
+                continue
+            _git(["checkout", "-q", sha], dest, credentials_file)
+            break
+        else:
+            raise ContextError(f"{url}: {want!r} is not a commit, branch or tag there")
     return _git(["rev-parse", "HEAD"], dest, credentials_file)
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import boto3
 import pytest
+from aiohttp import web
 
 
 def free_port() -> int:
@@ -103,3 +106,39 @@ def git_repo(tmp_path: Path) -> tuple[Path, str, str]:
     git(repo, "commit", "-qam", "two")
     second = git(repo, "rev-parse", "HEAD")
     return repo, first, second
+
+
+@pytest.fixture
+async def git_http(
+    git_repo: tuple[Path, str, str], tmp_path: Path
+) -> AsyncIterator[tuple[str, str]]:
+    """The repository over git's dumb HTTP protocol behind Basic auth (user `bot`, `token`).
+
+    Returns (URL, credentials line for a git-credentials file).
+    """
+    origin, _, _ = git_repo
+    served = tmp_path / "served.git"
+    await asyncio.to_thread(git, tmp_path, "clone", "-q", "--bare", str(origin), str(served))
+    await asyncio.to_thread(git, served, "update-server-info")
+    expected = "Basic " + base64.b64encode(b"bot:token").decode()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("Authorization") != expected:
+            return web.Response(status=401, headers={"WWW-Authenticate": 'Basic realm="git"'})
+        rel = request.match_info["path"]
+        path = (served / rel).resolve()
+        if served.resolve() not in path.parents or not await asyncio.to_thread(path.is_file):
+            return web.Response(status=404)
+        return web.Response(body=await asyncio.to_thread(path.read_bytes))
+
+    app = web.Application()
+    app.router.add_get("/repo.git/{path:.*}", handler)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    port = free_port()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{port}/repo.git", f"http://bot:token@127.0.0.1:{port}\n"
+    finally:
+        await runner.cleanup()

@@ -127,15 +127,19 @@ async def test_git_source_pins_the_commit(git_repo: tuple[Path, str, str], tmp_p
 
 
 async def test_git_credentials_file_is_used(
-    git_repo: tuple[Path, str, str], tmp_path: Path
+    git_repo: tuple[Path, str, str], git_http: tuple[str, str], tmp_path: Path
 ) -> None:
-    # A credentials file does not break a fetch that needs none, and a bad URL is reported.
-    creds = tmp_path / ".git-credentials"
-    await asyncio.to_thread(creds.write_text, "https://bot:token@git.example\n")
-    origin, _, second = git_repo
-    assert await resolve_git(origin.as_uri(), None, tmp_path / "c", creds) == second
+    """A private repository over HTTP: refused without credentials, fetched with the chart's
+    git-credentials file."""
+    _, first, second = git_repo
+    url, line = git_http
     with pytest.raises(ContextError, match="git fetch"):
-        await resolve_git((tmp_path / "missing").as_uri(), None, tmp_path / "m", creds)
+        await resolve_git(url, None, tmp_path / "anon")
+    creds = tmp_path / ".git-credentials"
+    await asyncio.to_thread(creds.write_text, line)
+    assert await resolve_git(url, None, tmp_path / "head", creds) == second
+    # Dumb HTTP cannot fetch one commit shallowly: the full-fetch fallback pins it.
+    assert await resolve_git(url, first, tmp_path / "sha", creds) == first
 
 
 @pytest.fixture
