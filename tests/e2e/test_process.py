@@ -183,3 +183,23 @@ async def test_sigkill_at_each_step_then_restart_gives_exactly_one_workload(
     assert item.failure is None
     assert item.associated_run_id == "c1"
     assert len(env.jobs()) == 1
+
+
+async def test_the_process_outlives_a_wandb_outage_that_kills_the_reference(
+    env: Env, tmp_path: Path
+) -> None:
+    """25 s of 503s with the default retry policy: W&B's agent exits after ~19 s (reference
+    §1.7); this process pauses, then pops the item pushed during the outage."""
+    config = write_config(env, tmp_path / "c.yaml")
+    first = env.push(run_spec("before"))
+    async with agent_process(env, config) as proc:
+        await until(lambda: first.state is ItemState.CLAIMED, within=START_TIMEOUT, message="ack")
+        env.wandb.faults.outage(25.0, status=503)
+        during = env.push(run_spec("during"))
+        await asyncio.sleep(25.0)
+        assert proc.process.returncode is None, proc.output()
+        assert during.state is ItemState.PENDING
+        await until(lambda: during.state is ItemState.CLAIMED, within=60, message="resumed")
+        proc.process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.process.wait(), 30) == 0
+    assert len(env.jobs()) == 2
