@@ -413,9 +413,18 @@ class AdmissionEngine:
                     due.append(run.reserved_at + tree.preemption_timeout)
                 if run.not_before is not None:
                     due.append(run.not_before)
-                strict_after = self.ledger.nodes[run.leaf].strict_after
-                if strict_after is not None:
+        # Strict (R9) only looks at each leaf's first eligible run; a head that changes later
+        # does so at another deadline or event, after which this is computed again.
+        for leaf in self.ledger.leaves:
+            strict_after = self.ledger.nodes[leaf].strict_after
+            if strict_after is None:
+                continue
+            for run in self._pending[leaf]:
+                if run.reserved_at is None and (
+                    run.not_before is None or run.not_before <= self.now
+                ):
                     due.append(run.enqueued[0] + strict_after)
+                    break
         later = [t for t in due if t > self.now]
         return min(later) if later else None
 
