@@ -4,6 +4,7 @@
   `validate_tree(mapping)` returns every problem with its path; `parse_tree` raises `TreeError`.
 - `ledger`: per-node usage and the predicates fit (R3), guarantee (R4), borrowed share (R5).
 - `preemption`: victim selection for reclaim (R7) and within-queue preemption (R8).
+- `candidates`: each leaf's candidate and each node's winner, kept current incrementally.
 - `engine`: `AdmissionEngine`, the admission cycle (R6) with eviction and reservation (R10),
   readiness timeouts and backoff (R11) and the Strict guard (R9).
 - `simulate`: the `quota simulate` event format and report.
