@@ -167,6 +167,13 @@ class Agent:
         self.specs = specs
         if not specs.specs:
             log.warning("no valid queue spec in %s: every item will fail", config.queue_specs_dir)
+        unserved = [q for q in config.all_queues if specs.for_queue(q) is None]
+        if unserved:
+            log.warning(
+                "no queue spec in %s serves %s: their items will fail until one does",
+                config.queue_specs_dir,
+                ", ".join(unserved),
+            )
 
         registration = await register(
             config, wandb, stopping, hostname=self.hostname, version=__version__
