@@ -205,25 +205,35 @@ class WandbClient:
         is logged; the items popped from the other queues are returned, because they are
         already leased to this agent.
         """
-        names = list(dict.fromkeys(queues))
-        if not names:
-            return {}
-        request = docs.pop_batch(entity, names, agent_id)
+        return dict(await self.pop_many(entity, list(dict.fromkeys(queues)), agent_id))
+
+    async def pop_many(
+        self, entity: str, slots: Sequence[str], agent_id: str | None
+    ) -> list[tuple[str, RunQueueItem | None]]:
+        """One pop per slot (a queue may fill several), all in one request, in slot order.
+
+        A pop that failed on the server (for example its queue was deleted) answers None and
+        is logged; the items popped by the other slots are returned, because they are already
+        leased to this agent.
+        """
+        if not slots:
+            return []
+        request = docs.pop_batch(entity, slots, agent_id)
         data, errors = await self._batch(request)
-        out: dict[str, RunQueueItem | None] = {}
-        for queue, key in zip(names, request.keys, strict=True):
+        out: list[tuple[str, RunQueueItem | None]] = []
+        for queue, key in zip(slots, request.keys, strict=True):
+            item: RunQueueItem | None = None
             if key in errors:
                 self.stats["pop_queue_errors"] += 1
                 log.warning("W&B could not pop queue %r: %s", queue, errors[key])
-                out[queue] = None
-                continue
-            try:
-                out[queue] = results.popped(queue, data.get(key))
-            except WandbProtocolError as exc:
-                # Without an item id nothing can be reported back; the lease expires on W&B.
-                self.stats["pop_unreadable"] += 1
-                log.error("unreadable pop answer from W&B: %s", exc)
-                out[queue] = None
+            else:
+                try:
+                    item = results.popped(queue, data.get(key))
+                except WandbProtocolError as exc:
+                    # Without an item id nothing can be reported back; the lease expires on W&B.
+                    self.stats["pop_unreadable"] += 1
+                    log.error("unreadable pop answer from W&B: %s", exc)
+            out.append((queue, item))
         return out
 
     async def ack(self, item_id: str, run_name: str) -> bool:

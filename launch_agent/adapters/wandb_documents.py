@@ -164,11 +164,13 @@ class Request:
 
 
 def pop_batch(entity: str, queues: Sequence[str], launch_agent_id: str | None) -> Request:
-    """Pop one item from each of `queues` (distinct names, in order) in one mutation."""
+    """One pop per entry of `queues`, in order, in one mutation.
+
+    A queue named n times is popped n times: GraphQL runs mutation fields one after the other,
+    so each alias leases the next item of that queue (or answers null once it is empty).
+    """
     if not queues:
         raise ValueError("pop_batch needs at least one queue")
-    if len(set(queues)) != len(queues):
-        raise ValueError(f"pop_batch got a queue more than once: {list(queues)}")
     variables: dict[str, Any] = {
         "entity": entity,
         "project": LAUNCH_PROJECT,

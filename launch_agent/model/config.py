@@ -74,6 +74,9 @@ class PollConfig(_Strict):
 
     active_interval_seconds: float = Field(default=0.5, gt=0)
     idle_interval_seconds: float = Field(default=10.0, gt=0)
+    # Pops one request may make from one queue while it keeps returning items (never more
+    # than the agent can start); an idle queue is popped once per round.
+    max_pops_per_queue: int = Field(default=16, ge=1, le=256)
 
     @model_validator(mode="after")
     def _ordered(self) -> PollConfig:

@@ -2,8 +2,12 @@
 
 - Capacity: `max_jobs` with W&B's meaning (-1 unlimited) minus runs in flight. The poller never
   pops more than it can start, so work it cannot start stays in W&B for other agents.
-- Fairness: one request pops at most one item per queue (aliases batch them); when capacity is
-  smaller than the number of queues, a rotating start gives every queue its turn.
+- Fairness: one request pops from every queue (aliases batch them); when capacity is smaller
+  than the number of queues, a rotating start gives every queue its turn.
+- Depth: a queue that filled every pop it was given last round gets twice as many the next
+  round (up to `max_per_queue`); one that came back short goes back to one. A deep queue drains
+  in a few requests, and an idle one costs a single pop per round. Pops are interleaved across
+  queues, so when capacity runs out every queue has had the same number of turns.
 - Interval: right after a pop returned work the next poll comes after `active` seconds; every
   empty poll doubles the interval up to `idle`, so an idle agent costs a few requests a minute.
 """
@@ -11,7 +15,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def capacity(max_jobs: int, inflight: int) -> int | None:
@@ -28,6 +32,36 @@ def queues_to_pop(queues: Sequence[str], room: int | None, turn: int) -> list[st
     start = turn % len(queues)
     rotated = [*queues[start:], *queues[:start]]
     return rotated if room is None else rotated[:room]
+
+
+@dataclass
+class PopPlan:
+    """How many pops each queue gets in one request (see the module docstring)."""
+
+    max_per_queue: int = 16
+    depth: dict[str, int] = field(default_factory=dict)
+
+    def slots(self, queues: Sequence[str], room: int | None, turn: int) -> list[str]:
+        """The queue of every pop in this round's request, interleaved, at most `room`."""
+        order = queues_to_pop(queues, None, turn)
+        wanted = {queue: self.depth.get(queue, 1) for queue in order}
+        limit = sum(wanted.values()) if room is None else room
+        out: list[str] = []
+        level = 0
+        while len(out) < limit:
+            batch = [queue for queue in order if wanted[queue] > level]
+            if not batch:
+                break
+            out.extend(batch[: limit - len(out)])
+            level += 1
+        return out
+
+    def record(self, queue: str, asked: int, got: int) -> None:
+        """What one round's pops from `queue` returned."""
+        if asked and got >= asked:
+            self.depth[queue] = min(self.max_per_queue, asked * 2)
+        else:
+            self.depth.pop(queue, None)
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """The poll loop: pop only what can start, fairly across queues, at an adaptive pace.
 
-Each round asks the admission policy how many runs may start (`Admission.room`), pops at most
-one item per queue in one batched request (rotating the first queue, `poll_policy`), and hands
-each item to the dispatcher in a task owned by the loop's `TaskGroup`. A popped item holds a
-slot from the pop on, so the agent never pops more than it can start.
+Each round asks the admission policy how many runs may start (`Admission.room`), pops in one
+batched request from every queue (a queue that filled all its pops last round gets twice as
+many, up to `poll.max_pops_per_queue`; `poll_policy.PopPlan`), and hands each item to the
+dispatcher in a task owned by the loop's `TaskGroup`. A popped item holds a slot from the pop
+on, and a request never pops more than the room, so the agent never pops what it cannot start.
 
 Pace: after a pop that returned work the next one follows at once while capacity allows (W&B's
 agent does the same); empty pops wait `poll.active_interval_seconds`, doubling up to
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -31,7 +33,7 @@ from launch_agent.model.config import PollConfig
 from launch_agent.runtime.dispatcher import Dispatcher
 from launch_agent.runtime.health import Readiness
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.poll_policy import PollInterval, capacity, queues_to_pop
+from launch_agent.runtime.poll_policy import PollInterval, PopPlan, capacity
 from launch_agent.runtime.reporter import wait_event
 from launch_agent.runtime.runs import RunTable
 
@@ -91,6 +93,7 @@ class Poller:
 
     async def run(self, stopping: asyncio.Event) -> None:
         interval = PollInterval(self.poll.active_interval_seconds, self.poll.idle_interval_seconds)
+        plan = PopPlan(self.poll.max_pops_per_queue)
         turn = 0
         async with asyncio.TaskGroup() as group:
             while not stopping.is_set():
@@ -102,10 +105,10 @@ class Poller:
                     self.wake.clear()
                     await wait_event(self.wake, self.poll.idle_interval_seconds)
                     continue
-                queues = queues_to_pop(self.queues, room, turn)
+                slots = plan.slots(self.queues, room, turn)
                 turn += 1
                 try:
-                    popped = await self.wandb.pop(self.entity, queues, self.agent_id)
+                    popped = await self.wandb.pop_many(self.entity, slots, self.agent_id)
                 except WandbError as exc:
                     level = logging.ERROR if isinstance(exc, WandbAuthError) else logging.WARNING
                     log.log(level, "pop failed, retrying later: %s", exc)
@@ -115,7 +118,11 @@ class Poller:
                 self.pops += 1
                 self.readiness.polled()
                 now = time.monotonic()
-                items = [item for item in popped.values() if item is not None]
+                asked: Counter[str] = Counter(queue for queue, _ in popped)
+                got: Counter[str] = Counter(queue for queue, item in popped if item is not None)
+                for queue, count in asked.items():
+                    plan.record(queue, count, got[queue])
+                items = [item for _, item in popped if item is not None]
                 for item in items:
                     self.metrics.pops.labels(queue=item.queue).inc()
                     self.runs.dispatching += 1

@@ -44,10 +44,11 @@ async def test_bench_dispatch_small(tmp_path: Path) -> None:
 
     ours = results["ours"]
     assert ours["runs"] == 20
-    assert ours["wandb_operations"]["popFromRunQueue"] >= 20
+    # A deep queue is popped several items per request (PopPlan), so fewer requests than runs.
+    assert 1 <= ours["wandb_operations"]["popFromRunQueue"] < 20
     assert ours["wandb_operations"]["ackRunQueueItem"] == 20
     assert ours["kube_routes"]["POST jobs"] == 20
-    assert 2 <= ours["wandb_requests_per_run"] < 3
+    assert 1 <= ours["wandb_requests_per_run"] < 2
     assert ours["pop_to_create_ms"]["p50"] > 0
     assert ours["cpu_seconds_total"] > 0
     assert ours["peak_rss_mb"] > 10

@@ -79,3 +79,34 @@ async def test_health_readiness_and_metrics(env: Env) -> None:
             'launch_agent_api_request_seconds_count{api="wandb",operation="ackRunQueueItem"}'
             in text
         )
+
+
+async def test_a_deep_queue_drains_in_few_requests_and_an_idle_one_costs_one_pop(
+    env: Env,
+) -> None:
+    items = [env.push(run_spec(f"deep{i}")) for i in range(40)]
+    env.wandb.log.reset()
+    async with env.running(
+        env.agent(
+            env.config(
+                poll={
+                    "active_interval_seconds": 0.02,
+                    "idle_interval_seconds": 0.1,
+                    "max_pops_per_queue": 8,
+                }
+            )
+        )
+    ):
+        await until(lambda: all(i.state is ItemState.CLAIMED for i in items), message="all acked")
+        requests = env.wandb.log.count("popFromRunQueue")
+        pops = env.wandb.log.count("field:popFromRunQueue")
+        # 1, 2, 4, 8, 8, 8, 8, 8 pops per request drain 40 items in 8 requests (plus the empty
+        # rounds that follow); one pop per request would have needed 40.
+        assert requests <= 12, (requests, pops)
+        env.wandb.log.reset()
+        await asyncio.sleep(0.5)
+        idle_requests = env.wandb.log.count("popFromRunQueue")
+        idle_pops = env.wandb.log.count("field:popFromRunQueue")
+        assert idle_requests >= 1
+        assert idle_pops == idle_requests, "an empty queue is popped once per round"
+    assert len(env.jobs()) == 40

@@ -314,6 +314,10 @@ WRONG_TYPES = [
     ),
     ("namespaces: []", "launch-config.yaml:1: namespaces: must name at least one namespace"),
     (
+        "poll: {max_pops_per_queue: 0}",
+        "launch-config.yaml:1: poll.max_pops_per_queue: Input should be greater than or equal to 1",
+    ),
+    (
         "base_url: api.wandb.ai",
         "launch-config.yaml:1: base_url: must be an http:// or https:// URL",
     ),
