@@ -10,9 +10,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,15 @@ def _counts(world: SandboxWorld) -> tuple[dict[str, int], dict[str, int]]:
     return dict(world.wandb.log.counts), dict(world.kube.log.counts)
 
 
-async def _scratch() -> tempfile.TemporaryDirectory[str]:
-    return await asyncio.to_thread(tempfile.TemporaryDirectory, prefix="launch-bench-")
+@contextlib.asynccontextmanager
+async def _scratch_world() -> AsyncIterator[tuple[SandboxWorld, str]]:
+    """A fresh sandbox and a scratch directory for one measurement, both removed after it."""
+    scratch = await asyncio.to_thread(tempfile.TemporaryDirectory, prefix="launch-bench-")
+    try:
+        async with SandboxWorld(_settings(), Path(scratch.name)) as world:
+            yield world, scratch.name
+    finally:
+        await asyncio.to_thread(scratch.cleanup)
 
 
 async def measure_dispatch(
@@ -61,20 +69,16 @@ async def measure_dispatch(
     idle_seconds: float,
     say: Say,
 ) -> dict[str, Any]:
-    scratch = await _scratch()
-    try:
-        async with SandboxWorld(_settings(), Path(scratch.name)) as world:
-            return await _dispatch(
-                world,
-                launcher,
-                spec=spec,
-                runs=runs,
-                idle_seconds=idle_seconds,
-                say=say,
-                scratch=scratch.name,
-            )
-    finally:
-        await asyncio.to_thread(scratch.cleanup)
+    async with _scratch_world() as (world, scratch):
+        return await _dispatch(
+            world,
+            launcher,
+            spec=spec,
+            runs=runs,
+            idle_seconds=idle_seconds,
+            say=say,
+            scratch=scratch,
+        )
 
 
 async def _dispatch(
@@ -246,20 +250,16 @@ async def measure_tracking(
     window_seconds: float,
     say: Say,
 ) -> dict[str, Any]:
-    scratch = await _scratch()
-    try:
-        async with SandboxWorld(_settings(), Path(scratch.name)) as world:
-            return await _tracking(
-                world,
-                launcher,
-                spec=spec,
-                runs=runs,
-                window_seconds=window_seconds,
-                say=say,
-                scratch=scratch.name,
-            )
-    finally:
-        await asyncio.to_thread(scratch.cleanup)
+    async with _scratch_world() as (world, scratch):
+        return await _tracking(
+            world,
+            launcher,
+            spec=spec,
+            runs=runs,
+            window_seconds=window_seconds,
+            say=say,
+            scratch=scratch,
+        )
 
 
 async def _tracking(
