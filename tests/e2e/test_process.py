@@ -185,21 +185,34 @@ async def test_sigkill_at_each_step_then_restart_gives_exactly_one_workload(
     assert len(env.jobs()) == 1
 
 
-async def test_the_process_outlives_a_wandb_outage_that_kills_the_reference(
-    env: Env, tmp_path: Path
-) -> None:
-    """25 s of 503s with the default retry policy: W&B's agent exits after ~19 s (reference
-    §1.7); this process pauses, then pops the item pushed during the outage."""
+async def test_the_process_outlives_a_60_second_wandb_outage(env: Env, tmp_path: Path) -> None:
+    """60 s of 503s with the default retry policy: W&B's agent exits after ~19 s (reference
+    §1.7). This process pauses popping and reporting, keeps tracking, then pops the item pushed
+    during the outage and reports the failure that happened during it."""
     config = write_config(env, tmp_path / "c.yaml")
+    env.cluster.script("launch-agent.io/run-id=doomed", "oomkilled after=2s")
     first = env.push(run_spec("before"))
+    doomed = env.push(run_spec("doomed"))
     async with agent_process(env, config) as proc:
-        await until(lambda: first.state is ItemState.CLAIMED, within=START_TIMEOUT, message="ack")
-        env.wandb.faults.outage(25.0, status=503)
+        await until(
+            lambda: first.state is ItemState.CLAIMED and doomed.state is ItemState.CLAIMED,
+            within=START_TIMEOUT,
+            message="ack",
+        )
+        env.wandb.faults.outage(60.0, status=503)
         during = env.push(run_spec("during"))
-        await asyncio.sleep(25.0)
+        env.advance(5)  # the doomed run is OOMKilled while W&B is down
+        await asyncio.sleep(60.0)
         assert proc.process.returncode is None, proc.output()
         assert during.state is ItemState.PENDING
+        assert doomed.state is ItemState.CLAIMED, "no report can have reached W&B yet"
         await until(lambda: during.state is ItemState.CLAIMED, within=60, message="resumed")
+        await until(lambda: doomed.state is ItemState.FAILED, within=60, message="late report")
+        assert doomed.failure is not None
+        assert "OOMKilled" in doomed.failure.message
         proc.process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.process.wait(), 30) == 0
-    assert len(env.jobs()) == 2
+    during_jobs = env.kube.objects.list(
+        "jobs", namespace="default", label_selector="launch-agent.io/run-id=during"
+    )
+    assert len(during_jobs) == 1
