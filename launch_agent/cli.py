@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from launch_agent import __version__
-from launch_agent.commands import REGISTRARS
+from launch_agent.commands import registrars
 
 DESCRIPTION = """\
 A Kubernetes dispatcher for W&B Launch. It polls W&B Launch run queues, renders each run from
@@ -22,7 +22,7 @@ in that order of precedence; `launch-agent config show` prints the result and it
 EPILOG = "Run `launch-agent COMMAND --help` for the options of one command; user docs are in docs/."
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="launch-agent",
         description=DESCRIPTION,
@@ -31,13 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"launch-agent {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for register in REGISTRARS:
+    for register in registrars(argv):
         register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))

@@ -1,34 +1,39 @@
 """The `launch-agent` subcommands, one module each.
 
-A module here exposes `register(subparsers)`; `launch_agent.cli` calls every function listed in
-`REGISTRARS`. Add a module to the list only when its command works end to end.
+A module here exposes `register(subparsers)`; `launch_agent.cli` calls it for every command
+listed in `COMMANDS`. Add a module to the table only when its command works end to end.
+
+Modules are imported on demand: `launch-agent run` loads only the agent, not the sandbox, the
+demo and the benchmarks (their imports cost a quarter of the agent's start-up), while
+`launch-agent --help` still loads every command to list it.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-
-from launch_agent.commands import (
-    bench_cmd,
-    config_cmd,
-    demo_cmd,
-    quota_cmd,
-    render_cmd,
-    run_cmd,
-    sandbox_cmd,
-    validate_cmd,
-)
+import importlib
+from collections.abc import Callable, Sequence
 
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
-REGISTRARS: tuple[Registrar, ...] = (
-    config_cmd.register,
-    run_cmd.register,
-    quota_cmd.register,
-    render_cmd.register,
-    validate_cmd.register,
-    sandbox_cmd.register,
-    demo_cmd.register,
-    bench_cmd.register,
-)
+# Command name -> the module that registers it, in the order `--help` lists them.
+COMMANDS: dict[str, str] = {
+    "config": "launch_agent.commands.config_cmd",
+    "run": "launch_agent.commands.run_cmd",
+    "quota": "launch_agent.commands.quota_cmd",
+    "render": "launch_agent.commands.render_cmd",
+    "validate": "launch_agent.commands.validate_cmd",
+    "sandbox": "launch_agent.commands.sandbox_cmd",
+    "demo": "launch_agent.commands.demo_cmd",
+    "bench": "launch_agent.commands.bench_cmd",
+}
+
+
+def registrars(argv: Sequence[str] = ()) -> list[Registrar]:
+    """The registrars needed to parse `argv`: its command's alone, or all of them."""
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    names = [first] if first in COMMANDS else list(COMMANDS)
+    registered: list[Registrar] = [
+        importlib.import_module(COMMANDS[name]).register for name in names
+    ]
+    return registered

@@ -76,7 +76,7 @@ class PollConfig(_Strict):
     idle_interval_seconds: float = Field(default=10.0, gt=0)
     # Pops one request may make from one queue while it keeps returning items (never more
     # than the agent can start); an idle queue is popped once per round.
-    max_pops_per_queue: int = Field(default=16, ge=1, le=256)
+    max_pops_per_queue: int = Field(default=8, ge=1, le=256)
 
     @model_validator(mode="after")
     def _ordered(self) -> PollConfig:

@@ -38,7 +38,7 @@ def queues_to_pop(queues: Sequence[str], room: int | None, turn: int) -> list[st
 class PopPlan:
     """How many pops each queue gets in one request (see the module docstring)."""
 
-    max_per_queue: int = 16
+    max_per_queue: int = 8
     depth: dict[str, int] = field(default_factory=dict)
 
     def slots(self, queues: Sequence[str], room: int | None, turn: int) -> list[str]:
