@@ -9,7 +9,7 @@ Registry credentials, per registry kind:
 
 | registry | with `builder.secret-name`/`secret-key` | without |
 | --- | --- | --- |
-| ECR | the Secret item mounted as `/root/.aws/credentials` | IRSA on the service account |
+| ECR | the Secret item at `/kaniko/.aws/credentials` (`AWS_SHARED_CREDENTIALS_FILE`) | IRSA |
 | Artifact Registry | key file mounted, `GOOGLE_APPLICATION_CREDENTIALS` set | Workload Identity |
 | ACR | (not used) | Azure Workload Identity (pod label) |
 | any | `kaniko_docker_config_secret` mounted at `/kaniko/.docker` | anonymous push |
@@ -98,8 +98,10 @@ def _credentials(
         env.append({"name": "AWS_REGION", "value": dest.region})
         if secret and key:
             volumes.append(_secret_volume("aws-credentials", secret, key, "credentials"))
-            mounts.append({"name": "aws-credentials", "mountPath": "/root/.aws", "readOnly": True})
-            env.append({"name": "AWS_SHARED_CREDENTIALS_FILE", "value": "/root/.aws/credentials"})
+            mounts.append(
+                {"name": "aws-credentials", "mountPath": "/kaniko/.aws", "readOnly": True}
+            )
+            env.append({"name": "AWS_SHARED_CREDENTIALS_FILE", "value": "/kaniko/.aws/credentials"})
     elif dest.kind is RegistryKind.GAR:
         if secret and key:
             volumes.append(_secret_volume("gcp-credentials", secret, key, "key.json"))

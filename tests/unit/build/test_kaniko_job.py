@@ -143,8 +143,8 @@ def test_flags_and_identity() -> None:
         ("ecr-irsa", {"AWS_REGION": "us-east-1"}, {}, None),
         (
             "ecr-secret",
-            {"AWS_REGION": "us-east-1", "AWS_SHARED_CREDENTIALS_FILE": "/root/.aws/credentials"},
-            {"aws-credentials": "/root/.aws"},
+            {"AWS_REGION": "us-east-1", "AWS_SHARED_CREDENTIALS_FILE": "/kaniko/.aws/credentials"},
+            {"aws-credentials": "/kaniko/.aws"},
             None,
         ),
         ("gar-wi", {}, {}, None),
