@@ -38,6 +38,7 @@ from launch_agent.adapters.wandb_errors import WandbAckUncertain, WandbError, Wa
 from launch_agent.model.config import AgentConfig
 from launch_agent.model.queue_spec import InvalidInput, Problem
 from launch_agent.model.run_item import RunItem, parse_run_item
+from launch_agent.render import kinds
 from launch_agent.render.naming import derived_run_id
 from launch_agent.render.pipeline import render
 from launch_agent.render.settings import RenderSettings
@@ -53,21 +54,14 @@ log = logging.getLogger(__name__)
 # such a run is failed instead of requeued if it is preempted.
 MAX_RUN_SPEC_ANNOTATION = 64 * 1024
 
-# What to install when a kind's CRD is missing, by API group.
-OPERATORS = {
-    "kubeflow.org": "install the Kubeflow training operator",
-    "trainer.kubeflow.org": "install Kubeflow Trainer (v2)",
-    "jobset.x-k8s.io": "install JobSet (https://jobset.sigs.k8s.io)",
-    "leaderworkerset.x-k8s.io": "install LeaderWorkerSet (https://lws.sigs.k8s.io)",
-    "ray.io": "install the KubeRay operator",
-    "batch.volcano.sh": "install Volcano",
-}
-
 
 def not_installed_message(exc: KindNotInstalled) -> str:
+    """The admin's next step: the kinds table knows what to install for each known kind."""
+    info = kinds.lookup(exc.api_version, exc.kind)
+    if info is not None:
+        return info.not_installed()
     group = exc.api_version.rpartition("/")[0]
-    hint = OPERATORS.get(group, f"install the operator that serves the {group} API group")
-    return f"{exc}: {hint}"
+    return f"{exc}: install the operator that serves the {group} API group"
 
 
 def problems_text(problems: Sequence[Problem]) -> str:
