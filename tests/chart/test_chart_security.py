@@ -17,29 +17,7 @@ from typing import Any
 import pytest
 
 from tests.chart.helm import CI_VALUES, Manifest, one, pod_templates
-
-_SAFE_SYSCTLS = {
-    "kernel.shm_rmid_forced",
-    "net.ipv4.ip_local_port_range",
-    "net.ipv4.ip_unprivileged_port_start",
-    "net.ipv4.tcp_syncookies",
-    "net.ipv4.ping_group_range",
-    "net.ipv4.ip_local_reserved_ports",
-    "net.ipv4.tcp_keepalive_time",
-    "net.ipv4.tcp_fin_timeout",
-    "net.ipv4.tcp_keepalive_intvl",
-    "net.ipv4.tcp_keepalive_probes",
-}
-_ALLOWED_VOLUMES = {
-    "configMap",
-    "csi",
-    "downwardAPI",
-    "emptyDir",
-    "ephemeral",
-    "persistentVolumeClaim",
-    "projected",
-    "secret",
-}
+from tests.pod_security_standard import ALLOWED_VOLUMES, SAFE_SYSCTLS
 
 
 def restricted_violations(spec: Mapping[str, Any]) -> list[str]:
@@ -51,10 +29,10 @@ def restricted_violations(spec: Mapping[str, Any]) -> list[str]:
             problems.append(f"{flag} is true")
     for volume in spec.get("volumes") or []:
         kinds = set(volume) - {"name"}
-        if not kinds <= _ALLOWED_VOLUMES:
+        if not kinds <= ALLOWED_VOLUMES:
             problems.append(f"volume {volume.get('name')}: type {sorted(kinds)} not allowed")
     for sysctl in pod_sc.get("sysctls") or []:
-        if sysctl.get("name") not in _SAFE_SYSCTLS:
+        if sysctl.get("name") not in SAFE_SYSCTLS:
             problems.append(f"sysctl {sysctl.get('name')} is not in the safe set")
     pod_seccomp = (pod_sc.get("seccompProfile") or {}).get("type")
     if pod_seccomp not in (None, "RuntimeDefault", "Localhost"):

@@ -13,6 +13,7 @@ from typing import Any
 
 from launch_agent.model.queue_spec import QueueSpec
 from launch_agent.render.spec_load import build_queue_spec
+from tests.pod_security_standard import ALLOWED_VOLUMES, SAFE_SYSCTLS
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "queue-specs"
@@ -68,30 +69,6 @@ def make_item(
         spec["resource_args"] = {"kubernetes": resource_args}
     spec.update(run_spec)
     return {"runQueueItemId": rqi, "runSpec": spec}
-
-
-SAFE_SYSCTLS = {
-    "kernel.shm_rmid_forced",
-    "net.ipv4.ip_local_port_range",
-    "net.ipv4.ip_unprivileged_port_start",
-    "net.ipv4.tcp_syncookies",
-    "net.ipv4.ping_group_range",
-    "net.ipv4.ip_local_reserved_ports",
-    "net.ipv4.tcp_keepalive_time",
-    "net.ipv4.tcp_fin_timeout",
-    "net.ipv4.tcp_keepalive_intvl",
-    "net.ipv4.tcp_keepalive_probes",
-}
-ALLOWED_VOLUMES = {
-    "configMap",
-    "csi",
-    "downwardAPI",
-    "emptyDir",
-    "ephemeral",
-    "persistentVolumeClaim",
-    "projected",
-    "secret",
-}
 
 
 def restricted_violations(pod_template: dict[str, Any]) -> list[str]:
