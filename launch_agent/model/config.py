@@ -106,6 +106,9 @@ class QuotaConfig(_Strict):
     # The elastic quota tree; its schema and rules (R1) are checked by `launch_agent.quota`.
     tree: dict[str, Any] | None = None
     kueue: KueueConfig = KueueConfig()
+    # Runs popped but not admitted yet, per quota leaf (agent) or Kueue LocalQueue (kueue):
+    # work the agent cannot start soon stays in W&B for other agents.
+    max_pending_per_leaf: int = Field(default=8, ge=1)
 
 
 class TrackingConfig(_Strict):

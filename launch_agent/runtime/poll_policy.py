@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -41,10 +41,22 @@ class PopPlan:
     max_per_queue: int = 8
     depth: dict[str, int] = field(default_factory=dict)
 
-    def slots(self, queues: Sequence[str], room: int | None, turn: int) -> list[str]:
-        """The queue of every pop in this round's request, interleaved, at most `room`."""
+    def slots(
+        self,
+        queues: Sequence[str],
+        room: int | None,
+        turn: int,
+        caps: Mapping[str, int] | None = None,
+    ) -> list[str]:
+        """The queue of every pop in this round's request, interleaved, at most `room`.
+
+        `caps` bounds single queues (the quota's pending runs per leaf); a queue capped at 0
+        is not popped this round.
+        """
         order = queues_to_pop(queues, None, turn)
         wanted = {queue: self.depth.get(queue, 1) for queue in order}
+        if caps:
+            wanted = {q: min(n, caps[q]) if q in caps else n for q, n in wanted.items()}
         limit = sum(wanted.values()) if room is None else room
         out: list[str] = []
         level = 0

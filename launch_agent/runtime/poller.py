@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from launch_agent.adapters.wandb_client import AgentStatus, RunQueueItem, WandbClient
@@ -41,9 +41,16 @@ log = logging.getLogger(__name__)
 
 
 class Admission(Protocol):
-    """How many more runs may start now (None: unlimited), given the runs in flight."""
+    """What the agent may pop now.
+
+    `room`: how many more runs in total (None: unlimited), given the runs in flight.
+    `queue_caps`: per-queue bounds for this round (a quota leaf with enough pending runs caps
+    its queues at 0); queues not named are bounded only by `room`.
+    """
 
     def room(self, inflight: int) -> int | None: ...
+
+    def queue_caps(self, queues: Sequence[str]) -> Mapping[str, int]: ...
 
 
 class MaxJobs:
@@ -54,6 +61,9 @@ class MaxJobs:
 
     def room(self, inflight: int) -> int | None:
         return capacity(self.max_jobs, inflight)
+
+    def queue_caps(self, queues: Sequence[str]) -> Mapping[str, int]:
+        return {}
 
 
 class Poller:
@@ -105,7 +115,11 @@ class Poller:
                     self.wake.clear()
                     await wait_event(self.wake, self.poll.idle_interval_seconds)
                     continue
-                slots = plan.slots(self.queues, room, turn)
+                slots = plan.slots(self.queues, room, turn, self.admission.queue_caps(self.queues))
+                if not slots:
+                    self.wake.clear()
+                    await wait_event(self.wake, self.poll.idle_interval_seconds)
+                    continue
                 turn += 1
                 try:
                     popped = await self.wandb.pop_many(self.entity, slots, self.agent_id)

@@ -318,6 +318,11 @@ WRONG_TYPES = [
         "launch-config.yaml:1: poll.max_pops_per_queue: Input should be greater than or equal to 1",
     ),
     (
+        "quota: {max_pending_per_leaf: 0}",
+        "launch-config.yaml:1: quota.max_pending_per_leaf: Input should be greater than or equal"
+        " to 1",
+    ),
+    (
         "base_url: api.wandb.ai",
         "launch-config.yaml:1: base_url: must be an http:// or https:// URL",
     ),

@@ -65,6 +65,28 @@ def test_pop_plan_slots(
     assert PopPlan(max_per_queue=16, depth=dict(depth)).slots(queues, room, turn) == expected
 
 
+CAPPED = [
+    # (depths, queues, room, caps, expected slots)
+    ({"a": 4, "b": 4}, ["a", "b"], None, {"a": 0}, ["b"] * 4),
+    ({"a": 4, "b": 4}, ["a", "b"], None, {"a": 1, "b": 2}, ["a", "b", "b"]),
+    ({"a": 4}, ["a", "b"], 2, {"b": 0}, ["a", "a"]),
+    ({}, ["a", "b"], None, {"a": 0, "b": 0}, []),
+    ({"a": 2}, ["a"], None, {"other": 0}, ["a", "a"]),
+]
+
+
+@pytest.mark.parametrize(("depth", "queues", "room", "caps", "expected"), CAPPED)
+def test_pop_plan_caps_single_queues(
+    depth: dict[str, int],
+    queues: list[str],
+    room: int | None,
+    caps: dict[str, int],
+    expected: list[str],
+) -> None:
+    plan = PopPlan(max_per_queue=16, depth=dict(depth))
+    assert plan.slots(queues, room, 0, caps) == expected
+
+
 def test_pop_plan_doubles_while_full_and_resets_when_short() -> None:
     plan = PopPlan(max_per_queue=8)
     asked = []
