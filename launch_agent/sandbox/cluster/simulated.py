@@ -26,6 +26,7 @@ from launch_agent.sandbox.cluster.clock import Clock, ManualClock
 from launch_agent.sandbox.cluster.common import Ctx
 from launch_agent.sandbox.cluster.jobs import JobController
 from launch_agent.sandbox.cluster.kubelet import DEFAULT_NODE, Kubelet
+from launch_agent.sandbox.cluster.kueue import KueueController
 from launch_agent.sandbox.cluster.nodes import Node
 from launch_agent.sandbox.cluster.outcomes import (
     ANNOTATION,
@@ -61,6 +62,8 @@ class SimulatedCluster:
         self._scripts: list[tuple[LabelSelector, tuple[Outcome, ...]]] = []
         self._attempts: dict[str, int] = {}
         self.jobs = JobController()
+        # Runs only when the Kueue Workload CRD is registered (`cluster/kueue.py`).
+        self.kueue = KueueController()
         self.kubelet = Kubelet(self.nodes, self._outcome_for)
         self._wakeups: list[float] = []
         self._dirty = asyncio.Event()
@@ -176,6 +179,7 @@ class SimulatedCluster:
         total = 0
         for _ in range(MAX_PASSES):
             ctx = Ctx(self.store, self.clock)
+            self.kueue.reconcile(ctx)
             self.jobs.reconcile(ctx)
             for resource, reconcile in CONTROLLERS.items():
                 rt = self.store.registry.find(resource)

@@ -1,0 +1,440 @@
+"""A Kueue emulation (kueue.x-k8s.io v1beta2): Workloads, FIFO admission by nominal quota.
+
+It runs only when the Workload CRD is registered (`load_crd_file(".../kueue.x-k8s.io_*.yaml")`)
+and follows the objects a real Kueue v0.19 writes, so the agent reads them exactly as on a
+cluster:
+
+- **Workload per job.** A batch/v1 Job or a JobSet with the `kueue.x-k8s.io/queue-name` label
+  and no controlling owner gets a Workload `job-<name>-<hash>` / `jobset-<name>-<hash>` in its
+  namespace: a controller ownerReference to the job, the label `kueue.x-k8s.io/job-uid`,
+  `spec.queueName`, and `spec.podSets` as Kueue builds them (Job: one set `main` with
+  `min(parallelism, completions)` pods; JobSet: one set per replicated job with
+  `replicas × parallelism` pods; the pod template copied). A job that runs without admission is
+  suspended again (Kueue's webhook and job reconciler do the same).
+- **Admission.** Pending Workloads are taken oldest first (creationTimestamp, then name) per
+  ClusterQueue. A Workload whose LocalQueue does not exist gets `QuotaReserved=False`, reason
+  `Inadmissible`, "LocalQueue NAME doesn't exist" (the same for a missing ClusterQueue). Otherwise
+  every pod set's requests (container requests, limits standing in for missing requests, times
+  the count) must fit a flavor of the resource group covering each resource, under
+  `nominalQuota` minus the usage of admitted Workloads. If they do: `status.admission`
+  (clusterQueue, podSetAssignments with flavors, resourceUsage and count) and conditions
+  `QuotaReserved` and `Admitted` True, and the job is unsuspended. If not: `QuotaReserved=False`,
+  reason `Pending`, with Kueue's message, e.g. "couldn't assign flavors to pod set main:
+  insufficient unused quota for cpu in flavor default-flavor, 3 more needed" (or "...,
+  request > maximum capacity (24 > 16)" when it can never fit). `BestEffortFIFO` (the default)
+  lets a later Workload that fits pass one that does not; `StrictFIFO` does not.
+- **Release.** When the job completes or fails the Workload gets `Finished=True` and its quota
+  is free for the next one; a deleted job's Workload goes with it (ownerReference GC).
+- **Counts.** ClusterQueue and LocalQueue status: `pendingWorkloads`, `reservingWorkloads`,
+  `admittedWorkloads` and `flavorsUsage`.
+
+Not modelled: cohorts and borrowing, preemption (use `evict()` to play one), admission checks,
+priorities, fair sharing, partial admission, waitForPodsReady, topology-aware scheduling,
+ResourceFlavor node labels, and the other job integrations (PyTorchJob, RayJob, ...).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from launch_agent.sandbox.cluster.common import (
+    Ctx,
+    condition,
+    has_condition,
+    merge_conditions,
+    owner_ref,
+)
+from launch_agent.sandbox.cluster.nodes import pod_requests
+from launch_agent.sandbox.cluster.nodes import quantity as _quantity
+from launch_agent.sandbox.kube.store import Obj
+
+GROUP = "kueue.x-k8s.io"
+API_VERSION = f"{GROUP}/v1beta2"
+WORKLOADS = f"workloads.{GROUP}"
+LOCAL_QUEUES = f"localqueues.{GROUP}"
+CLUSTER_QUEUES = f"clusterqueues.{GROUP}"
+QUEUE_LABEL = f"{GROUP}/queue-name"
+JOB_UID_LABEL = f"{GROUP}/job-uid"
+
+PodSets = list[dict[str, Any]]
+Usage = dict[tuple[str, str], Decimal]  # (flavor, resource) -> amount
+
+
+def _job_pod_sets(job: Obj) -> PodSets:
+    spec = job.get("spec") or {}
+    count = int(spec.get("parallelism", 1))
+    if spec.get("completions") is not None:
+        count = min(count, int(spec["completions"]))
+    return [{"name": "main", "count": count, "template": spec.get("template") or {}}]
+
+
+def _jobset_pod_sets(js: Obj) -> PodSets:
+    sets: PodSets = []
+    for rj in (js.get("spec") or {}).get("replicatedJobs") or []:
+        jspec = (rj.get("template") or {}).get("spec") or {}
+        count = int(rj.get("replicas", 1)) * int(jspec.get("parallelism", 1))
+        sets.append({"name": rj["name"], "count": count, "template": jspec.get("template") or {}})
+    return sets
+
+
+def _job_finished(job: Obj) -> str | None:
+    for kind, outcome in (("Complete", "Succeeded"), ("Completed", "Succeeded")):
+        if has_condition(job, kind):
+            return outcome
+    return "Failed" if has_condition(job, "Failed") else None
+
+
+# Resource (as `store.rt` names it) -> (workload name prefix, pod sets).
+INTEGRATIONS: dict[str, tuple[str, Callable[[Obj], PodSets]]] = {
+    "jobs": ("job", _job_pod_sets),
+    "jobsets.jobset.x-k8s.io": ("jobset", _jobset_pod_sets),
+}
+
+
+def workload_name(prefix: str, job: Obj) -> str:
+    """`<prefix>-<name>-<5 hex>`, as Kueue's GetWorkloadNameForOwnerWithGVK (name cut to fit)."""
+    digest = hashlib.sha256(
+        f"{job['metadata']['name']}/{job['apiVersion']}/{job['kind']}".encode()
+    ).hexdigest()[:5]
+    return f"{prefix}-{job['metadata']['name'][:240]}-{digest}"
+
+
+def format_amount(resource: str, value: Decimal) -> str:
+    """A quantity as Kueue prints it: `24`, `500m`, `16Gi`."""
+    if value == value.to_integral_value():
+        n = int(value)
+        if resource != "cpu" and n and n % 1024 == 0:
+            for suffix, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+                if n % size == 0:
+                    return f"{n // size}{suffix}"
+        return str(n)
+    return f"{int(value * 1000)}m"
+
+
+class KueueController:
+    """One reconcile pass over jobs, Workloads and queues (state lives only in the objects)."""
+
+    def reconcile(self, ctx: Ctx) -> None:
+        store = ctx.store
+        if store.registry.find(WORKLOADS) is None:
+            return
+        for resource, (prefix, pod_sets) in INTEGRATIONS.items():
+            rt = store.registry.find(resource)
+            if rt is None:
+                continue
+            for job in store.list(rt, None):
+                if self._managed(job):
+                    self._sync_job(ctx, job, prefix, pod_sets)
+        self._admit(ctx)
+
+    @staticmethod
+    def _managed(job: Obj) -> bool:
+        meta = job["metadata"]
+        if meta.get("deletionTimestamp") or not (meta.get("labels") or {}).get(QUEUE_LABEL):
+            return False
+        return not any(r.get("controller") for r in meta.get("ownerReferences") or [])
+
+    def _workload_of(self, ctx: Ctx, job: Obj) -> Obj | None:
+        found = ctx.children(job, "Workload")
+        return found[0] if found else None
+
+    def _sync_job(
+        self, ctx: Ctx, job: Obj, prefix: str, pod_sets: Callable[[Obj], PodSets]
+    ) -> None:
+        wl = self._workload_of(ctx, job)
+        if wl is None:
+            meta = job["metadata"]
+            wl = ctx.create(
+                WORKLOADS,
+                meta["namespace"],
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "Workload",
+                    "metadata": {
+                        "name": workload_name(prefix, job),
+                        "labels": {JOB_UID_LABEL: meta["uid"]},
+                        "ownerReferences": [owner_ref(job)],
+                    },
+                    "spec": {
+                        "queueName": meta["labels"][QUEUE_LABEL],
+                        "podSets": pod_sets(job),
+                        "active": True,
+                        "priority": 0,
+                    },
+                },
+            )
+        outcome = _job_finished(job)
+        status = dict(wl.get("status") or {})
+        if outcome is not None:
+            if not has_condition(wl, "Finished"):
+                message = "Job finished successfully" if outcome == "Succeeded" else "Job failed"
+                status["conditions"] = merge_conditions(
+                    status.get("conditions"),
+                    [condition("Finished", True, outcome, message, ctx.ts())],
+                )
+                ctx.set_status(wl, status)
+            return
+        admitted = has_condition(wl, "Admitted") and not has_condition(wl, "Evicted")
+        suspended = bool((job.get("spec") or {}).get("suspend"))
+        if admitted == suspended:
+            # Admitted and still suspended: start it. Running without admission: stop it.
+            ctx.update({**job, "spec": {**job["spec"], "suspend": not admitted}})
+
+    # --- admission -----------------------------------------------------------------------
+
+    def _admit(self, ctx: Ctx) -> None:
+        store = ctx.store
+        workloads = [
+            wl
+            for wl in store.list(store.rt(WORKLOADS), None)
+            if not wl["metadata"].get("deletionTimestamp")
+        ]
+        cq_rt, lq_rt = store.registry.find(CLUSTER_QUEUES), store.registry.find(LOCAL_QUEUES)
+        cqs = {cq["metadata"]["name"]: cq for cq in (store.list(cq_rt, None) if cq_rt else [])}
+        lqs = {
+            (lq["metadata"]["namespace"], lq["metadata"]["name"]): lq
+            for lq in (store.list(lq_rt, None) if lq_rt else [])
+        }
+        usage: dict[str, Usage] = {name: {} for name in cqs}
+        counts: dict[tuple[str, str], dict[str, int]] = {}
+
+        def count(wl: Obj, cq: str | None, what: str) -> None:
+            lq = (wl["metadata"]["namespace"], str(wl["spec"].get("queueName") or ""))
+            for key in (("", cq or ""), lq):
+                bucket = counts.setdefault(key, {"pending": 0, "reserving": 0, "admitted": 0})
+                bucket[what] += 1
+
+        pending: list[Obj] = []
+        for wl in workloads:
+            if has_condition(wl, "Finished"):
+                continue
+            admission = (wl.get("status") or {}).get("admission")
+            if has_condition(wl, "QuotaReserved") and admission:
+                cq = admission["clusterQueue"]
+                for psa in admission.get("podSetAssignments") or []:
+                    for res, flavor in (psa.get("flavors") or {}).items():
+                        used = usage.setdefault(cq, {})
+                        amount = _quantity((psa.get("resourceUsage") or {}).get(res, 0))
+                        used[(flavor, res)] = used.get((flavor, res), Decimal(0)) + amount
+                count(wl, cq, "reserving")
+                count(wl, cq, "admitted")
+            else:
+                pending.append(wl)
+        pending.sort(
+            key=lambda w: (w["metadata"].get("creationTimestamp", ""), w["metadata"]["name"])
+        )
+        blocked: set[str] = set()
+        for wl in pending:
+            ns, queue = wl["metadata"]["namespace"], str(wl["spec"].get("queueName") or "")
+            lq = lqs.get((ns, queue))
+            if lq is None:
+                self._unreserved(ctx, wl, "Inadmissible", f"LocalQueue {queue} doesn't exist")
+                count(wl, None, "pending")
+                continue
+            cq_name = str((lq.get("spec") or {}).get("clusterQueue") or "")
+            cq = cqs.get(cq_name)
+            if cq is None:
+                self._unreserved(ctx, wl, "Inadmissible", f"ClusterQueue {cq_name} doesn't exist")
+                count(wl, cq_name, "pending")
+                continue
+            if cq_name in blocked:
+                count(wl, cq_name, "pending")
+                continue
+            assignment, problem = assign(cq, wl["spec"].get("podSets") or [], usage[cq_name])
+            if assignment is None:
+                self._unreserved(ctx, wl, "Pending", problem)
+                count(wl, cq_name, "pending")
+                if (cq.get("spec") or {}).get("queueingStrategy") == "StrictFIFO":
+                    blocked.add(cq_name)
+                continue
+            for psa in assignment:
+                for res, flavor in psa["flavors"].items():
+                    key = (flavor, res)
+                    usage[cq_name][key] = usage[cq_name].get(key, Decimal(0)) + _quantity(
+                        psa["resourceUsage"][res]
+                    )
+            self._reserve(ctx, wl, cq_name, assignment)
+            count(wl, cq_name, "reserving")
+            count(wl, cq_name, "admitted")
+        self._queue_status(ctx, cqs, lqs, usage, counts)
+
+    def _unreserved(self, ctx: Ctx, wl: Obj, reason: str, message: str) -> None:
+        status = dict(wl.get("status") or {})
+        status.pop("admission", None)
+        new = [condition("QuotaReserved", False, reason, message, ctx.ts())]
+        if has_condition(wl, "Admitted"):
+            new.append(
+                condition(
+                    "Admitted", False, "NoReservation", "The workload has no reservation", ctx.ts()
+                )
+            )
+        conditions = merge_conditions(status.get("conditions"), new)
+        status["conditions"] = conditions
+        ctx.set_status(wl, status)
+
+    def _reserve(self, ctx: Ctx, wl: Obj, cq: str, assignment: list[dict[str, Any]]) -> None:
+        status = dict(wl.get("status") or {})
+        status["admission"] = {"clusterQueue": cq, "podSetAssignments": assignment}
+        now = ctx.ts()
+        status["conditions"] = merge_conditions(
+            [
+                c
+                for c in status.get("conditions") or []
+                if c["type"] not in ("Evicted", "Preempted", "Requeued")
+            ],
+            [
+                condition(
+                    "QuotaReserved",
+                    True,
+                    "QuotaReserved",
+                    f"Quota reserved in ClusterQueue {cq}",
+                    now,
+                ),
+                condition("Admitted", True, "Admitted", "The workload is admitted", now),
+            ],
+        )
+        ctx.set_status(wl, status)
+        ctx.event(
+            wl,
+            "Normal",
+            "QuotaReserved",
+            f"Quota reserved in ClusterQueue {cq}, wait time since queued was 0s",
+            "kueue-admission",
+        )
+
+    def _queue_status(
+        self,
+        ctx: Ctx,
+        cqs: Mapping[str, Obj],
+        lqs: Mapping[tuple[str, str], Obj],
+        usage: Mapping[str, Usage],
+        counts: Mapping[tuple[str, str], Mapping[str, int]],
+    ) -> None:
+        zero = {"pending": 0, "reserving": 0, "admitted": 0}
+        for name, cq in cqs.items():
+            c = counts.get(("", name), zero)
+            used = usage.get(name, {})
+            flavors: dict[str, list[dict[str, Any]]] = {}
+            for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+                for flavor in group.get("flavors") or []:
+                    flavors[flavor["name"]] = [
+                        {
+                            "name": r["name"],
+                            "total": format_amount(
+                                r["name"], used.get((flavor["name"], r["name"]), Decimal(0))
+                            ),
+                            "borrowed": "0",
+                        }
+                        for r in flavor.get("resources") or []
+                    ]
+            usage_list = [{"name": f, "resources": rs} for f, rs in flavors.items()]
+            status = {
+                **(cq.get("status") or {}),
+                "pendingWorkloads": c["pending"],
+                "reservingWorkloads": c["reserving"],
+                "admittedWorkloads": c["admitted"],
+                "flavorsReservation": usage_list,
+                "flavorsUsage": usage_list,
+            }
+            ctx.set_status(cq, status)
+        for key, lq in lqs.items():
+            c = counts.get(key, zero)
+            status = {
+                **(lq.get("status") or {}),
+                "pendingWorkloads": c["pending"],
+                "reservingWorkloads": c["reserving"],
+                "admittedWorkloads": c["admitted"],
+            }
+            ctx.set_status(lq, status)
+
+    # --- scripted events -----------------------------------------------------------------
+
+    @staticmethod
+    def evict(ctx: Ctx, wl: Obj, reason: str, message: str) -> None:
+        """Evict an admitted Workload as Kueue's preemption does (conditions Evicted,
+        Preempted and QuotaReserved False); its job is suspended on the next pass."""
+        now = ctx.ts()
+        status = dict(wl.get("status") or {})
+        status.pop("admission", None)
+        new = [
+            condition("Evicted", True, "Preempted", message, now),
+            condition("QuotaReserved", False, "Pending", message, now),
+            condition("Admitted", False, "NoReservation", "The workload has no reservation", now),
+        ]
+        if reason:
+            new.append(condition("Preempted", True, reason, message, now))
+        status["conditions"] = merge_conditions(status.get("conditions"), new)
+        ctx.set_status(wl, status)
+        ctx.event(wl, "Normal", "Preempted", message, "kueue-admission")
+
+
+def assign(
+    cq: Obj, pod_sets: list[Mapping[str, Any]], used: Usage
+) -> tuple[list[dict[str, Any]] | None, str]:
+    """Flavors for every pod set under nominal quota, or (None, Kueue's pending message)."""
+    groups = (cq.get("spec") or {}).get("resourceGroups") or []
+    taken: Usage = {}
+    assignment: list[dict[str, Any]] = []
+    for ps in pod_sets:
+        name, count = str(ps.get("name", "main")), int(ps.get("count", 1))
+        per_pod = pod_requests((ps.get("template") or {}).get("spec") or {})
+        request = {r: v * count for r, v in per_pod.items() if v}
+        flavors: dict[str, str] = {}
+        for res in sorted(request):
+            if res in flavors:
+                continue
+            group = next((g for g in groups if res in (g.get("coveredResources") or [])), None)
+            if group is None:
+                return None, (
+                    f"couldn't assign flavors to pod set {name}: resource {res} unavailable in"
+                    " ClusterQueue"
+                )
+            chosen, problems = _pick_flavor(group, request, used, taken)
+            if chosen is None:
+                return None, f"couldn't assign flavors to pod set {name}: {', '.join(problems)}"
+            for r in request:
+                if r in (group.get("coveredResources") or []):
+                    flavors[r] = chosen
+        for r, fname in flavors.items():
+            taken[(fname, r)] = taken.get((fname, r), Decimal(0)) + request[r]
+        assignment.append(
+            {
+                "name": name,
+                "flavors": dict(sorted(flavors.items())),
+                "resourceUsage": {r: format_amount(r, v) for r, v in sorted(request.items())},
+                "count": count,
+            }
+        )
+    return assignment, ""
+
+
+def _pick_flavor(
+    group: Mapping[str, Any], request: Mapping[str, Decimal], used: Usage, taken: Usage
+) -> tuple[str | None, list[str]]:
+    """The first flavor of a resource group where every requested resource it covers fits."""
+    wanted = sorted(r for r in request if r in (group.get("coveredResources") or []))
+    problems: list[str] = []
+    for flavor in group.get("flavors") or []:
+        fname = flavor["name"]
+        quota = {r["name"]: _quantity(r["nominalQuota"]) for r in flavor.get("resources") or []}
+        misses = []
+        for r in wanted:
+            nominal = quota.get(r, Decimal(0))
+            in_use = used.get((fname, r), Decimal(0)) + taken.get((fname, r), Decimal(0))
+            if request[r] > nominal:
+                misses.append(
+                    f"insufficient quota for {r} in flavor {fname}, request > maximum capacity"
+                    f" ({format_amount(r, request[r])} > {format_amount(r, nominal)})"
+                )
+            elif in_use + request[r] > nominal:
+                more = format_amount(r, in_use + request[r] - nominal)
+                misses.append(
+                    f"insufficient unused quota for {r} in flavor {fname}, {more} more needed"
+                )
+        if not misses:
+            return fname, []
+        problems += misses
+    return None, problems
