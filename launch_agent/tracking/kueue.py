@@ -1,0 +1,204 @@
+"""Kueue's admission state of a run, read from its Workload (kueue.x-k8s.io v1beta1/v1beta2).
+
+With `quota.mode: kueue` the agent creates its workloads suspended with the
+`kueue.x-k8s.io/queue-name` label and Kueue decides when they start. Kueue records that decision
+on a `Workload` it creates for the job (controller ownerReference to the job), in conditions
+whose shape is the same in both served API versions:
+
+- finished: `Finished=True`;
+- evicted: `Evicted=True`, newer than any admission (`Preempted=True` carries the detailed
+  reason: `InClusterQueue`, `InCohortReclamation`, ...);
+- admitted: `Admitted=True` (`status.admission.clusterQueue` names the ClusterQueue);
+- checks: `QuotaReserved=True` but not `Admitted` yet: admission checks are pending;
+- inadmissible: `QuotaReserved=False`, reason `Inadmissible`: the LocalQueue or ClusterQueue
+  is missing or stopped ("LocalQueue NAME doesn't exist");
+- pending: `QuotaReserved=False` otherwise, with Kueue's message ("couldn't assign flavors to
+  pod set main: insufficient unused quota for cpu in flavor default-flavor, 3 more needed"), or
+  no condition yet (no warning then: Kueue usually admits moments later).
+
+`describe` turns that into the sentence a person reads in W&B, which always names the
+LocalQueue, and the ClusterQueue when known, so they know where to look (`kubectl describe
+clusterqueue NAME`). Pure: objects in, values out.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+GROUP = "kueue.x-k8s.io"
+QUEUE_LABEL = f"{GROUP}/queue-name"
+# Served versions, newest first: the agent watches the first one the cluster serves.
+VERSIONS = ("v1beta2", "v1beta1")
+INADMISSIBLE = "Inadmissible"
+
+
+class KueueState(enum.Enum):
+    PENDING = "pending"
+    CHECKS = "checks"
+    INADMISSIBLE = "inadmissible"
+    ADMITTED = "admitted"
+    EVICTED = "evicted"
+    FINISHED = "finished"
+
+    @property
+    def waiting(self) -> bool:
+        """Not admitted yet: counts against the pending cap of its LocalQueue."""
+        return self in (
+            KueueState.PENDING,
+            KueueState.CHECKS,
+            KueueState.INADMISSIBLE,
+            KueueState.EVICTED,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KueueStatus:
+    state: KueueState
+    namespace: str
+    local_queue: str
+    cluster_queue: str | None = None
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The object a Workload stands for (its controller ownerReference)."""
+
+    namespace: str
+    kind: str
+    name: str
+    uid: str
+
+
+def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    status = obj.get("status")
+    items = status.get("conditions") if isinstance(status, Mapping) else None
+    out: dict[str, Mapping[str, Any]] = {}
+    for c in items if isinstance(items, Sequence) else ():
+        if isinstance(c, Mapping) and isinstance(c.get("type"), str):
+            out[c["type"]] = c
+    return out
+
+
+def _mapping(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = obj.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _true(conds: Mapping[str, Mapping[str, Any]], kind: str) -> bool:
+    return conds.get(kind, {}).get("status") == "True"
+
+
+def owner_of(workload: Mapping[str, Any]) -> Owner | None:
+    meta = workload.get("metadata")
+    if not isinstance(meta, Mapping):
+        return None
+    refs = meta.get("ownerReferences")
+    for ref in refs if isinstance(refs, Sequence) else ():
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return Owner(
+                str(meta.get("namespace") or ""),
+                str(ref.get("kind") or ""),
+                str(ref.get("name") or ""),
+                str(ref.get("uid") or ""),
+            )
+    return None
+
+
+def workload_status(workload: Mapping[str, Any]) -> KueueStatus:
+    """Where Kueue is with this Workload (table in the module docstring)."""
+    meta, spec, status = (_mapping(workload, key) for key in ("metadata", "spec", "status"))
+    namespace = str(meta.get("namespace") or "")
+    local_queue = str(spec.get("queueName") or "")
+    admission = status.get("admission")
+    cluster_queue = (
+        str(admission.get("clusterQueue"))
+        if isinstance(admission, Mapping) and admission.get("clusterQueue")
+        else None
+    )
+    conds = _conditions(workload)
+
+    def make(state: KueueState, cond: str | None = None, **extra: Any) -> KueueStatus:
+        c = conds.get(cond or "", {})
+        return KueueStatus(
+            state,
+            namespace,
+            local_queue,
+            extra.get("cluster_queue", cluster_queue),
+            str(extra.get("reason", c.get("reason") or "")),
+            str(extra.get("message", c.get("message") or "")),
+        )
+
+    if _true(conds, "Finished"):
+        return make(KueueState.FINISHED, "Finished")
+    evicted = _true(conds, "Evicted")
+    admitted = _true(conds, "Admitted")
+    if evicted and admitted:
+        # Re-admitted after an eviction when the admission is the newer of the two (RFC 3339
+        # UTC timestamps compare as strings).
+        evicted = str(conds["Evicted"].get("lastTransitionTime") or "") >= str(
+            conds["Admitted"].get("lastTransitionTime") or ""
+        )
+    if evicted:
+        preempted = conds.get("Preempted", {})
+        if preempted.get("status") == "True":
+            return make(KueueState.EVICTED, "Preempted", cluster_queue=None)
+        return make(KueueState.EVICTED, "Evicted", cluster_queue=None)
+    if admitted:
+        return make(KueueState.ADMITTED, "Admitted")
+    if _true(conds, "QuotaReserved"):
+        checks = status.get("admissionChecks")
+        checks = checks if isinstance(checks, Sequence) else ()
+        waiting = sorted(
+            str(c.get("name"))
+            for c in checks
+            if isinstance(c, Mapping) and c.get("state") != "Ready"
+        )
+        return make(
+            KueueState.CHECKS,
+            "QuotaReserved",
+            reason="AdmissionChecks",
+            message=", ".join(waiting),
+        )
+    reserved = conds.get("QuotaReserved", {})
+    if reserved.get("status") == "False" and reserved.get("reason") == INADMISSIBLE:
+        return make(KueueState.INADMISSIBLE, "QuotaReserved")
+    return make(KueueState.PENDING, "QuotaReserved")
+
+
+def describe(status: KueueStatus) -> str | None:
+    """The W&B warning for this state; None when there is nothing worth telling (finished)."""
+    where = f"LocalQueue {status.namespace}/{status.local_queue}"
+    if status.cluster_queue:
+        where += f" (ClusterQueue {status.cluster_queue})"
+    match status.state:
+        case KueueState.FINISHED:
+            return None
+        case KueueState.ADMITTED:
+            return f"admitted by Kueue: {where}"
+        case KueueState.CHECKS:
+            checks = f" {status.message}" if status.message else ""
+            return (
+                f"waiting for Kueue: quota reserved in {where}, admission checks pending:{checks}"
+            )
+        case KueueState.EVICTED:
+            why = f"{status.reason}: {status.message}" if status.message else status.reason
+            return (
+                f"evicted by Kueue ({why}); the run is suspended and waits in {where} to be"
+                " admitted again"
+            )
+        case KueueState.INADMISSIBLE:
+            return (
+                f"Kueue cannot admit this run: {status.message or status.reason}. Create"
+                f" LocalQueue {status.local_queue} in namespace {status.namespace} (pointing at"
+                " a ClusterQueue), or name an existing one in the queue spec's"
+                " spec.kueue.queueName or quota.kueue.default_local_queue"
+            )
+        case KueueState.PENDING:
+            if not status.message:
+                return None  # Kueue has not looked at it yet: usually admitted moments later
+            return f"waiting for Kueue: {where}: {status.message}"
