@@ -46,6 +46,7 @@ from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.adapters.wandb_retry import RetryPolicy as WandbRetryPolicy
 from launch_agent.model.config import AgentConfig
 from launch_agent.render.settings import RenderSettings
+from launch_agent.runtime.builds import check_builder, open_builds
 from launch_agent.runtime.dispatcher import Dispatcher
 from launch_agent.runtime.finisher import Finisher
 from launch_agent.runtime.health import HealthServer, Readiness
@@ -149,6 +150,7 @@ class Agent:
     async def _start(self, stack: AsyncExitStack) -> None:
         config = self.config
         stopping = self.supervisor.stopping
+        check_builder(config)  # before anything is registered with W&B
         health = await stack.enter_async_context(
             HealthServer(self.readiness, self.metrics, config.health.host, config.health.port)
         )
@@ -225,6 +227,9 @@ class Agent:
         await tracker.recheck(everything=True)
         log.info("adopted %d run(s) from the cluster", len(self.runs))
 
+        # Kaniko builds (None unless builder.type is kaniko): one ImageBuilder per process,
+        # closed (builds in flight cancelled and cleaned up) before the Kubernetes client.
+        builds = await open_builds(stack, config, kube, reporter, stopping)
         dispatcher = Dispatcher(
             config,
             wandb=wandb,
@@ -235,6 +240,7 @@ class Agent:
             tracker=tracker,
             metrics=self.metrics,
             settings=settings,
+            builds=builds,
         )
         poller = Poller(
             wandb,

@@ -42,6 +42,7 @@ from launch_agent.render import kinds
 from launch_agent.render.naming import derived_run_id
 from launch_agent.render.pipeline import render
 from launch_agent.render.settings import RenderSettings
+from launch_agent.runtime.builds import BuildService
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RUN_SPEC, RunRecord, RunTable
@@ -81,8 +82,10 @@ class Dispatcher:
         tracker: Tracker,
         metrics: Metrics,
         settings: RenderSettings,
+        builds: BuildService | None = None,
     ) -> None:
         self.config = config
+        self.builds = builds
         self.wandb = wandb
         self.kube = kube
         self.specs = specs
@@ -132,11 +135,17 @@ class Dispatcher:
                 item, f"the run queue item is malformed: {problems_text(exc.problems)}", "malformed"
             )
             return
+        image: str | None = None
         if run.docker_image is None and run.job is not None:
-            await self._fail(item, self._build_message(run), "build_not_configured", "build")
-            return
+            if self.builds is None:
+                await self._fail(item, self._build_message(run), "build_not_configured", "build")
+                return
+            # Minutes, in this item's own task: the poller goes on (runtime/builds.py).
+            image = await self.builds.image_for(item, run)
+            if image is None:
+                return
         try:
-            result = render(spec, run, None, self.settings, queue_name=item.queue)
+            result = render(spec, run, image, self.settings, queue_name=item.queue)
         except InvalidInput as exc:
             await self._fail(
                 item,
@@ -248,7 +257,8 @@ class Dispatcher:
             )
         return (
             f"this run needs an image build ({what}); builder.type {builder!r} is configured but"
-            " this agent version does not build images yet: submit it with a docker image"
+            " this agent builds only with builder.type: kaniko: submit it with a docker image"
+            " (docker.docker_image) or configure a Kaniko builder"
         )
 
     def _refused_message(self, record: RunRecord, exc: KubeApiError) -> str:

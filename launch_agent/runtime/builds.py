@@ -1,0 +1,325 @@
+"""Builds in the agent: a run whose job has no image gets one from the process's `ImageBuilder`.
+
+The dispatcher calls `BuildService.image_for(item, run)` for a run that names a job and no
+image. The service reads the job artifact's `wandb-job.json` (through the wandb SDK, off the
+loop), maps its source to a `BuildSpec` (`spec_for`, pure), and awaits the one `ImageBuilder`
+of the process, which shares a build between every run that needs the same image and skips it
+when the registry already has the image. The result is the image URI the workload is rendered
+with, or None when the item was failed (or left for W&B to offer again).
+
+Why it looks like this:
+
+- **The poller is not held.** The dispatcher already runs in its own task per item; a build
+  takes minutes and only that item's task waits for it.
+- **Shutdown does not wait for builds.** The wait races the agent's `stopping` event: on stop
+  the item is left un-acked (W&B offers it again after its lease, and the next start finds the
+  image in the registry if the build had finished) and the service returns at once. The build
+  itself belongs to the `ImageBuilder`, whose `aclose` (on the agent's exit stack) cancels it,
+  deletes the Kaniko Job and the context object.
+- **A long build outlives the item's lease.** W&B then offers the item again, possibly to this
+  agent: a second dispatch of an item this process is already building returns at once and
+  the first one creates and acks (`_active`). Another replica that pops it builds the same tag
+  (the Kaniko Job name is derived from it, so it adopts the same Job) and its create 409s onto
+  the same workload.
+- **Failures are the item's.** A job artifact that cannot be read or describes no buildable
+  source fails the item at stage `agent`; a failed build (`BuildFailed`) fails it at stage
+  `build` with the reason and the tail of Kaniko's log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from launch_agent.adapters.builder import BuildFailed, BuildSpec, Credentials, ImageBuilder
+from launch_agent.adapters.job_artifact import JobArtifactError, job_info
+from launch_agent.adapters.kube import KubeClient
+from launch_agent.adapters.object_store import ObjectStore
+from launch_agent.adapters.registry import RegistryClient, docker_config_auths
+from launch_agent.adapters.wandb_client import RunQueueItem
+from launch_agent.model.build import (
+    DestinationError,
+    SourceKind,
+    builder_problems,
+    destination_uri,
+    parse_destination,
+)
+from launch_agent.model.config import AgentConfig
+from launch_agent.model.run_item import RunItem
+from launch_agent.render.kaniko import KanikoSettings
+from launch_agent.render.naming import derived_run_id
+from launch_agent.runtime.reporter import Reporter
+from launch_agent.runtime.startup import StartupError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PYTHON = "3.11"
+_RUNTIME = re.compile(r"^(\d+\.\d+)")
+JobReader = Callable[[str], Awaitable[Mapping[str, Any]]]
+
+
+class JobSpecError(ValueError):
+    """`wandb-job.json` (or the run spec) describes no buildable source; says which key."""
+
+
+# --- the pure part: job artifact + run → BuildSpec ---------------------------------------------
+
+
+def _strings(value: Any, path: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise JobSpecError(f"{path}: must be a list of strings")
+    return tuple(value)
+
+
+def _text(mapping: Mapping[str, Any], key: str, path: str) -> str | None:
+    value = mapping.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise JobSpecError(f"{path}.{key}: must be a string, not {type(value).__name__}")
+    return value
+
+
+def base_image_for(info: Mapping[str, Any]) -> str:
+    """`python:<runtime>-slim` from the job's recorded Python version (W&B's `runtime`)."""
+    runtime = info.get("runtime")
+    match = _RUNTIME.match(runtime) if isinstance(runtime, str) else None
+    return f"python:{match.group(1) if match else DEFAULT_PYTHON}-slim"
+
+
+def _dockerfile_path(source: Mapping[str, Any]) -> str | None:
+    dockerfile = _text(source, "dockerfile", "wandb-job.json source")
+    context = _text(source, "build_context", "wandb-job.json source")
+    if context and PurePosixPath(context) != PurePosixPath("."):
+        # The context is the whole source tree here; a sub-directory context would make the
+        # Dockerfile's COPY paths point elsewhere, so it is refused rather than mis-built.
+        raise JobSpecError(
+            f"wandb-job.json source.build_context: {context!r} is not supported (the build"
+            " context is the root of the source); move the Dockerfile's paths to the root"
+        )
+    return dockerfile
+
+
+def spec_for(run: RunItem, info: Mapping[str, Any], job: str) -> BuildSpec:
+    """What to build for `run`, from its job's `wandb-job.json`; `JobSpecError` if nothing."""
+    source_type = info.get("source_type")
+    source = info.get("source")
+    if not isinstance(source, Mapping):
+        raise JobSpecError(f"job {job}: wandb-job.json has no `source` object")
+    run_id = run.run_id or derived_run_id(run.run_queue_item_id)
+    spec: Mapping[str, Any] = run.raw.get("runSpec") or {}
+    overrides = spec.get("overrides") if isinstance(spec.get("overrides"), Mapping) else {}
+    override_dockerfile = _text(overrides or {}, "dockerfile", "runSpec.overrides")
+    entrypoint = run.entry_point or _strings(
+        source.get("entrypoint"), "wandb-job.json source.entrypoint"
+    )
+    common: dict[str, Any] = {
+        "override_dockerfile": override_dockerfile,
+        "base_image": base_image_for(info),
+        "entrypoint": entrypoint,
+        "run_queue_item": run.run_queue_item_id,
+    }
+    if source_type == "image":
+        image = _text(source, "image", "wandb-job.json source")
+        if image is None:
+            raise JobSpecError(f"job {job}: wandb-job.json source.image is missing")
+        return BuildSpec(run_id, SourceKind.IMAGE, image)
+    if source_type == "repo":
+        git = source.get("git")
+        if not isinstance(git, Mapping):
+            raise JobSpecError(f"job {job}: wandb-job.json source.git is missing")
+        remote = _text(git, "remote", "wandb-job.json source.git")
+        commit = _text(git, "commit", "wandb-job.json source.git")
+        # `runSpec.git` ({repo, version}) overrides the job's remote and commit, as in W&B.
+        run_git = spec.get("git") if isinstance(spec.get("git"), Mapping) else {}
+        remote = _text(run_git or {}, "repo", "runSpec.git") or remote
+        commit = _text(run_git or {}, "version", "runSpec.git") or commit
+        if remote is None:
+            raise JobSpecError(f"job {job}: wandb-job.json source.git.remote is missing")
+        return BuildSpec(
+            run_id, SourceKind.GIT, remote, commit, dockerfile=_dockerfile_path(source), **common
+        )
+    if source_type == "artifact":
+        artifact = _text(source, "artifact", "wandb-job.json source")
+        if artifact is None:
+            raise JobSpecError(f"job {job}: wandb-job.json source.artifact is missing")
+        return BuildSpec(
+            run_id, SourceKind.ARTIFACT, artifact, dockerfile=_dockerfile_path(source), **common
+        )
+    raise JobSpecError(
+        f"job {job}: wandb-job.json source_type {source_type!r} is not one of repo, artifact, image"
+    )
+
+
+def build_failure_message(job: str, exc: BuildFailed) -> str:
+    """What W&B shows for a failed build: what failed, what to do, then Kaniko's last lines."""
+    advice = (
+        "check the job's Dockerfile and dependencies in the build log below"
+        if exc.log_tail
+        else "check the agent's log and the Kaniko namespace's events"
+    )
+    text = f"building the image for job {job} failed: {exc.reason} ({advice})"
+    if exc.log_tail:
+        text += f"\n--- build log (tail) ---\n{exc.log_tail}"
+    return text
+
+
+# --- the service -------------------------------------------------------------------------------
+
+
+class BuildService:
+    """The agent's builds: one `ImageBuilder`, the job reader, and the item failures."""
+
+    def __init__(
+        self,
+        builder: ImageBuilder,
+        reporter: Reporter,
+        stopping: asyncio.Event,
+        read_job: JobReader,
+    ) -> None:
+        self.builder = builder
+        self.reporter = reporter
+        self.stopping = stopping
+        self.read_job = read_job
+        self._active: set[str] = set()
+
+    async def image_for(self, item: RunQueueItem, run: RunItem) -> str | None:
+        """The image to run `run` with; None if the item was failed or is left for later."""
+        assert run.job is not None
+        if item.id in self._active:
+            log.info("item %s offered again while its image builds: the first dispatch owns it",
+                     item.id)  # fmt: skip
+            return None
+        self._active.add(item.id)
+        try:
+            return await self._image(item, run, run.job)
+        finally:
+            self._active.discard(item.id)
+
+    async def _image(self, item: RunQueueItem, run: RunItem, job: str) -> str | None:
+        try:
+            info = await self.read_job(job)
+            spec = spec_for(run, info, job)
+        except (JobArtifactError, JobSpecError) as exc:
+            await self.reporter.fail(item.id, f"cannot build this run: {exc}", "agent", "job")
+            return None
+        if spec.source is SourceKind.IMAGE:
+            return spec.uri
+        build = asyncio.create_task(self.builder.build(spec), name=f"build-wait {item.id}")
+        stop = asyncio.create_task(self.stopping.wait(), name=f"build-stop {item.id}")
+        try:
+            await asyncio.wait({build, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Cancelling this caller's wait leaves the shared build to the builder (shielded);
+            # the builder's aclose cancels and cleans it up when the agent shuts down.
+            for task in (build, stop):
+                task.cancel()
+            await asyncio.gather(build, stop, return_exceptions=True)
+        if not build.done() or build.cancelled():
+            log.info("stopping: the build for item %s is abandoned; W&B offers it again", item.id)
+            return None
+        failure = build.exception()
+        if isinstance(failure, BuildFailed):
+            message = build_failure_message(job, failure)
+            await self.reporter.fail(item.id, message, failure.stage, "build")
+            return None
+        return build.result()  # raises anything else: a bug, logged by the poller
+
+
+# --- construction, once per process --------------------------------------------------------
+
+
+def read_docker_config() -> dict[str, tuple[str, str]]:
+    """Registry credentials for the existence check from `$DOCKER_CONFIG/config.json` (or
+    `~/.docker/config.json`): the agent's pull credentials (blocking; run in the executor)."""
+    folder = os.environ.get("DOCKER_CONFIG") or str(Path.home() / ".docker")
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise StartupError(f"{path}: not a readable docker config.json: {exc}") from exc
+    if not isinstance(data, dict):
+        raise StartupError(f"{path}: a docker config.json must be a JSON object")
+    try:
+        return docker_config_auths(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StartupError(f"{path}: auths: an entry's `auth` is not base64 user:password") from exc
+
+
+def check_builder(config: AgentConfig) -> None:
+    """`StartupError` naming every bad `builder` key (the CLI's config resolution reports the
+    same with file:line; this covers an `AgentConfig` built in code)."""
+    problems = builder_problems(config.builder, config.registry)
+    if problems:
+        raise StartupError(
+            "the Kaniko builder is misconfigured: " + "; ".join(str(p) for p in problems)
+        )
+
+
+async def open_builds(
+    stack: AsyncExitStack,
+    config: AgentConfig,
+    kube: KubeClient,
+    reporter: Reporter,
+    stopping: asyncio.Event,
+) -> BuildService | None:
+    """The process's build service when `builder.type` is `kaniko` (else None).
+
+    Its clients (object store, registry) and the `ImageBuilder` live on `stack`, so they are
+    closed, and builds in flight cancelled and cleaned up, when the agent stops.
+    """
+    check_builder(config)
+    builder_config = config.builder
+    if builder_config is None or builder_config.type != "kaniko":
+        return None
+    assert builder_config.build_context_store is not None  # builder_problems checked it
+    try:
+        destination = parse_destination(destination_uri(builder_config, config.registry) or "")
+    except DestinationError as exc:  # pragma: no cover - builder_problems reports it first
+        raise StartupError(f"builder.destination: {exc}") from exc
+    region = config.environment.region if config.environment else None
+    store = ObjectStore(builder_config.build_context_store, region=region)
+    credentials = await asyncio.to_thread(read_docker_config)
+    registry = await stack.enter_async_context(RegistryClient(credentials))
+    settings = KanikoSettings(
+        builder_config,
+        config.kaniko_namespace or config.namespaces[0],
+        config.kaniko_service_account,
+        config.kaniko_docker_config_secret,
+    )
+    assert config.api_key is not None  # WandbClient.from_config checked it
+    api_key = config.api_key.get_secret_value()
+    builder = await stack.enter_async_context(
+        ImageBuilder(
+            kube,
+            store,
+            registry,
+            settings,
+            destination,
+            agent=config.agent_name,
+            credentials=Credentials(config.base_url, api_key),
+            log_tail_lines=config.tracking.log_tail_lines,
+        )
+    )
+
+    async def read_job(name: str) -> Mapping[str, Any]:
+        return await job_info(name, config.base_url, api_key)
+
+    log.info(
+        "Kaniko builds: context in %s, images to %s, build Jobs in namespace %s",
+        builder_config.build_context_store,
+        destination.uri,
+        settings.namespace,
+    )
+    return BuildService(builder, reporter, stopping, read_job)

@@ -1,0 +1,237 @@
+"""Fixtures for builds through the agent: context stores, the sandbox registry, "Kaniko's push".
+
+- S3 is moto's server (one per session, a fresh bucket per test); the agent's boto3 finds it
+  through `AWS_ENDPOINT_URL_S3`, as any S3-compatible endpoint would be configured. GCS is
+  `gcp-storage-emulator`, found through `STORAGE_EMULATOR_HOST` (google-cloud-storage's own).
+- The registry is the sandbox's Docker Registry v2 server with token auth; the agent reads its
+  pull credentials from `$DOCKER_CONFIG/config.json`, as it would from a mounted Secret.
+- The simulated cluster runs the Kaniko Job with its scripted outcome; when a build Job
+  completes, a store listener puts its `--destination` into the registry, which is what the
+  real executor's push does. The listener also records every build Job ever created, so a test
+  can count builds after the Jobs are deleted.
+- Job artifacts (`wandb-job.json`) and code artifacts are seeded in the sandbox W&B server;
+  git sources are a bare repository made in the test, fetched over `file://`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import socket
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from launch_agent.adapters.builder import job_outcome
+from launch_agent.model.config import AgentConfig
+from launch_agent.render.kaniko import IMAGE_TAG
+from launch_agent.sandbox.registry import RegistryServer
+from tests.e2e.conftest import Env
+
+KANIKO_NS = "kaniko"
+REPO = "ml/train"
+GCS_BUCKET = "ctx-gcs"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@example.com",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@example.com",
+            "HOME": str(cwd),
+            "PATH": "/usr/bin:/bin",
+        },
+    )
+    return done.stdout.strip()
+
+
+def make_repo(root: Path, files: dict[str, str]) -> tuple[str, str]:
+    """A bare repository with one commit of `files`; (file:// URL, commit sha)."""
+    work = root / "work"
+    work.mkdir(parents=True)
+    git(work, "init", "-q", "-b", "main")
+    for name, text in files.items():
+        (work / name).write_text(text)
+    git(work, "add", ".")
+    git(work, "commit", "-qm", "train")
+    bare = root / "origin.git"
+    git(root, "clone", "-q", "--bare", str(work), str(bare))
+    return bare.as_uri(), git(work, "rev-parse", "HEAD")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs_host() -> Iterator[str]:
+    from gcp_storage_emulator.server import create_server
+
+    port = free_port()
+    server = create_server("127.0.0.1", port, in_memory=True, default_bucket=GCS_BUCKET)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@dataclass
+class Builds:
+    """The build side of one e2e test: what the agent talks to and what it left behind."""
+
+    env: Env
+    registry: RegistryServer
+    store: str  # the build-context-store URI
+    kaniko_jobs: list[dict[str, Any]] = field(default_factory=list)  # every one ever created
+    s3: Any = None
+    bucket: str = ""
+
+    @property
+    def destination(self) -> str:
+        return f"{self.registry.hostport}/{REPO}"
+
+    def config(self, **overrides: Any) -> AgentConfig:
+        builder = {
+            "type": "kaniko",
+            "build-context-store": self.store,
+            "destination": self.destination,
+        }
+        return self.env.config(
+            builder=builder,
+            kaniko_namespace=KANIKO_NS,
+            kaniko_service_account="kaniko-builder",
+            **overrides,
+        )
+
+    def build_jobs(self) -> list[dict[str, Any]]:
+        """Kaniko Jobs that exist now."""
+        return self.env.kube.objects.list("jobs", namespace=KANIKO_NS)
+
+    def build_pods(self) -> list[dict[str, Any]]:
+        return self.env.kube.objects.list("pods", namespace=KANIKO_NS)
+
+    async def context_objects(self) -> list[str]:
+        if self.store.startswith("s3://"):
+            listing = await asyncio.to_thread(self.s3.list_objects_v2, Bucket=self.bucket)
+            return [o["Key"] for o in listing.get("Contents", [])]
+        from google.cloud import storage
+
+        def names() -> list[str]:
+            return [b.name for b in storage.Client().list_blobs(GCS_BUCKET)]
+
+        return await asyncio.to_thread(names)
+
+    async def leftovers(self) -> tuple[list[str], list[str], list[str]]:
+        """(build Jobs, build pods, context objects) still there: all empty after a build."""
+        return (
+            [j["metadata"]["name"] for j in self.build_jobs()],
+            [p["metadata"]["name"] for p in self.build_pods()],
+            await self.context_objects(),
+        )
+
+    def manifest_heads(self, status: int) -> int:
+        """HEAD requests on manifests the registry answered with `status`."""
+        return sum(
+            1
+            for method, path, code in self.registry.requests
+            if method == "HEAD" and "/manifests/" in path and code == status
+        )
+
+
+def _simulate_push(builds: Builds) -> None:
+    def on_write(storage: str, kind: str, obj: dict[str, Any]) -> None:
+        if obj.get("kind") != "Job" or IMAGE_TAG not in obj["metadata"].get("labels", {}):
+            return
+        if kind == "ADDED":
+            builds.kaniko_jobs.append(obj)
+        if kind != "DELETED" and job_outcome(obj) == "succeeded":
+            args = obj["spec"]["template"]["spec"]["containers"][0]["args"]
+            dest = next(a.split("=", 1)[1] for a in args if a.startswith("--destination="))
+            repo, tag = dest.split("/", 1)[1].rsplit(":", 1)
+            builds.registry.put_image(repo, tag)
+
+    builds.env.kube.store.listeners.append(on_write)
+
+
+async def _common(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registry: RegistryServer
+) -> None:
+    # Builds take real seconds (git, packing, uploads) while the manual clock stands still: a
+    # W&B lease long enough that no item is offered twice in these tests.
+    env.state.lease_seconds = 60
+    docker = tmp_path / "docker"
+    docker.mkdir()
+    auth = base64.b64encode(b"ci:pw").decode()
+    (docker / "config.json").write_text(json.dumps({"auths": {registry.hostport: {"auth": auth}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(docker))
+    env.kube.objects.create(
+        "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KANIKO_NS}}, ""
+    )
+
+
+@pytest.fixture
+async def s3_builds(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_endpoint: str
+) -> AsyncIterator[Builds]:
+    """Builds with the context store in S3 (moto)."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL_S3": s3_endpoint,
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    bucket = f"ctx-{tmp_path.name.lower().replace('_', '-')[-40:].strip('-')}"
+    s3 = await asyncio.to_thread(
+        boto3.client, "s3", endpoint_url=s3_endpoint, region_name="us-east-1"
+    )
+    await asyncio.to_thread(s3.create_bucket, Bucket=bucket)
+    async with RegistryServer(users={"ci": "pw"}) as registry:
+        await _common(env, tmp_path, monkeypatch, registry)
+        builds = Builds(env, registry, f"s3://{bucket}/contexts", s3=s3, bucket=bucket)
+        _simulate_push(builds)
+        yield builds
+
+
+@pytest.fixture
+async def gcs_builds(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gcs_host: str
+) -> AsyncIterator[Builds]:
+    """Builds with the context store in GCS (the emulator)."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_host)
+    async with RegistryServer(users={"ci": "pw"}) as registry:
+        await _common(env, tmp_path, monkeypatch, registry)
+        builds = Builds(env, registry, f"gs://{GCS_BUCKET}/contexts")
+        _simulate_push(builds)
+        yield builds
