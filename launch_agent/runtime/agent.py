@@ -50,6 +50,7 @@ from launch_agent.runtime.builds import check_builder, open_builds
 from launch_agent.runtime.dispatcher import Dispatcher
 from launch_agent.runtime.finisher import Finisher
 from launch_agent.runtime.health import HealthServer, Readiness
+from launch_agent.runtime.kueue_watch import KueueWatch
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.poller import Admission, MaxJobs, Poller
 from launch_agent.runtime.reporter import Reporter
@@ -226,6 +227,13 @@ class Agent:
             log.warning("not every watch listed within %.0fs; popping anyway", ADOPTION_TIMEOUT)
         await tracker.recheck(everything=True)
         log.info("adopted %d run(s) from the cluster", len(self.runs))
+        if config.quota.mode == "kueue":
+            # Kueue admits; the agent reports its decisions and caps the runs waiting in it.
+            kueue = KueueWatch(
+                kube, self.runs, reporter, specs, config, informer_settings=self.informer_settings
+            )
+            await kueue.start(stack, stopping)
+            self.admission = kueue
 
         # Kaniko builds (None unless builder.type is kaniko): one ImageBuilder per process,
         # closed (builds in flight cancelled and cleaned up) before the Kubernetes client.

@@ -43,6 +43,7 @@ from launch_agent.render.naming import derived_run_id
 from launch_agent.render.pipeline import render
 from launch_agent.render.settings import RenderSettings
 from launch_agent.runtime.builds import BuildService
+from launch_agent.runtime.kueue_watch import with_default_local_queue
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RUN_SPEC, RunRecord, RunTable
@@ -119,6 +120,7 @@ class Dispatcher:
                 "no_queue_spec",
             )
             return
+        spec = with_default_local_queue(spec, self.config.quota)
         if spec.namespace not in self.namespaces:
             await self._fail(
                 item,
