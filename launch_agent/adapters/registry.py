@@ -14,6 +14,12 @@ realm (with HTTP Basic credentials when it has some for that host, anonymously o
 
 ECR is asked with `describe_images` (its IAM-authenticated API; IRSA in a pod) in the executor,
 with one boto3 client per region for the life of the process.
+
+Artifact Registry and ACR hosts without configured credentials log in with the pod's cloud
+identity (`registry_identity.py`): Google's application default credentials as the
+`oauth2accesstoken` user, or an ACR refresh token exchanged for an Azure Workload Identity
+token. `endpoints` maps a registry host to the base URL to speak to (a pull-through mirror, or
+a loopback test server standing in for a cloud registry).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 
 import aiohttp
 
+from launch_agent.adapters.registry_identity import AzureLogin, GoogleLogin, IdentityError
 from launch_agent.model.build import Destination, RegistryKind
 
 ACCEPT = ", ".join(
@@ -86,10 +93,16 @@ class RegistryClient:
         insecure_hosts: frozenset[str] = frozenset(),
         timeout: float = 30.0,
         ecr_endpoint_url: str | None = None,
+        endpoints: Mapping[str, str] | None = None,
+        google: GoogleLogin | None = None,
+        azure: AzureLogin | None = None,
     ) -> None:
         self.credentials = dict(credentials or {})
         self.insecure_hosts = insecure_hosts
         self.timeout = timeout
+        self.endpoints = {host: url.rstrip("/") for host, url in (endpoints or {}).items()}
+        self.google = google or GoogleLogin(timeout)
+        self.azure = azure or AzureLogin()
         self._ecr_endpoint = ecr_endpoint_url
         self._session: aiohttp.ClientSession | None = None
         self._tokens: dict[tuple[str, str], str] = {}
@@ -126,6 +139,8 @@ class RegistryClient:
     # --- Docker Registry HTTP API v2 ------------------------------------------------------------
 
     def _base(self, host: str) -> str:
+        if host in self.endpoints:
+            return self.endpoints[host]
         plain = host.split(":", maxsplit=1)[0] in LOOPBACK or host in self.insecure_hosts
         return f"{'http' if plain else 'https'}://{host}"
 
@@ -136,7 +151,7 @@ class RegistryClient:
         token = self._tokens.get((dest.host, scope))
         status, challenge = await self._head(url, token, where)
         if status == 401:
-            token = await self._authenticate(dest.host, scope, challenge, where)
+            token = await self._authenticate(dest, scope, challenge, where)
             status, challenge = await self._head(url, token, where)
         if status == 200:
             return True
@@ -161,9 +176,22 @@ class RegistryClient:
                 f"{where}: cannot reach {url}: {str(exc) or type(exc).__name__}"
             ) from exc
 
-    async def _authenticate(self, host: str, scope: str, challenge: str, where: str) -> str:
+    async def _login(self, dest: Destination, where: str) -> tuple[str, str] | None:
+        """Configured credentials for the host, else the pod's cloud identity (GAR, ACR)."""
+        creds = self.credentials.get(dest.host)
+        if creds is not None or dest.kind not in (RegistryKind.GAR, RegistryKind.ACR):
+            return creds
+        try:
+            if dest.kind is RegistryKind.GAR:
+                return await self.google.login()
+            return await self.azure.login(self._http(), dest.host, self._base(dest.host))
+        except IdentityError as exc:
+            raise RegistryError(f"{where}: {exc}") from exc
+
+    async def _authenticate(self, dest: Destination, scope: str, challenge: str, where: str) -> str:
+        host = dest.host
         scheme, params = parse_challenge(challenge)
-        creds = self.credentials.get(host)
+        creds = await self._login(dest, where)
         if scheme == "basic":
             if creds is None:
                 raise RegistryError(f"{where}: {host} wants a password and none is configured")
