@@ -53,6 +53,8 @@ from launch_agent.runtime.health import HealthServer, Readiness
 from launch_agent.runtime.kueue_watch import KueueWatch
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.poller import Admission, MaxJobs, Poller
+from launch_agent.runtime.quota_admission import QuotaAdmission
+from launch_agent.runtime.quota_driver import QuotaDriver
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RunTable
 from launch_agent.runtime.specs import SpecStore
@@ -110,6 +112,7 @@ class Agent:
         self.reporter: Reporter | None = None
         self.finisher: Finisher | None = None
         self.poller: Poller | None = None
+        self.quota: QuotaAdmission | None = None  # quota.mode agent
 
     def stop(self, reason: str = "requested") -> None:
         self.supervisor.stop(reason)
@@ -178,6 +181,11 @@ class Agent:
                 ", ".join(unserved),
             )
 
+        if config.quota.mode == "agent":
+            # An invalid tree fails the start, before the agent registers with W&B.
+            self.quota = QuotaAdmission.from_config(config, specs, now=self.now)
+            self.admission = self.quota
+
         registration = await register(
             config, wandb, stopping, hostname=self.hostname, version=__version__
         )
@@ -234,6 +242,9 @@ class Agent:
             )
             await kueue.start(stack, stopping)
             self.admission = kueue
+        if self.quota is not None:
+            self.quota.rebuild(self.runs)  # same usage and order as before the restart
+            tracker.observer = self.quota.observe
 
         # Kaniko builds (None unless builder.type is kaniko): one ImageBuilder per process,
         # closed (builds in flight cancelled and cleaned up) before the Kubernetes client.
@@ -266,6 +277,13 @@ class Agent:
         )
         self.poller = poller
         self.runs.set_listener(poller.wake.set)
+        if self.quota is not None:
+            dispatcher.quota = self.quota
+            self.quota.on_room = poller.wake.set
+            driver = QuotaDriver(
+                self.quota, kube=kube, runs=self.runs, specs=specs, reporter=reporter
+            )
+            self.supervisor.add("quota", driver.run)
         stopper = Stopper(
             wandb,
             kube,

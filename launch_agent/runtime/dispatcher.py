@@ -45,6 +45,7 @@ from launch_agent.render.settings import RenderSettings
 from launch_agent.runtime.builds import BuildService
 from launch_agent.runtime.kueue_watch import with_default_local_queue
 from launch_agent.runtime.metrics import Metrics
+from launch_agent.runtime.quota_admission import QuotaAdmission
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RUN_SPEC, RunRecord, RunTable
 from launch_agent.runtime.specs import SpecStore
@@ -96,6 +97,8 @@ class Dispatcher:
         self.metrics = metrics
         self.settings = settings
         self.namespaces = frozenset(config.namespaces)
+        # quota.mode agent: runs are created suspended and admitted by the quota tree.
+        self.quota: QuotaAdmission | None = None
 
     async def _fail(
         self, item: RunQueueItem, message: str, reason: str, stage: str = "agent"
@@ -104,6 +107,13 @@ class Dispatcher:
 
     async def dispatch(self, item: RunQueueItem, popped_at: float | None = None) -> None:
         """Handle one popped item to the end of its ack (or its failure)."""
+        if self.quota is None:
+            await self._dispatch(item, popped_at)
+            return
+        with self.quota.holding(item.queue):  # a pending slot of its quota leaf from the pop on
+            await self._dispatch(item, popped_at)
+
+    async def _dispatch(self, item: RunQueueItem, popped_at: float | None) -> None:
         popped_at = time.monotonic() if popped_at is None else popped_at
         if item.problem is not None:
             await self._fail(
@@ -156,6 +166,11 @@ class Dispatcher:
             )
             return
         workload = result.workload
+        if self.quota is not None:
+            refusal = self.quota.prepare(item.queue, spec, item.run_spec, workload)
+            if refusal is not None:
+                await self._fail(item, refusal, "quota")
+                return
         run_id = run.run_id or derived_run_id(run.run_queue_item_id)
         meta = workload["metadata"]
         text = json.dumps(
@@ -218,6 +233,8 @@ class Dispatcher:
             run_id,
         )
         await self._ack(item, record)
+        if self.quota is not None:
+            self.quota.created(record)
         for warning in result.warnings:
             self.reporter.warn(item.id, f"{warning}", "agent")
 

@@ -101,6 +101,8 @@ class Tracker:
         self._pods_by_run: dict[str, set[PodKey]] = {}
         self._restarts: dict[str, tuple[int, int]] = {}
         self._events = 0
+        # Told about every assessed run (quota.mode agent keeps its engine in step).
+        self.observer: Callable[[RunRecord], None] | None = None
 
     # --- informers -------------------------------------------------------------------------
 
@@ -251,6 +253,8 @@ class Tracker:
         fresh, record.warned = new_warnings(candidates, record.warned)
         for warning in fresh:
             self.reporter.warn(record.rqi_id, warning.message, "run")
+        if self.observer is not None:
+            self.observer(record)
         if state.terminal and self._unexplained(record, assessment):
             return
         if state.terminal:

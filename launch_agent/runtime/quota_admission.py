@@ -1,0 +1,343 @@
+"""`quota.mode: agent`: the elastic quota tree decides which popped runs start.
+
+One `QuotaAdmission` owns one pure `AdmissionEngine` and plugs into the agent at four seams:
+
+- **poller** (`Admission`): `room` is unlimited (the tree's `runs`, which is `max_jobs` when the
+  tree does not name it, bounds what *runs*); `queue_caps` bounds what is *popped*: a leaf with
+  `quota.max_pending_per_leaf` runs pending (or being dispatched) caps its queues at 0, so work
+  the agent cannot start soon stays in W&B for other agents.
+- **dispatcher** (`holding`, `prepare`, `created`): the rendered workload is stamped (leaf,
+  priority, enqueue time, pod sets; `quota.requests.QuotaStamp`) and created *suspended*,
+  acked, then submitted to the engine. A queue without a leaf, a spec naming an unknown leaf
+  and a kind without a suspend field (LeaderWorkerSet, Volcano Job) fail the item with the
+  reason: the agent would have no way to hold such a workload back.
+- **tracker** (`observe`): a run's state from the informers drives the engine: running →
+  `mark_ready`, suspended again after an eviction → `terminated`, terminal → `finish`.
+- **start-up** (`rebuild`): the adopted workloads rebuild the engine before anything is popped:
+  unsuspended ones are `adopt`ed with their annotated admission time, suspended ones submitted
+  again in their annotated enqueue order, so usage and order are what they were.
+
+`quota_driver.QuotaDriver` turns the engine's decisions into patches and W&B warnings. Every
+engine call happens on the event loop thread; the engine is never used concurrently.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+from launch_agent.model.config import AgentConfig
+from launch_agent.model.queue_spec import InvalidInput, QueueSpec
+from launch_agent.model.run_state import RunState
+from launch_agent.quota import (
+    AdmissionEngine,
+    EngineError,
+    QuotaTree,
+    TreeError,
+    parse_tree,
+    validate_tree,
+)
+from launch_agent.quota import RunState as QState
+from launch_agent.quota.requests import (
+    ADMITTED,
+    STAMP,
+    QuotaStamp,
+    RequestError,
+    agent_tree,
+    leaf_names,
+    load_time,
+    priority_of,
+    resolve_leaf,
+    run_pod_sets,
+)
+from launch_agent.render.pipeline import is_suspended, pod_sets, suspend
+from launch_agent.runtime.runs import RunRecord, RunTable
+from launch_agent.runtime.specs import SpecStore
+from launch_agent.runtime.startup import StartupError
+
+log = logging.getLogger(__name__)
+
+
+def engine_time(moment: datetime) -> Fraction:
+    """The engine's clock: seconds since the epoch, to the millisecond (exact rationals)."""
+    return Fraction(round(moment.timestamp() * 1000), 1000)
+
+
+def tree_problems(tree: object) -> list[str]:
+    """`quota.tree` problems, each with its path in the configuration."""
+    if tree is None:
+        return ["quota.tree: quota.mode is agent but no tree is configured"]
+    return [
+        f"quota.tree.{p.path}: {p.reason}" if p.path else f"quota.tree: {p.reason}"
+        for p in validate_tree(tree)
+    ]
+
+
+class QuotaAdmission:
+    """The agent's admission stage for `quota.mode: agent` (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        tree: QuotaTree,
+        leaves: Mapping[str, Sequence[str]],
+        specs: SpecStore,
+        *,
+        now: Callable[[], datetime],
+    ) -> None:
+        self.tree = tree
+        self.leaves = dict(leaves)
+        self.specs = specs
+        self.now = now
+        self.max_pending = config.quota.max_pending_per_leaf
+        self.engine = AdmissionEngine(tree, engine_time(now()))
+        self.runs: RunTable | None = None
+        self.started = False
+        self._held: Counter[str] = Counter()  # leaf → dispatches in progress
+        self._turn = 0
+        # Runs the driver has to act on outside the engine's decisions: (item id, message).
+        self.failures: list[tuple[str, str]] = []
+        self.backlog: list[Any] = []  # decisions produced while rebuilding
+        self.explain_due: set[str] = set()
+        self.on_change: Callable[[], None] = lambda: None  # the driver's wake-up
+        self.on_room: Callable[[], None] = lambda: None  # the poller's wake-up
+
+    @classmethod
+    def from_config(
+        cls, config: AgentConfig, specs: SpecStore, *, now: Callable[[], datetime]
+    ) -> QuotaAdmission:
+        """Validate `quota.tree` (R1) as a whole; `StartupError` names every problem."""
+        raw = config.quota.tree
+        problems = tree_problems(raw)
+        if problems:
+            raise StartupError("invalid quota tree (quota.mode agent): " + "; ".join(problems))
+        assert raw is not None
+        try:
+            tree = parse_tree(agent_tree(raw, config.max_jobs))
+        except TreeError as exc:  # only what the agent adds: max_jobs as the root's runs
+            raise StartupError(
+                f"invalid quota tree with max_jobs {config.max_jobs}: {exc}"
+            ) from None
+        admission = cls(config, tree, leaf_names(raw), specs, now=now)
+        for spec in specs.specs:
+            for queue in spec.queues:
+                leaf, why = resolve_leaf(queue, spec.quota_leaf, admission.leaves)
+                if leaf is None:
+                    log.warning("queue spec %s: %s; its items will fail", spec.name, why)
+        return admission
+
+    # --- the poller's view (Admission) ---------------------------------------------------------
+
+    def room(self, inflight: int) -> int | None:
+        return None
+
+    def queue_caps(self, queues: Sequence[str]) -> Mapping[str, int]:
+        """Each leaf's free pending slots, shared by its queues (rotating who gets a
+        remainder); a queue tied to no leaf gets one pop per round (it fails at once)."""
+        pending = self.pending_by_leaf()
+        by_leaf: dict[str, list[str]] = {}
+        caps: dict[str, int] = {}
+        for queue in queues:
+            leaf = self.leaf_of(queue)
+            if leaf is None:
+                caps[queue] = 1
+            else:
+                by_leaf.setdefault(leaf, []).append(queue)
+        self._turn += 1
+        for leaf, members in by_leaf.items():
+            free = max(0, self.max_pending - pending[leaf] - self._held[leaf])
+            share, extra = divmod(free, len(members))
+            start = self._turn % len(members)
+            for i, queue in enumerate(members[start:] + members[:start]):
+                caps[queue] = share + (1 if i < extra else 0)
+        return caps
+
+    def pending_by_leaf(self) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for run in self.engine.runs.values():
+            if run.state is QState.PENDING or run.state is QState.EVICTING:
+                out[run.spec.queue[1:]] += 1
+        return out
+
+    def leaf_of(self, queue: str) -> str | None:
+        spec = self.specs.for_queue(queue)
+        leaf, _ = resolve_leaf(queue, spec.quota_leaf if spec else None, self.leaves)
+        return leaf
+
+    # --- the dispatcher's hooks ------------------------------------------------------------
+
+    @contextmanager
+    def holding(self, queue: str) -> Iterator[None]:
+        """A popped item holds a pending slot of its leaf until it is submitted or failed."""
+        leaf = self.leaf_of(queue)
+        if leaf is not None:
+            self._held[leaf] += 1
+        try:
+            yield
+        finally:
+            if leaf is not None:
+                self._held[leaf] -= 1
+                self.on_room()
+
+    def prepare(
+        self, queue: str, spec: QueueSpec, run_spec: Mapping[str, Any], workload: dict[str, Any]
+    ) -> str | None:
+        """Stamp the workload and mark it suspended; the item's failure message if it cannot
+        be held back by the quota."""
+        leaf, why = resolve_leaf(queue, spec.quota_leaf, self.leaves)
+        found = self.specs.table.by_queue.get(queue)
+        where = f"queue spec {spec.name!r}" + (f" ({found[0]})" if found else "")
+        if leaf is None:
+            return f"{where}: {why}"
+        try:
+            suspend(workload, spec.custom_kind)
+        except InvalidInput as exc:
+            reason = "; ".join(p.reason for p in exc.problems)
+            return (
+                f"{where}: quota.mode agent holds pending runs as suspended workloads, but"
+                f" {reason}; serve queue {queue!r} with a kind that can be suspended, or use"
+                " quota.mode kueue or off"
+            )
+        try:
+            sets = run_pod_sets(pod_sets(workload, spec.custom_kind))
+        except (RequestError, InvalidInput) as exc:
+            return f"{where}: cannot compute the run's quota request: {exc}"
+        stamp = QuotaStamp(leaf, priority_of(run_spec), self.clock(), sets)
+        workload["metadata"].setdefault("annotations", {})[STAMP] = stamp.dump()
+        return None
+
+    def created(self, record: RunRecord) -> None:
+        """The workload exists and the item is acked: the engine learns the run."""
+        if self.runs is not None and self.runs.get(record.rqi_id) is record:
+            self.learn(record)
+
+    # --- the tracker's hook ------------------------------------------------------------------
+
+    def observe(self, record: RunRecord) -> None:
+        """A run's state changed (or was assessed again): keep the engine in step."""
+        if not self.started:
+            return
+        run = self.engine.runs.get(record.rqi_id)
+        state = record.state
+        if run is None:
+            if state is not None and not state.terminal and not record.finishing:
+                self.learn(record)
+            return
+        if state is not None and state.terminal:
+            self.forget(record.rqi_id)
+        elif state is RunState.RUNNING and run.state is QState.ADMITTED:
+            self.engine.mark_ready(run.id)
+        elif state is RunState.QUEUED and run.state is QState.EVICTING:
+            self.engine.terminated(run.id)
+        else:
+            return
+        self.on_change()
+
+    def forget(self, rqi_id: str) -> None:
+        run = self.engine.runs.get(rqi_id)
+        if run is None:
+            return
+        if run.state not in (QState.FINISHED, QState.FAILED):
+            self.engine.finish(rqi_id)
+        self.engine.forget(rqi_id)
+        self.explain_due.discard(rqi_id)
+        self.on_change()
+        self.on_room()
+
+    # --- learning runs from the cluster ------------------------------------------------------
+
+    def clock(self) -> Fraction:
+        return max(self.engine.now, engine_time(self.now()))
+
+    def read(self, record: RunRecord) -> tuple[QuotaStamp, Fraction | None] | str:
+        """The run's stamp and admission time (None: suspended), or why it has none."""
+        obj = record.last or {}
+        meta = obj.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        try:
+            stamp = QuotaStamp.load(annotations.get(STAMP))
+        except ValueError as exc:
+            return f"{record.workload}: {exc}"
+        spec = self.specs.for_queue(record.queue)
+        try:
+            held = is_suspended(obj, spec.custom_kind if spec else None)
+        except InvalidInput:
+            held = False
+        if held:
+            return stamp, None
+        try:
+            admitted = load_time(annotations.get(ADMITTED), f"annotation {ADMITTED}")
+        except ValueError:
+            admitted = stamp.enqueued  # unsuspended by hand: charged from its enqueue time
+        return stamp, admitted
+
+    def learn(self, record: RunRecord) -> None:
+        """Submit (suspended) or adopt (running) one run the engine does not know yet."""
+        if record.rqi_id in self.engine.runs:
+            return
+        found = self.read(record)
+        if isinstance(found, str):
+            log.warning("%s; not charged to the quota tree", found)
+            return
+        stamp, admitted = found
+        self._enter(record, stamp, admitted)
+        self.on_change()
+
+    def _enter(self, record: RunRecord, stamp: QuotaStamp, admitted: Fraction | None) -> None:
+        spec = stamp.spec(record.rqi_id)
+        try:
+            if admitted is None:
+                run = self.engine.submit(spec)
+            else:
+                run = self.engine.adopt(spec, admitted, ready=record.state is RunState.RUNNING)
+        except EngineError as exc:
+            self.failures.append((record.rqi_id, f"the quota tree refused the run: {exc}"))
+            return
+        if run.state is QState.INADMISSIBLE:
+            self.failures.append(
+                (record.rqi_id, f"the run can never start under the quota tree: {run.reason}")
+            )
+        elif run.state is QState.PENDING:
+            self.explain_due.add(run.id)
+
+    def rebuild(self, runs: RunTable) -> None:
+        """Rebuild the engine from the adopted runs (see the module docstring)."""
+        self.runs = runs
+        running: list[tuple[Fraction, RunRecord, QuotaStamp]] = []
+        waiting: list[tuple[Fraction, RunRecord, QuotaStamp]] = []
+        for record in runs:
+            if record.finishing or (record.state is not None and record.state.terminal):
+                continue
+            found = self.read(record)
+            if isinstance(found, str):
+                log.warning("%s; not charged to the quota tree", found)
+                continue
+            stamp, admitted = found
+            if admitted is None:
+                waiting.append((stamp.enqueued, record, stamp))
+            else:
+                running.append((admitted, record, stamp))
+        running.sort(key=lambda e: (e[0], e[1].rqi_id))
+        waiting.sort(key=lambda e: (e[2].enqueued, e[1].rqi_id))
+        start = min([t for t, _, _ in waiting] + [engine_time(self.now())])
+        self.engine = AdmissionEngine(self.tree, start)
+        for admitted, record, stamp in running:
+            self._enter(record, stamp, admitted)
+        for enqueued, record, stamp in waiting:
+            # Advancing to each enqueue time gives the run its original place in the order;
+            # whatever the cycles on the way decide is applied by the driver first.
+            if enqueued > self.engine.now:
+                self.backlog += self.engine.advance(enqueued)
+            self._enter(record, stamp, None)
+        self.backlog += self.engine.advance(self.clock())
+        self.started = True
+        log.info(
+            "quota: rebuilt the tree from the cluster: %d running, %d pending",
+            len(running),
+            len(waiting),
+        )
