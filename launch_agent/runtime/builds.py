@@ -162,11 +162,12 @@ def spec_for(run: RunItem, info: Mapping[str, Any], job: str) -> BuildSpec:
 
 def build_failure_message(job: str, exc: BuildFailed) -> str:
     """What W&B shows for a failed build: what failed, what to do, then Kaniko's last lines."""
-    advice = (
-        "check the job's Dockerfile and dependencies in the build log below"
-        if exc.log_tail
-        else "check the agent's log and the Kaniko namespace's events"
-    )
+    if exc.log_tail:
+        advice = "check the job's Dockerfile and dependencies in the build log below"
+    elif exc.reason.startswith("preparing the build context"):
+        advice = "check the job's source: repository URL, commit and git credentials, or artifact"
+    else:
+        advice = "check the agent's log and the events in the Kaniko namespace"
     text = f"building the image for job {job} failed: {exc.reason} ({advice})"
     if exc.log_tail:
         text += f"\n--- build log (tail) ---\n{exc.log_tail}"

@@ -176,6 +176,23 @@ async def test_a_failed_build_fails_the_item_at_stage_build_with_the_log_tail(
     assert await b.leftovers() == ([], [], [])
 
 
+async def test_a_source_that_cannot_be_fetched_fails_the_item_before_any_build(
+    s3_builds: Builds, tmp_path: Path
+) -> None:
+    b, env = s3_builds, s3_builds.env
+    missing = (tmp_path / "gone.git").as_uri()
+    env.state.add_job("ent", "proj", "gone", repo=missing, commit="0" * 40)
+    item = env.push(job_spec("f1", "ent/proj/gone:latest"))
+    async with env.running(env.agent(b.config())):
+        await until(lambda: item.state is ItemState.FAILED, within=30)
+    assert item.failure is not None
+    assert item.failure.stage == "build"
+    assert "preparing the build context: git fetch" in item.failure.message
+    assert "check the job's source" in item.failure.message
+    assert b.kaniko_jobs == []
+    assert await b.leftovers() == ([], [], [])
+
+
 async def test_a_job_artifact_that_does_not_exist_fails_the_item(s3_builds: Builds) -> None:
     b, env = s3_builds, s3_builds.env
     item = env.push(job_spec("m1", "ent/proj/no-such-job:latest"))
