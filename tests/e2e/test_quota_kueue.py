@@ -1,0 +1,184 @@
+"""`quota.mode: kueue` end to end: the agent, the sandbox's Kueue emulation and W&B.
+
+Runs are created suspended with the LocalQueue label, Kueue admits them by ClusterQueue quota,
+and what Kueue says reaches W&B as warnings on the item."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from launch_agent.runtime.kueue_watch import KueueWatch
+from launch_agent.runtime.startup import StartupError
+from launch_agent.sandbox.wandb import ItemState, RunQueueItem
+from launch_agent.tracking.kueue import KueueState
+from tests.e2e.conftest import BASIC_SPEC, CRDS, Env, run_spec, until
+
+KUEUE_CRDS = (
+    "kueue.x-k8s.io_workloads.yaml",
+    "kueue.x-k8s.io_clusterqueues.yaml",
+    "kueue.x-k8s.io_localqueues.yaml",
+)
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_SPEC = BASIC_SPEC.replace(
+    "  namespace: default\n", "  namespace: default\n  kueue:\n    queueName: lq\n"
+)
+
+
+async def install_kueue(env: Env, cpu: str | None = "1") -> None:
+    for name in KUEUE_CRDS:
+        await env.kube.load_crd_file(CRDS / name)
+    if cpu is None:
+        return
+    env.kube.objects.create(
+        "clusterqueues.kueue.x-k8s.io",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "cq"},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory"],
+                        "flavors": [
+                            {
+                                "name": "default-flavor",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": cpu},
+                                    {"name": "memory", "nominalQuota": "64Gi"},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+    env.kube.objects.create(
+        "localqueues.kueue.x-k8s.io",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "lq", "namespace": "default"},
+            "spec": {"clusterQueue": "cq"},
+        },
+    )
+
+
+def job_of(env: Env, item: RunQueueItem) -> dict[str, Any]:
+    [job] = [
+        j
+        for j in env.jobs()
+        if j["metadata"]["annotations"]["launch-agent.io/run-queue-item-id"] == item.id
+    ]
+    return job
+
+
+def warned(item: RunQueueItem, text: str) -> bool:
+    return any(text in w.message for w in item.warnings)
+
+
+async def test_runs_wait_for_kueue_and_start_when_quota_frees(env: Env) -> None:
+    (env.specs_dir / "basic.yaml").write_text(KUEUE_SPEC)
+    await install_kueue(env, cpu="1")
+    env.cluster.script("launch-agent.io/run-id=k1", "succeed after=30s")
+    env.cluster.script("launch-agent.io/run-id=k2", "succeed after=30s")
+    first, second = env.push(run_spec("k1")), env.push(run_spec("k2"))
+    async with env.running(env.agent(env.config(quota={"mode": "kueue"}))) as agent:
+        assert isinstance(agent.admission, KueueWatch)
+        await until(lambda: second.state is ItemState.CLAIMED, message="both created")
+        for item in (first, second):
+            assert job_of(env, item)["metadata"]["labels"][QUEUE_LABEL] == "lq"
+        await until(
+            lambda: warned(first, "admitted by Kueue: LocalQueue default/lq (ClusterQueue cq)"),
+            message="first admitted",
+        )
+        await until(
+            lambda: warned(
+                second,
+                "waiting for Kueue: LocalQueue default/lq: couldn't assign flavors to pod set"
+                " main: insufficient unused quota for cpu in flavor default-flavor, 1 more needed",
+            ),
+            message="second waits",
+        )
+        assert job_of(env, second)["spec"]["suspend"] is True
+        assert not env.pods_of(second)
+        assert job_of(env, first)["spec"]["suspend"] is False
+
+        env.advance(31)  # the first run completes; Kueue releases its quota to the second
+        await until(
+            lambda: warned(second, "admitted by Kueue"), message="second admitted after the first"
+        )
+        await until(lambda: env.pods_of(second), message="second's pod")
+        env.advance(31)
+        await until(lambda: len(agent.runs) == 0, message="both finished")
+    assert (first.state, second.state) == (ItemState.CLAIMED, ItemState.CLAIMED)
+    assert first.failure is None and second.failure is None
+    # One warning per distinct message: waiting once, admitted once.
+    texts = [w.message for w in second.warnings]
+    assert len(texts) == len(set(texts)) == 2, texts
+
+
+async def test_missing_local_queue_is_reported_at_start_and_on_the_run(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    await install_kueue(env, cpu="4")
+    item = env.push(run_spec("m1"))
+    config = env.config(quota={"mode": "kueue", "kueue": {"default_local_queue": "team-lq"}})
+    with caplog.at_level(logging.WARNING, logger="launch_agent.runtime.kueue_watch"):
+        async with env.running(env.agent(config)):
+            assert "Kueue LocalQueue default/team-lq does not exist" in caplog.text
+            await until(lambda: item.state is ItemState.CLAIMED, message="created")
+            # The spec names no LocalQueue: quota.kueue.default_local_queue is used.
+            job = job_of(env, item)
+            assert job["metadata"]["labels"][QUEUE_LABEL] == "team-lq"
+            assert job["spec"]["suspend"] is True
+            await until(
+                lambda: warned(
+                    item,
+                    "Kueue cannot admit this run: LocalQueue team-lq doesn't exist. Create"
+                    " LocalQueue team-lq in namespace default",
+                ),
+                message="inadmissible warning",
+            )
+            assert not env.pods_of(item)
+
+
+async def test_at_most_max_pending_runs_wait_per_local_queue(env: Env) -> None:
+    (env.specs_dir / "basic.yaml").write_text(KUEUE_SPEC)
+    await install_kueue(env, cpu="1")
+    for i in range(6):
+        env.cluster.script(f"launch-agent.io/run-id=p{i}", "succeed after=30s")
+    items = [env.push(run_spec(f"p{i}")) for i in range(6)]
+    config = env.config(quota={"mode": "kueue", "max_pending_per_leaf": 2})
+
+    def claimed() -> int:
+        return sum(i.state is ItemState.CLAIMED for i in items)
+
+    async with env.running(env.agent(config)) as agent:
+        watch = agent.admission
+        assert isinstance(watch, KueueWatch)
+        # One admitted (1 cpu of quota) and two waiting in the LocalQueue; three stay in W&B.
+        await until(lambda: claimed() == 3, message="three created")
+        await until(
+            lambda: watch.states.get(KueueState.PENDING) == 2, message="two pending in Kueue"
+        )
+        await asyncio.sleep(0.5)
+        assert claimed() == 3
+        assert [i.pops for i in items[3:]] == [0, 0, 0]
+        assert watch.waiting() == {("default", "lq"): 2}
+        env.advance(31)  # one finishes, the next is admitted: room for one more waiting run
+        await until(lambda: claimed() == 4, message="a fourth popped")
+        await asyncio.sleep(0.3)
+        assert claimed() == 4
+
+
+async def test_start_fails_when_kueue_is_not_installed(env: Env) -> None:
+    (env.specs_dir / "basic.yaml").write_text(KUEUE_SPEC)
+    with pytest.raises(StartupError, match=r"does not serve Kueue's Workload API.*install Kueue"):
+        async with env.running(env.agent(env.config(quota={"mode": "kueue"}))):
+            pass
