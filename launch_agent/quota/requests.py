@@ -54,12 +54,14 @@ def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
 
 def container_requests(container: Mapping[str, Any], path: str) -> dict[str, int]:
     """One container's requests in nanounits; `limits` fill in what `requests` leaves out."""
-    resources = container.get("resources") or {}
+    resources = container.get("resources")
+    resources = {} if resources is None else resources
     if not isinstance(resources, Mapping):
         raise RequestError(f"{path}.resources", "must be a mapping")
     out: dict[str, int] = {}
     for key in ("limits", "requests"):  # requests last: they win over limits
-        values = resources.get(key) or {}
+        values = resources.get(key)
+        values = {} if values is None else values
         if not isinstance(values, Mapping):
             raise RequestError(f"{path}.resources.{key}", "must be a mapping")
         for resource, value in values.items():

@@ -104,6 +104,7 @@ class QuotaAdmission:
         self.failures: list[tuple[str, str]] = []
         self.backlog: list[Any] = []  # decisions produced while rebuilding
         self.explain_due: set[str] = set()
+        self.unstamped: set[str] = set()  # runs without a readable stamp (logged once)
         self.on_change: Callable[[], None] = lambda: None  # the driver's wake-up
         self.on_room: Callable[[], None] = lambda: None  # the poller's wake-up
 
@@ -278,15 +279,23 @@ class QuotaAdmission:
 
     def learn(self, record: RunRecord) -> None:
         """Submit (suspended) or adopt (running) one run the engine does not know yet."""
-        if record.rqi_id in self.engine.runs:
+        if record.rqi_id in self.engine.runs or record.rqi_id in self.unstamped:
             return
         found = self.read(record)
         if isinstance(found, str):
-            log.warning("%s; not charged to the quota tree", found)
+            self._unstamped(record.rqi_id, found)
             return
         stamp, admitted = found
         self._enter(record, stamp, admitted)
         self.on_change()
+
+    def _unstamped(self, rqi_id: str, why: str) -> None:
+        # Created before quota.mode was agent (or stamped by hand): it runs, uncharged.
+        # Logged once; the set is bounded like the run table it shadows.
+        if len(self.unstamped) >= 10_000:
+            self.unstamped.clear()
+        self.unstamped.add(rqi_id)
+        log.warning("%s; not charged to the quota tree", why)
 
     def _enter(self, record: RunRecord, stamp: QuotaStamp, admitted: Fraction | None) -> None:
         spec = stamp.spec(record.rqi_id)
@@ -315,7 +324,7 @@ class QuotaAdmission:
                 continue
             found = self.read(record)
             if isinstance(found, str):
-                log.warning("%s; not charged to the quota tree", found)
+                self._unstamped(record.rqi_id, found)
                 continue
             stamp, admitted = found
             if admitted is None:
