@@ -216,6 +216,8 @@ class QuotaAdmission:
         """The workload exists and the item is acked: the engine learns the run."""
         if self.runs is not None and self.runs.get(record.rqi_id) is record:
             self.learn(record)
+        else:  # another agent won the item: the run is its to charge
+            self.forget(record.rqi_id)
 
     # --- the tracker's hook ------------------------------------------------------------------
 
@@ -235,9 +237,17 @@ class QuotaAdmission:
             self.engine.mark_ready(run.id)
         elif state is RunState.QUEUED and run.state is QState.EVICTING:
             self.engine.terminated(run.id)
+            self.check_failed(run.id)
         else:
             return
         self.on_change()
+
+    def check_failed(self, rqi_id: str) -> None:
+        """A run the engine gave up on (R11: readiness timeouts past `backoffLimit`) ends as
+        FAILED once its eviction completes; the driver fails the item."""
+        run = self.engine.runs.get(rqi_id)
+        if run is not None and run.state is QState.FAILED:
+            self.failures.append((rqi_id, f"the quota tree gave up on the run: {run.reason}"))
 
     def forget(self, rqi_id: str) -> None:
         run = self.engine.runs.get(rqi_id)

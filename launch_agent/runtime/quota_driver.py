@@ -14,8 +14,9 @@ preemptor is released):
 - `evict`: the workload is suspended again (its controller deletes the pods) and the admission
   time removed; the run is back to pending with its original enqueue time, and W&B hears who
   reclaimed it. Kinds without a suspend field never get here: they are refused at dispatch;
-- `fail` (readiness timeouts exhausted), and runs the tree can never admit: the item is failed
-  in W&B with the reason and the workload deleted.
+- a run the engine gave up on (readiness timeouts past `backoffLimit`: FAILED once its
+  eviction completed), and runs the tree can never admit: the item is failed in W&B with the
+  reason and the workload deleted.
 
 A patch that fails for a reason that may pass (API server unavailable, throttled) is retried
 every `tick_seconds` with the state the engine wants *now*; a workload that is gone ends the
@@ -110,6 +111,7 @@ class QuotaDriver:
             if record is not None:
                 self._warn(record.rqi_id, self._evicted_message(decision))
                 await self._set_suspended(record, True)
+            self.admission.check_failed(decision.run)  # instant termination: already ended
         elif decision.action == "fail":
             self.admission.failures.append(
                 (decision.run, f"the quota tree gave up on the run: {decision.reason}")

@@ -62,15 +62,16 @@ spec:
             - name: main
               image: ${{image_uri}}
               resources:
-                requests: {{cpu: "1", memory: 1Gi}}
+                requests: {{cpu: "{cpu}", memory: 1Gi}}
   overridable: [overrides.args]
 """
 
 
-def setup(env: Env, leaves: dict[str, str]) -> None:
+def setup(env: Env, leaves: dict[str, str], cpu: dict[str, int] | None = None) -> None:
     (env.specs_dir / "basic.yaml").unlink()
     for team, leaf in leaves.items():
-        (env.specs_dir / f"team-{team}.yaml").write_text(SPEC.format(team=team, leaf=leaf))
+        text = SPEC.format(team=team, leaf=leaf, cpu=(cpu or {}).get(team, 1))
+        (env.specs_dir / f"team-{team}.yaml").write_text(text)
         env.state.add_queue(f"q{team}")
 
 
@@ -171,11 +172,20 @@ async def test_hold_admit_reclaim_readmit_and_restart(env: Env) -> None:
         } == admitted_at, "admission times are kept across the restart"
 
 
-async def test_unknown_leaf_fails_items_and_bad_tree_fails_the_start(env: Env) -> None:
-    setup(env, {"a": "a.1", "c": "zz"})
+async def test_refused_runs_and_a_bad_tree(env: Env) -> None:
+    setup(env, {"a": "a.1", "c": "zz", "g": "b.1"}, cpu={"g": 5})
     item = env.push(run_spec("c0"), "qc")
-    async with env.running(quota_agent(env, queues=["qa", "qc"])):
+    big = env.push(run_spec("g0"), "qg")
+    async with env.running(quota_agent(env, queues=["qa", "qc", "qg"])) as agent:
         await until(lambda: item.state is ItemState.FAILED, message="item failed")
+        await until(lambda: big.state is ItemState.FAILED, message="too big failed")
+        await until(lambda: job_of(env, big) is None, message="too big deleted")
+        await until(lambda: len(agent.runs) == 0, message="no run left")
+        assert agent.quota is not None and not agent.quota.engine.runs
+    assert big.failure is not None
+    assert big.failure.message == (
+        "the run can never start under the quota tree: requests 5 cpu, more than the max 4 of b.1"
+    )
     assert item.failure is not None
     assert "queue spec 'team-c' (team-c.yaml)" in item.failure.message
     assert "spec.quota.leaf: 'zz' is not a leaf of quota.tree (leaves: a.1, b.1)" in (
