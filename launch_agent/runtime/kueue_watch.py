@@ -15,7 +15,9 @@ its ClusterQueue has quota, and unsuspends it. This module:
 - **reports** what Kueue says as W&B warnings on the item, once per distinct message
   (`tracking.kueue.describe`): "waiting for Kueue: LocalQueue ns/lq (ClusterQueue cq): couldn't
   assign flavors ...", "admitted by Kueue ...", "evicted by Kueue (InClusterQueue: ...)", "Kueue
-  cannot admit this run: LocalQueue lq doesn't exist ...";
+  cannot admit this run: LocalQueue lq doesn't exist ...". After a restart the states of
+  adopted runs found by the first list are taken as already reported (the previous process
+  sent them); only changes are sent;
 - **is the poller's `Admission`**:
   - `room`: `max_jobs` counts every run the agent holds, admitted or waiting in Kueue, exactly
     as without Kueue (so `max_jobs: -1` leaves the whole decision to Kueue);
@@ -143,6 +145,9 @@ class KueueWatch:
         self.missing_local_queues: set[LocalQueueKey] = set()
         self._index: dict[OwnerKey, str] = {}
         self._warned: dict[str, str] = {}
+        # Until the first list is in, events describe runs adopted after a restart, whose
+        # state was reported by the previous process: remembered, not sent again.
+        self._adopting = True
         self._turn = 0
 
     # --- start-up --------------------------------------------------------------------------
@@ -174,6 +179,7 @@ class KueueWatch:
                 await self.informers.wait_synced()
         except TimeoutError:
             log.warning("Kueue Workloads not listed within %.0fs; going on", SYNC_TIMEOUT)
+        self._adopting = False
         await self.check_local_queues(local_queues)
         log.info(
             "delegating admission to Kueue (%s) in %s; at most %d waiting run(s) per LocalQueue",
@@ -250,6 +256,8 @@ class KueueWatch:
         if text is None or self._warned.get(record.rqi_id) == text:
             return
         self._warned[record.rqi_id] = text
+        if self._adopting and record.adopted:
+            return
         log.info("run %s (%s): %s", record.run_id, record.workload, text)
         self.reporter.warn(record.rqi_id, text, "run")
         if len(self._warned) > 2 * len(self.runs) + 1000:

@@ -13,6 +13,8 @@ import pytest
 
 from launch_agent.runtime.kueue_watch import KueueWatch
 from launch_agent.runtime.startup import StartupError
+from launch_agent.sandbox.cluster.common import Ctx
+from launch_agent.sandbox.cluster.kueue import KueueController
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 from launch_agent.tracking.kueue import KueueState
 from tests.e2e.conftest import BASIC_SPEC, CRDS, Env, run_spec, until
@@ -182,3 +184,73 @@ async def test_start_fails_when_kueue_is_not_installed(env: Env) -> None:
     with pytest.raises(StartupError, match=r"does not serve Kueue's Workload API.*install Kueue"):
         async with env.running(env.agent(env.config(quota={"mode": "kueue"}))):
             pass
+
+
+def set_cpu_quota(env: Env, cpu: str) -> None:
+    cq = env.kube.objects.get("clusterqueues.kueue.x-k8s.io", "cq", namespace="")
+    flavor = cq["spec"]["resourceGroups"][0]["flavors"][0]
+    flavor["resources"][0]["nominalQuota"] = cpu
+    env.kube.objects.patch("clusterqueues.kueue.x-k8s.io", "cq", {"spec": cq["spec"]}, namespace="")
+
+
+async def test_an_evicted_run_waits_and_is_admitted_again(env: Env) -> None:
+    (env.specs_dir / "basic.yaml").write_text(KUEUE_SPEC)
+    await install_kueue(env, cpu="1")
+    env.cluster.script("launch-agent.io/run-id=ev", "succeed after=300s")
+    item = env.push(run_spec("ev"))
+    async with env.running(env.agent(env.config(quota={"mode": "kueue"}))) as agent:
+        await until(lambda: warned(item, "admitted by Kueue"), message="admitted")
+        await until(lambda: env.pods_of(item), message="running")
+        set_cpu_quota(env, "0")  # another tenant reclaims the quota; Kueue preempts the run
+        [wl] = env.kube.objects.list("workloads.kueue.x-k8s.io", namespace="default")
+        message = (
+            "Preempted to accommodate a workload (UID: u-2) due to reclamation within the cohort"
+        )
+        KueueController.evict(Ctx(env.cluster.store, env.clock), wl, "InCohortReclamation", message)
+        env.cluster.step()
+        await until(
+            lambda: warned(
+                item,
+                f"evicted by Kueue (InCohortReclamation: {message}); the run is suspended and"
+                " waits in LocalQueue default/lq to be admitted again",
+            ),
+            message="eviction reported",
+        )
+        assert job_of(env, item)["spec"]["suspend"] is True
+        assert item.state is ItemState.CLAIMED and item.failure is None
+        assert isinstance(agent.admission, KueueWatch)
+        assert agent.admission.waiting() == {("default", "lq"): 1}
+        set_cpu_quota(env, "1")
+        await until(
+            lambda: (
+                [w.message for w in item.warnings].count(
+                    "admitted by Kueue: LocalQueue default/lq (ClusterQueue cq)"
+                )
+                == 2
+            ),
+            message="admitted again",
+        )
+        await until(lambda: job_of(env, item)["spec"]["suspend"] is False, message="resumed")
+        assert item.failure is None
+
+
+async def test_a_restarted_agent_does_not_repeat_what_it_reported(env: Env) -> None:
+    (env.specs_dir / "basic.yaml").write_text(KUEUE_SPEC)
+    await install_kueue(env, cpu="1")
+    for run in ("r1", "r2"):
+        env.cluster.script(f"launch-agent.io/run-id={run}", "succeed after=300s")
+    items = [env.push(run_spec("r1")), env.push(run_spec("r2"))]
+    config = env.config(quota={"mode": "kueue", "max_pending_per_leaf": 1})
+    async with env.running(env.agent(config)):
+        await until(lambda: warned(items[0], "admitted by Kueue"), message="first admitted")
+        await until(lambda: warned(items[1], "waiting for Kueue"), message="second waits")
+    before = [len(i.warnings) for i in items]
+    third = env.push(run_spec("r3"))
+    async with env.running(env.agent(config)) as agent:
+        assert isinstance(agent.admission, KueueWatch)
+        await until(lambda: len(agent.runs) == 2, message="adopted")
+        await until(lambda: agent.admission.waiting() == {("default", "lq"): 1}, message="state")
+        await asyncio.sleep(0.5)
+        assert [len(i.warnings) for i in items] == before
+        # The adopted waiting run fills the LocalQueue's cap: the new item stays in W&B.
+        assert third.state is ItemState.PENDING and third.pops == 0
