@@ -9,6 +9,8 @@ Start-up order (each step finishes before the next; docs/agent.md, "Start-up"):
 5. the API-key Secret in every target namespace;
 6. informers for every kind the specs run and for pods, and a wait for their first list:
    this is adoption, every run the agent owns is in the table before anything is popped;
+   with `quota.mode: kueue`, Kueue's Workload informers too (`runtime/kueue_watch.py`; a
+   cluster without Kueue stops the start here);
 7. the root tasks: poller, finisher, warnings, stop checks, spec reload, housekeeping.
 
 Shutdown (SIGTERM/SIGINT, `stop()`, the `stop_event`, or W&B's `stopPolling`): the poller stops
