@@ -34,6 +34,7 @@ from launch_agent.quota.runs import Run, RunState, Stamp
 from launch_agent.quota.tree import COUNT_RESOURCES, QuotaTree
 
 Key = tuple[int, int, int, Stamp, str]
+Order = tuple[int, Fraction, int, str]
 # How a leaf's candidate is feasible: it fits, R7 is certain to succeed, or a plan was found.
 _NONE, _FITS, _GUARANTEED, _LOCAL, _PLANNED = 0, 1, 2, 3, 4
 
@@ -70,12 +71,21 @@ class CandidateIndex:
         # (-usage threshold, token, seq, run); an entry is stale once its run is scanned again.
         # Entries hold only ints (the run by its enqueue sequence number): the garbage collector
         # stops tracking such tuples, which matters with hundreds of thousands of them.
-        self._blocked_at: dict[tuple[int, str], list[tuple[int, int, int]]] = {}
+        self._blocked_at: dict[tuple[int, str], list[tuple[int, int, int, int]]] = {}
         self._by_seq: dict[int, Run] = {}
-        self._wake_from: dict[int, tuple[int, Fraction, int, str]] = {}
+        self._wake_from: dict[int, Order] = {}
         self._decreased: set[tuple[int, str]] = set()
         self._invalidated: set[int] = set()
         self._was_strict = [False] * count
+        # Lazy resolution: nodes whose winner must be recomputed before it is used, the
+        # restart point of each stale leaf's scan, and per node a lower bound on every request
+        # pending below it (None: nothing was ever pending there).
+        self._stale = [False] * count
+        self._start: dict[int, Order | None] = {}
+        self._minreq: list[dict[str, int] | None] = [None] * count
+        # Per node, the latest admission stamp of the runs admitted below it, exact after a
+        # release and an upper bound otherwise: the index that preemption ties search.
+        self._latest: list[Stamp | None] = [None] * count
         self._evicting = 0
         self._reserved: list[Run] = []
         self._unready_gangs = 0
@@ -201,7 +211,7 @@ class CandidateIndex:
                 continue
             used = ledger.effective(node, resource)
             while heap and -heap[0][0] >= used:
-                _, token, seq = heapq.heappop(heap)
+                _, token, seq, floor = heapq.heappop(heap)
                 run = self._by_seq.get(seq)
                 if run is None or token != run.block_token or run.state is not RunState.PENDING:
                     continue
@@ -210,63 +220,198 @@ class CandidateIndex:
                 candidate = self._cand[run.leaf]
                 if candidate is not None and candidate.order < run.order:
                     continue
+                if not floor:
+                    # Cleared here, but the run may still not fit elsewhere (another resource
+                    # or node): then it only moves to that obstacle, and its leaf sleeps on.
+                    # Preemption needs no wake-up: a run that may preempt makes its leaf
+                    # sensitive, and one that comes back within min has a floor entry.
+                    still = ledger.blocking(ledger.paths[run.leaf], run.request)
+                    if still is not None:
+                        where, what = still
+                        self._block(run, still, ledger.maxs[where][what] - run.request[what])
+                        continue
                 known = wake.get(run.leaf)
                 if known is None or run.order < known:
                     wake[run.leaf] = run.order
         self._decreased.clear()
 
     def _settle(self) -> None:
+        """Turn this iteration's changes into marks, then resolve the root's winner lazily."""
         if self._decreased:
             self._wake_blocked()
+        starts = self._start
+        marked: list[int] = []
+
+        def mark(leaf: int, start: Order | None) -> None:
+            # Restart points merge to the earliest: None (from the head) comes first.
+            if leaf in starts:
+                old = starts[leaf]
+                if old is not None and (start is None or start < old):
+                    starts[leaf] = start
+            else:
+                starts[leaf] = start
+            marked.append(leaf)
+
         if self._local and (self._dirty_nodes or self._dirty_leaves):
-            for leaf in self._local - self._dirty_leaves:
+            # A candidate guaranteed below the root depends on usage beside its anchor. Its
+            # resolution restarts at it: if it is no longer guaranteed the scan goes on past
+            # it, and the runs before it stay infeasible (see `_scan_leaf`).
+            for leaf in self._local:
                 run = self._cand[leaf]
-                if run is None or self._guaranteed(run, self.ledger.paths[leaf]) != _LOCAL:
-                    self._dirty_leaves.add(leaf)
-        if not (self._dirty_leaves or self._dirty_nodes or self._invalidated or self._wake_from):
-            return
+                mark(leaf, run.order if run is not None else None)
         for leaf in self._dirty_leaves:
-            self._examine_leaf(leaf, None)
+            mark(leaf, None)
         # Partial scans. Runs skipped before the restart point are still infeasible: their
         # obstacle did not clear (or they would have woken the leaf), and usage only grew for
         # them otherwise (fit and the guarantee are monotone in usage). Leaves whose candidate
         # may merely have stopped fitting restart at that candidate.
         for leaf, order in self._wake_from.items():
-            if leaf not in self._dirty_leaves:
-                self._examine_leaf(leaf, order)
+            mark(leaf, order)
         for leaf in self._invalidated:
             run = self._cand[leaf]
-            if leaf not in self._dirty_leaves and leaf not in self._wake_from:
-                self._examine_leaf(leaf, run.order if run is not None else None)
-        changed = self._dirty_leaves | self._invalidated | self._wake_from.keys()
-        todo: set[int] = set()
-        for node in changed | self._dirty_nodes:
-            for ancestor in self.ledger.paths[node]:
-                if ancestor in todo:
-                    break
-                todo.add(ancestor)
+            mark(leaf, run.order if run is not None else None)
+        stale = self._stale
+        paths = self.ledger.paths
+        # Every ancestor of a change is re-resolved, even one already stale: a node resolved
+        # earlier may have left a dominated child stale below it (see `_resolve`).
+        for node in marked:
+            for ancestor in paths[node]:
+                stale[ancestor] = True
+        for node in self._dirty_nodes:
+            for ancestor in paths[node]:
+                stale[ancestor] = True
         self._dirty_leaves.clear()
         self._invalidated.clear()
         self._wake_from.clear()
         self._dirty_nodes.clear()
-        depth = self.ledger.depth
-        for node in sorted(todo, key=lambda n: -depth[n]):
-            self._recompute(node)
+        if stale[0]:
+            self._resolve(0)
 
-    def _block(self, run: Run, where: tuple[int, str], threshold: int) -> None:
-        """Record that `run` is skipped until usage at `where` falls to `threshold`."""
+    def _resolve(self, node: int) -> None:
+        """Recompute `node`'s winner, resolving only the stale children that could win.
+
+        A stale child's offer is bounded below by its key for the smallest request pending
+        under it (`_minreq`): the within-min flag and the borrowed share only grow with the
+        request. A child whose bound exceeds the best exact offer found so far cannot win and
+        stays stale, with its marks, until something under it changes again or a better
+        offer disappears. The exhaustive reference resolves everything."""
+        children = self.ledger.children[node]
+        if not children:
+            if node in self._start:  # else only its usage changed: the same run, a new key
+                self._examine_leaf(node, self._start.pop(node))
+            self._stale[node] = False
+            self._recompute(node)
+            return
+        stale = self._stale
+        best_key: Key | None = None
+        waiting: list[tuple[tuple[int, int], int]] = []
+        for child in children:
+            if stale[child]:
+                bound = self._bound(child)
+                if bound is None:  # no run was ever pending below: nothing to offer
+                    stale[child] = False
+                    self._start.pop(child, None)
+                    self._best[child] = self._offer[child] = None
+                    continue
+                waiting.append((bound, child))
+                continue
+            key = self._offer[child]
+            if key is not None and (best_key is None or key < best_key):
+                best_key = key
+        waiting.sort()
+        for bound, child in waiting:
+            if not self.exhaustive and best_key is not None:
+                if bound > best_key[:2]:
+                    break  # the rest are bounded higher still
+                if bound == best_key[:2]:
+                    tail = self._tail_bound(child)
+                    if tail is not None and tail > best_key[2:]:
+                        continue
+            self._resolve(child)
+            key = self._offer[child]
+            if key is not None and (best_key is None or key < best_key):
+                best_key = key
+        stale[node] = False
+        self._recompute(node)
+
+    def _bound(self, node: int) -> tuple[int, int] | None:
+        """A lower bound on (within-min flag, share) of any offer `node` can make."""
+        least = self._minreq[node]
+        if least is None:
+            return None
+        inside = 0 if self.ledger.within_min(node, least) else 1
+        return inside, self.ledger.share(node, least)
+
+    def _tail_bound(self, node: int) -> tuple[int, Stamp, str] | None:
+        """For a stale leaf, a lower bound on the rest of its offer's key, (-p, tq, id): its
+        scan's restart point, or else its first pending run (runs are kept in that order).
+        None (no bound) for an inner node."""
+        if self.ledger.children[node]:
+            return None
+        order = self._start.get(node)
+        if order is None:
+            pending = self._pending[node]
+            if not pending:
+                return None
+            order = pending[0].order
+        return order[0], (order[1], order[2]), order[3]
+
+    def _note_admitted(self, run: Run) -> None:
+        stamp = run.admitted
+        if stamp is None:  # pragma: no cover - admitted runs carry their stamp
+            return
+        latest = self._latest
+        for node in self.ledger.paths[run.leaf]:
+            known = latest[node]
+            if known is not None and known >= stamp:
+                return
+            latest[node] = stamp
+
+    def _note_released(self, leaf: int) -> None:
+        """A run left `leaf`'s admitted set: recompute the stamps up its path."""
+        latest = self._latest
+        stamps = [run.admitted for run in self._admitted[leaf].values() if run.admitted]
+        latest[leaf] = max(stamps) if stamps else None
+        children = self.ledger.children
+        for node in self.ledger.paths[leaf][1:]:
+            found = [latest[c] for c in children[node]]
+            value = max((f for f in found if f is not None), default=None)
+            if value == latest[node]:
+                return
+            latest[node] = value
+
+    def _note_request(self, leaf: int, request: Mapping[str, int]) -> None:
+        """A run joins `leaf`'s pending list: lower `_minreq` on its path (element-wise; a
+        resource the request lacks counts as 0). It never rises again, so it bounds every
+        request pending now below each node, whatever has left since."""
+        for node in self.ledger.paths[leaf]:
+            least = self._minreq[node]
+            if least is None:
+                self._minreq[node] = dict(request)
+                continue
+            if all(request.get(r, 0) >= amount for r, amount in least.items()):
+                return  # the ancestors' bounds are element-wise lower still
+            self._minreq[node] = {
+                r: min(amount, request.get(r, 0))
+                for r, amount in least.items()
+                if request.get(r, 0) > 0
+            }
+
+    def _block(self, run: Run, where: tuple[int, str], threshold: int, floor: bool = False) -> None:
+        """Record that `run` is skipped until usage at `where` falls to `threshold`: to fit
+        there, or (`floor`) to be back within its leaf's min."""
         heap = self._blocked_at.setdefault(where, [])
-        heapq.heappush(heap, (-threshold, run.block_token, run.enqueued[1]))
+        heapq.heappush(heap, (-threshold, run.block_token, run.enqueued[1], int(floor)))
         if len(heap) > 2 * len(self.runs) + 64:
             # Entries of runs scanned again since, or no longer pending, are stale.
             heap[:] = [e for e in heap if self._entry_valid(e)]
             heapq.heapify(heap)
 
-    def _entry_valid(self, entry: tuple[int, int, int]) -> bool:
+    def _entry_valid(self, entry: tuple[int, int, int, int]) -> bool:
         run = self._by_seq.get(entry[2])
         return run is not None and entry[1] == run.block_token and run.state is RunState.PENDING
 
-    def _examine_leaf(self, leaf: int, start: tuple[int, Fraction, int, str] | None) -> None:
+    def _examine_leaf(self, leaf: int, start: Order | None) -> None:
         """R6.1: the first feasible pending run in order, or only the head in Strict mode;
         from the run at order `start` on (a partial scan) or from the head (`None`)."""
         if self._was_strict[leaf] or self.exhaustive:
@@ -278,7 +423,7 @@ class CandidateIndex:
         self._was_strict[leaf] = False
         self._scan_leaf(leaf, start)
 
-    def _scan_leaf(self, leaf: int, start: tuple[int, Fraction, int, str] | None) -> None:
+    def _scan_leaf(self, leaf: int, start: Order | None) -> None:
         ledger = self.ledger
         node = ledger.nodes[leaf]
         path = ledger.paths[leaf]
@@ -335,7 +480,12 @@ class CandidateIndex:
                 if in_min or node.within_queue == "LowerPriority":
                     self._sensitive.add(leaf)
                     plan = plan_preemption(
-                        ledger, self._admitted, run, self.tree.reclaim_policy, node.within_queue
+                        ledger,
+                        self._admitted,
+                        run,
+                        self.tree.reclaim_policy,
+                        node.within_queue,
+                        latest=None if self.exhaustive else self._latest,
                     )
                     if plan is not None:
                         self._cand[leaf], self._cand_kind[leaf] = run, _PLANNED
@@ -350,7 +500,7 @@ class CandidateIndex:
                             continue
                         floor = ledger.mins[leaf].get(resource, 0)
                         if ledger.effective(leaf, resource) + amount > floor:
-                            self._block(run, (leaf, resource), floor - amount)
+                            self._block(run, (leaf, resource), floor - amount, True)
                             break
             if strict:
                 return
@@ -369,9 +519,12 @@ class CandidateIndex:
             best_run = None
             fitmax: dict[str, int] = {}
             guarmax: dict[str, int] = {}
+            stale = self._stale
             for child in children:
                 key = self._offer[child]
-                if key is not None and (best_key is None or key < best_key):
+                # A stale child left unresolved cannot win (`_resolve`); its old offer is
+                # void, but its bounds still over-approximate what lies below.
+                if key is not None and not stale[child] and (best_key is None or key < best_key):
                     best_key, best_run = key, self._best[child]
                 for table, merged in ((self._fitmax, fitmax), (self._guarmax, guarmax)):
                     for resource, amount in table[child].items():

@@ -162,7 +162,12 @@ class AdmissionEngine(CandidateIndex):
             return [self._admit(winner, "fits")]
         leaf_node = self.ledger.nodes[winner.leaf]
         victims = plan_preemption(
-            self.ledger, self._admitted, winner, self.tree.reclaim_policy, leaf_node.within_queue
+            self.ledger,
+            self._admitted,
+            winner,
+            self.tree.reclaim_policy,
+            leaf_node.within_queue,
+            latest=None if self.exhaustive else self._latest,
         )
         if victims is None:  # pragma: no cover - candidates are re-planned on every change
             raise RuntimeError(f"candidate {winner.id!r} lost its preemption plan")
@@ -267,6 +272,7 @@ class AdmissionEngine(CandidateIndex):
             else:
                 high = mid
         pending.insert(low, run)
+        self._note_request(run.leaf, run.request)
         self._dirty_leaves.add(run.leaf)
 
     def _remove_pending(self, run: Run) -> None:
@@ -284,6 +290,7 @@ class AdmissionEngine(CandidateIndex):
     def _charge_admitted(self, run: Run, ready: bool) -> None:
         run.state = RunState.ADMITTED
         self._admitted[run.leaf][run.id] = run
+        self._note_admitted(run)
         path = self.ledger.paths[run.leaf]
         self.ledger.charge(path, run.request, +1)
         self._on_increase(path, run.request)
@@ -333,7 +340,8 @@ class AdmissionEngine(CandidateIndex):
             before = self._fast_reclaim()
             self._evicting -= 1
             self._flags_changed(before)
-        self._admitted[run.leaf].pop(run.id, None)
+        if self._admitted[run.leaf].pop(run.id, None) is not None:
+            self._note_released(run.leaf)
         path = self.ledger.paths[run.leaf]
         self.ledger.charge(path, run.request, -1)
         self._on_decrease(path, run.request)

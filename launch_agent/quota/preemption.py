@@ -21,13 +21,21 @@ R7 (only when x's own leaf stays within its min, i.e. G(x, parent(leaf)) holds):
 R8 (leaf policy `LowerPriority`): then the runs of x's own leaf with p < p(x), lowest priority
 first, latest admission first. Candidates from other queues come first, as in Kueue.
 Minimization: walk the victims in reverse and keep running any whose eviction is not needed.
+
+Ties on share are broken by the latest eligible admission below each tied child. With
+`latest` (per node, an upper bound on the admission stamp of every admitted run below it,
+kept by the engine) the search is best-first: subtrees are opened in order of their bound and
+it stops once the best exact stamp found beats every unopened bound, so a tie among large
+subtrees costs a few leaves rather than every run in them. Without `latest` every tied
+subtree is searched in full: the slow reference the tests compare against.
 A count resource (`runs`, `sweep_schedulers`) never triggers R7: when x fits on everything but
 counts, only R8 may free a slot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
 from launch_agent.quota.ledger import Ledger
@@ -42,8 +50,16 @@ def victim_order(run: Run) -> tuple[object, ...]:
 
 
 class _Plan:
-    def __init__(self, ledger: Ledger, admitted: list[dict[str, Run]], x: Run, policy: str):
+    def __init__(
+        self,
+        ledger: Ledger,
+        admitted: list[dict[str, Run]],
+        x: Run,
+        policy: str,
+        latest: Sequence[Stamp | None] | None = None,
+    ):
         self.ledger = ledger
+        self.latest = latest
         self.admitted = admitted
         self.x = x
         self.path = ledger.paths[x.leaf]
@@ -124,6 +140,11 @@ class _Plan:
                 if self.has_eligible(group[0]):
                     return group[0]
                 continue
+            if self.latest is not None:
+                found = self.latest_of_group(group)
+                if found is not None:
+                    return found
+                continue
             best: tuple[tuple[Fraction, int], str] | None = None
             chosen = None
             for child in group:
@@ -136,6 +157,40 @@ class _Plan:
             if chosen is not None:
                 return chosen
         return None
+
+    def latest_of_group(self, group: list[int]) -> int | None:
+        """The child of `group` with the latest eligible admission below it (best-first on
+        the `latest` bounds). Stamps are unique, so the name never breaks a tie here."""
+        assert self.latest is not None
+        latest = self.latest
+        ledger = self.ledger
+        heap: list[tuple[Fraction, int, int, int]] = []
+        for child in group:
+            bound = latest[child]
+            if bound is not None:
+                heap.append((-bound[0], -bound[1], child, child))
+        heapq.heapify(heap)
+        best: Stamp | None = None
+        chosen = None
+        while heap:
+            negtime, negseq, top, node = heapq.heappop(heap)
+            if best is not None and (-negtime, -negseq) <= best:
+                break  # every bound left is lower than the stamp in hand
+            if not ledger.borrows_on(node, self.wanted):
+                continue
+            children = ledger.children[node]
+            if children:
+                for child in children:
+                    bound = latest[child]
+                    if bound is not None:
+                        heapq.heappush(heap, (-bound[0], -bound[1], top, child))
+                continue
+            stamps = [run.admitted for run in self.eligible_in_leaf(node) if run.admitted]
+            if stamps:
+                stamp = max(stamps)
+                if best is None or stamp > best:
+                    best, chosen = stamp, top
+        return chosen
 
     def victim_at_level(self, level: int, on_path: int) -> Run | None:
         node = self.pick_child(c for c in self.ledger.children[level] if c != on_path)
@@ -190,10 +245,18 @@ class _Plan:
 
 
 def plan_preemption(
-    ledger: Ledger, admitted: list[dict[str, Run]], x: Run, reclaim_policy: str, within_queue: str
+    ledger: Ledger,
+    admitted: list[dict[str, Run]],
+    x: Run,
+    reclaim_policy: str,
+    within_queue: str,
+    *,
+    latest: Sequence[Stamp | None] | None = None,
 ) -> list[Run] | None:
-    """The runs to evict, in order, so that `x` fits; None when no set of victims works."""
-    plan = _Plan(ledger, admitted, x, reclaim_policy)
+    """The runs to evict, in order, so that `x` fits; None when no set of victims works.
+    `latest`: per node, an upper bound on the admission stamps of the runs admitted below it
+    (None for none), which speeds up ties; without it every tie is searched in full."""
+    plan = _Plan(ledger, admitted, x, reclaim_policy, latest)
     try:
         plan.reclaim()
         if not plan.fits() and within_queue == "LowerPriority":
