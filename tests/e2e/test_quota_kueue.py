@@ -31,6 +31,7 @@ KUEUE_SPEC = BASIC_SPEC.replace(
 
 
 async def install_kueue(env: Env, cpu: str | None = "1") -> None:
+    env.cluster.kueue.enabled = True
     for name in KUEUE_CRDS:
         await env.kube.load_crd_file(CRDS / name)
     if cpu is None:

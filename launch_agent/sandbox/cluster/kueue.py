@@ -1,8 +1,8 @@
 """A Kueue emulation (kueue.x-k8s.io v1beta2): Workloads, FIFO admission by nominal quota.
 
-It runs only when the Workload CRD is registered (`load_crd_file(".../kueue.x-k8s.io_*.yaml")`)
-and follows the objects a real Kueue v0.19 writes, so the agent reads them exactly as on a
-cluster:
+It is opt-in (`SimulatedCluster(kube, kueue=True)` or `cluster.kueue.enabled = True`), runs
+once the Workload CRD is registered (`load_crd_file(".../kueue.x-k8s.io_workloads.yaml")`), and
+follows the objects a real Kueue v0.19 writes, so the agent reads them as on a cluster:
 
 - **Workload per job.** A batch/v1 Job or a JobSet with the `kueue.x-k8s.io/queue-name` label
   and no controlling owner gets a Workload `job-<name>-<hash>` / `jobset-<name>-<hash>` in its
@@ -115,11 +115,18 @@ def format_amount(resource: str, value: Decimal) -> str:
 
 
 class KueueController:
-    """One reconcile pass over jobs, Workloads and queues (state lives only in the objects)."""
+    """One reconcile pass over jobs, Workloads and queues (state lives only in the objects).
+
+    Off unless `enabled` (`SimulatedCluster(kube, kueue=True)`, or set `cluster.kueue.enabled`),
+    and idle until the Workload CRD is registered.
+    """
+
+    def __init__(self, enabled: bool = False) -> None:
+        self.enabled = enabled
 
     def reconcile(self, ctx: Ctx) -> None:
         store = ctx.store
-        if store.registry.find(WORKLOADS) is None:
+        if not self.enabled or store.registry.find(WORKLOADS) is None:
             return
         for resource, (prefix, pod_sets) in INTEGRATIONS.items():
             rt = store.registry.find(resource)

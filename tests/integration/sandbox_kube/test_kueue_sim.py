@@ -36,7 +36,7 @@ KUEUE_CRDS = {
 async def cluster(kube: KubeApiServer, crds: Path) -> AsyncIterator[SimulatedCluster]:
     for name in KUEUE_CRDS.values():
         await kube.load_crd_file(crds / name)
-    async with SimulatedCluster(kube) as sim:
+    async with SimulatedCluster(kube, kueue=True) as sim:
         yield sim
 
 
@@ -300,6 +300,19 @@ async def test_eviction_suspends_the_job_and_the_workload_is_requeued(
     assert conds["QuotaReserved"][:2] == ("False", "Pending")
     assert (await batch.read_namespaced_job("e", "default")).spec.suspend is True
     await assert_status_matches_crd(crds, wl)
+
+
+async def test_off_unless_enabled(
+    kube: KubeApiServer, crds: Path, batch: client.BatchV1Api, custom: client.CustomObjectsApi
+) -> None:
+    for name in KUEUE_CRDS.values():
+        await kube.load_crd_file(crds / name)
+    async with SimulatedCluster(kube) as sim:
+        await setup_queues(custom)
+        await batch.create_namespaced_job("default", queued_job("off", "1"))
+        sim.step()
+        assert kube.objects.list("workloads.kueue.x-k8s.io", "default") == []
+        assert (await batch.read_namespaced_job("off", "default")).spec.suspend is True
 
 
 @pytest.mark.parametrize(
