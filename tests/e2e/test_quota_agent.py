@@ -200,3 +200,33 @@ async def test_refused_runs_and_a_bad_tree(env: Env) -> None:
     message = str(caught.value)
     assert "quota.tree.root.min.cpu" in message, message
     assert "'root'" in message and "4" in message, message
+
+
+async def test_a_run_never_ready_is_evicted_backs_off_and_fails(env: Env) -> None:
+    setup(env, {"a": "a.1", "b": "b.1"})
+    env.cluster.script("launch-agent.io/queue=qa", "succeed start=1000s")
+    item = env.push(run_spec("slow"), "qa")
+    timers = {"readyTimeout": "10s", "backoffBase": "1s", "backoffLimit": 1}
+    tree = {**TREE, **timers}
+    config = env.config(queues=["qa", "qb"], quota={"mode": "agent", "tree": tree})
+    async with env.running(env.agent(config)) as agent:
+        await until(lambda: job_of(env, item) and env.pods_of(item), message="admitted")
+        await until(
+            lambda: any(
+                w.message.startswith("evicted by the quota tree: PodsReadyTimeout: retry 1")
+                for w in item.warnings
+            ),
+            advance=lambda: env.advance(1),
+            message="evicted after the readiness timeout",
+        )
+        await until(
+            lambda: item.state is ItemState.FAILED,
+            advance=lambda: env.advance(1),
+            message="failed after the backoff limit",
+        )
+        await until(lambda: job_of(env, item) is None, message="deleted")
+        assert agent.quota is not None and not agent.quota.engine.runs
+    assert item.failure is not None
+    assert item.failure.message == (
+        "the quota tree gave up on the run: PodsReadyTimeout: not ready after 2 attempts, giving up"
+    )
