@@ -27,6 +27,22 @@ class JobArtifactError(RuntimeError):
     """The job artifact could not be read; the message names it and says why."""
 
 
+class JobArtifactUnavailable(JobArtifactError):
+    """W&B could not be asked (unreachable, timed out): not the item's fault, try again later."""
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Whether an SDK error means "W&B did not answer" rather than "no such job".
+
+    The SDK wraps every failure in `CommError`; a missing entity, project or artifact is a
+    `CommError` caused by a `ValueError` (what the server answered), while connection errors,
+    timeouts and an unresponsive service carry no such cause.
+    """
+    from wandb.errors import CommError
+
+    return isinstance(exc, CommError) and not isinstance(exc.exc, ValueError)
+
+
 def fetch_job_info(name: str, base_url: str, api_key: str) -> dict[str, Any]:
     """The parsed `wandb-job.json` of the job artifact `name` (blocking)."""
     import wandb
@@ -37,7 +53,8 @@ def fetch_job_info(name: str, base_url: str, api_key: str) -> dict[str, Any]:
             artifact = api.artifact(name, type="job")
             artifact.download(root=tmp)
         except Exception as exc:
-            raise JobArtifactError(f"job artifact {name}: {exc}") from exc
+            kind = JobArtifactUnavailable if unavailable(exc) else JobArtifactError
+            raise kind(f"job artifact {name}: {exc}") from exc
         path = Path(tmp) / JOB_FILE
         if not path.is_file():
             raise JobArtifactError(f"job artifact {name} has no {JOB_FILE}")
@@ -58,4 +75,4 @@ async def job_info(name: str, base_url: str, api_key: str) -> dict[str, Any]:
         async with asyncio.timeout(TIMEOUT):
             return await loop.run_in_executor(None, call)
     except TimeoutError:
-        raise JobArtifactError(f"job artifact {name}: no answer in {TIMEOUT:g}s") from None
+        raise JobArtifactUnavailable(f"job artifact {name}: no answer in {TIMEOUT:g}s") from None

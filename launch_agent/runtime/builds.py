@@ -39,7 +39,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from launch_agent.adapters.builder import BuildFailed, BuildSpec, Credentials, ImageBuilder
-from launch_agent.adapters.job_artifact import JobArtifactError, job_info
+from launch_agent.adapters.job_artifact import (
+    JobArtifactError,
+    JobArtifactUnavailable,
+    job_info,
+)
 from launch_agent.adapters.kube import KubeClient
 from launch_agent.adapters.object_store import ObjectStore
 from launch_agent.adapters.registry import RegistryClient, docker_config_auths
@@ -210,6 +214,10 @@ class BuildService:
         try:
             info = await self.read_job(job)
             spec = spec_for(run, info, job)
+        except JobArtifactUnavailable as exc:
+            # W&B did not answer: not the item's fault; it is offered again after its lease.
+            log.warning("item %s left for a later pop: %s", item.id, exc)
+            return None
         except (JobArtifactError, JobSpecError) as exc:
             await self.reporter.fail(item.id, f"cannot build this run: {exc}", "agent", "job")
             return None
