@@ -144,6 +144,39 @@ async def test_concurrent_runs_of_one_job_cause_one_build(
     assert await b.leftovers() == ([], [], [])
 
 
+async def test_a_build_longer_than_the_lease_still_ends_in_one_acked_run(
+    s3_builds: Builds, tmp_path: Path
+) -> None:
+    b, env = s3_builds, s3_builds.env
+    env.state.lease_seconds = 0.5
+    job = await git_job(env, tmp_path)
+    item = env.push(job_spec("l1", job))
+    async with env.running(env.agent(b.config())) as agent:
+        await until(b.build_jobs, within=30, message="build Job created")
+        # The clock stands still, so the build does too, while W&B's lease lapses and the
+        # item is offered again (and popped again by this agent) several times.
+        await until(lambda: item.pops >= 3, within=15, message="item offered again")
+        await until(
+            lambda: item.state is ItemState.CLAIMED,
+            advance=lambda: env.advance(1),
+            within=30,
+            message="ack",
+        )
+        await until(
+            lambda: agent.runs.get(item.id) is None,
+            advance=lambda: env.advance(1),
+            message="run tracked to its end",
+        )
+        ids = [
+            (j["metadata"].get("annotations") or {}).get("launch-agent.io/run-queue-item-id")
+            for j in env.jobs()
+        ]
+        assert ids.count(item.id) == 1  # one workload, however often the item was popped
+        assert len(b.kaniko_jobs) == 1
+        assert item.failure is None
+    assert await b.leftovers() == ([], [], [])
+
+
 async def test_a_failed_build_fails_the_item_at_stage_build_with_the_log_tail(
     s3_builds: Builds, tmp_path: Path
 ) -> None:
