@@ -340,3 +340,57 @@ def test_assign_picks_the_first_flavor_that_fits() -> None:
     assert problem == ""
     assert result is not None
     assert result[0]["flavors"] == {"cpu": "spot"}
+
+
+async def test_a_jobset_gets_one_pod_set_per_replicated_job(
+    kube: KubeApiServer, cluster: SimulatedCluster, custom: client.CustomObjectsApi, crds: Path
+) -> None:
+    await kube.load_crd_file(crds / "jobset.x-k8s.io_jobsets.yaml")
+    await setup_queues(custom, cpu="16")
+
+    def replicated(name: str, replicas: int, parallelism: int, cpu: str) -> dict[str, Any]:
+        container = {
+            "name": "main",
+            "image": "busybox:1.36",
+            "resources": {"requests": {"cpu": cpu}},
+        }
+        return {
+            "name": name,
+            "replicas": replicas,
+            "template": {
+                "spec": {
+                    "parallelism": parallelism,
+                    "completions": parallelism,
+                    "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+                }
+            },
+        }
+
+    body = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js", "labels": {QUEUE_LABEL: "lq"}},
+        "spec": {
+            "suspend": True,
+            "replicatedJobs": [replicated("leader", 1, 1, "1"), replicated("workers", 2, 3, "2")],
+        },
+    }
+    created = await custom.create_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", body
+    )
+    cluster.step()
+    wl = await workload_of(custom, created["metadata"]["uid"])
+    assert wl["metadata"]["name"].startswith("jobset-js-")
+    assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
+        ("leader", 1),
+        ("workers", 6),
+    ]
+    assert [a["resourceUsage"] for a in wl["status"]["admission"]["podSetAssignments"]] == [
+        {"cpu": "1"},
+        {"cpu": "12"},
+    ]
+    js = await custom.get_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", "js"
+    )
+    assert js["spec"]["suspend"] is False
+    await assert_status_matches_crd(crds, wl)
