@@ -77,6 +77,10 @@ class CandidateIndex:
         self._decreased: set[tuple[int, str]] = set()
         self._invalidated: set[int] = set()
         self._was_strict = [False] * count
+        # Hopeless leaves left stale (`_hopeless`): a token voids their entries once they are
+        # scanned or woken; woken ones are re-marked at the next settle.
+        self._hope_token = [0] * count
+        self._hope_woken: set[int] = set()
         # Lazy resolution: nodes whose winner must be recomputed before it is used, the
         # restart point of each stale leaf's scan, and per node a lower bound on every request
         # pending below it (None: nothing was ever pending there).
@@ -212,6 +216,12 @@ class CandidateIndex:
             used = ledger.effective(node, resource)
             while heap and -heap[0][0] >= used:
                 _, token, seq, floor = heapq.heappop(heap)
+                if seq < 0:  # a hopeless leaf's entry (see `_hopeless`)
+                    leaf = -seq - 1
+                    if token == self._hope_token[leaf]:
+                        self._hope_token[leaf] += 1
+                        self._hope_woken.add(leaf)
+                    continue
                 run = self._by_seq.get(seq)
                 if run is None or token != run.block_token or run.state is not RunState.PENDING:
                     continue
@@ -280,6 +290,10 @@ class CandidateIndex:
         for node in self._dirty_nodes:
             for ancestor in paths[node]:
                 stale[ancestor] = True
+        for leaf in self._hope_woken:  # its restart point, if any, is still in `starts`
+            for ancestor in paths[leaf]:
+                stale[ancestor] = True
+        self._hope_woken.clear()
         self._dirty_leaves.clear()
         self._invalidated.clear()
         self._wake_from.clear()
@@ -320,6 +334,8 @@ class CandidateIndex:
                 best_key = key
         waiting.sort()
         for bound, child in waiting:
+            if not self.exhaustive and self._hopeless(child):
+                continue
             if not self.exhaustive and best_key is not None:
                 if bound > best_key[:2]:
                     break  # the rest are bounded higher still
@@ -341,6 +357,41 @@ class CandidateIndex:
             return None
         inside = 0 if self.ledger.within_min(node, least) else 1
         return inside, self.ledger.share(node, least)
+
+    def _hopeless(self, node: int) -> bool:
+        """Whether a stale leaf certainly has no candidate, without scanning it: even the
+        smallest request pending there does not fit on its path, and none of its runs may
+        preempt (none is within the leaf's min, and the leaf does not preempt within itself).
+        Inner nodes are never hopeless: their leaves' mins differ.
+
+        A hopeless leaf is not scanned, so its runs record no obstacles; the leaf records its
+        own instead (both conditions' thresholds for that smallest request), and is re-marked
+        when either clears."""
+        ledger = self.ledger
+        if ledger.children[node] or ledger.nodes[node].within_queue != "Never":
+            return False
+        least = self._minreq[node]
+        if least is None:
+            return True
+        if ledger.within_min(node, least):
+            return False
+        blocked = ledger.blocking(ledger.paths[node], least)
+        if blocked is None:
+            return False
+        token = self._hope_token[node]
+        if token % 2 == 0:  # even: no entries recorded since the last scan or wake-up
+            token = self._hope_token[node] = token + 1
+            where, resource = blocked
+            self._push(blocked, ledger.maxs[where][resource] - least[resource], token, -node - 1, 2)
+            minima = ledger.mins[node]
+            for resource, amount in least.items():
+                if resource in COUNT_RESOURCES or amount <= 0:
+                    continue
+                if ledger.effective(node, resource) + amount > minima.get(resource, 0):
+                    floor = minima.get(resource, 0) - amount
+                    self._push((node, resource), floor, token, -node - 1, 2)
+                    break
+        return True
 
     def _tail_bound(self, node: int) -> tuple[int, Stamp, str] | None:
         """For a stale leaf, a lower bound on the rest of its offer's key, (-p, tq, id): its
@@ -400,14 +451,19 @@ class CandidateIndex:
     def _block(self, run: Run, where: tuple[int, str], threshold: int, floor: bool = False) -> None:
         """Record that `run` is skipped until usage at `where` falls to `threshold`: to fit
         there, or (`floor`) to be back within its leaf's min."""
+        self._push(where, threshold, run.block_token, run.enqueued[1], int(floor))
+
+    def _push(self, where: tuple[int, str], threshold: int, token: int, seq: int, kind: int) -> None:
         heap = self._blocked_at.setdefault(where, [])
-        heapq.heappush(heap, (-threshold, run.block_token, run.enqueued[1], int(floor)))
+        heapq.heappush(heap, (-threshold, token, seq, kind))
         if len(heap) > 2 * len(self.runs) + 64:
             # Entries of runs scanned again since, or no longer pending, are stale.
             heap[:] = [e for e in heap if self._entry_valid(e)]
             heapq.heapify(heap)
 
     def _entry_valid(self, entry: tuple[int, int, int, int]) -> bool:
+        if entry[2] < 0:
+            return entry[1] == self._hope_token[-entry[2] - 1]
         run = self._by_seq.get(entry[2])
         return run is not None and entry[1] == run.block_token and run.state is RunState.PENDING
 
@@ -418,6 +474,8 @@ class CandidateIndex:
             start = None
         self._cand[leaf] = None
         self._cand_kind[leaf] = _NONE
+        if self._hope_token[leaf] % 2:  # odd: its hopeless entries are outstanding, now void
+            self._hope_token[leaf] += 1
         self._sensitive.discard(leaf)
         self._local.discard(leaf)
         self._was_strict[leaf] = False
