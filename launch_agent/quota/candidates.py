@@ -453,7 +453,9 @@ class CandidateIndex:
         there, or (`floor`) to be back within its leaf's min."""
         self._push(where, threshold, run.block_token, run.enqueued[1], int(floor))
 
-    def _push(self, where: tuple[int, str], threshold: int, token: int, seq: int, kind: int) -> None:
+    def _push(
+        self, where: tuple[int, str], threshold: int, token: int, seq: int, kind: int
+    ) -> None:
         heap = self._blocked_at.setdefault(where, [])
         heapq.heappush(heap, (-threshold, token, seq, kind))
         if len(heap) > 2 * len(self.runs) + 64:
