@@ -81,6 +81,7 @@ class CandidateIndex:
         # scanned or woken; woken ones are re-marked at the next settle.
         self._hope_token = [0] * count
         self._hope_woken: set[int] = set()
+        self._bounds: dict[int, tuple[int, int] | None] = {}
         # Lazy resolution: nodes whose winner must be recomputed before it is used, the
         # restart point of each stale leaf's scan, and per node a lower bound on every request
         # pending below it (None: nothing was ever pending there).
@@ -287,7 +288,9 @@ class CandidateIndex:
         for node in marked:
             for ancestor in paths[node]:
                 stale[ancestor] = True
+        bounds = self._bounds
         for node in self._dirty_nodes:
+            bounds.pop(node, None)  # its usage changed
             for ancestor in paths[node]:
                 stale[ancestor] = True
         for leaf in self._hope_woken:  # its restart point, if any, is still in `starts`
@@ -334,15 +337,16 @@ class CandidateIndex:
                 best_key = key
         waiting.sort()
         for bound, child in waiting:
-            if not self.exhaustive and self._hopeless(child):
-                continue
-            if not self.exhaustive and best_key is not None:
-                if bound > best_key[:2]:
-                    break  # the rest are bounded higher still
-                if bound == best_key[:2]:
-                    tail = self._tail_bound(child)
-                    if tail is not None and tail > best_key[2:]:
-                        continue
+            if not self.exhaustive:
+                if best_key is not None:
+                    if bound > best_key[:2]:
+                        break  # the rest are bounded higher still
+                    if bound == best_key[:2]:
+                        tail = self._tail_bound(child)
+                        if tail is not None and tail > best_key[2:]:
+                            continue
+                if self._hopeless(child):
+                    continue
             self._resolve(child)
             key = self._offer[child]
             if key is not None and (best_key is None or key < best_key):
@@ -351,12 +355,17 @@ class CandidateIndex:
         self._recompute(node)
 
     def _bound(self, node: int) -> tuple[int, int] | None:
-        """A lower bound on (within-min flag, share) of any offer `node` can make."""
+        """A lower bound on (within-min flag, share) of any offer `node` can make; cached
+        until the node's usage or `_minreq` changes."""
+        if node in self._bounds:
+            return self._bounds[node]
         least = self._minreq[node]
-        if least is None:
-            return None
-        inside = 0 if self.ledger.within_min(node, least) else 1
-        return inside, self.ledger.share(node, least)
+        bound = None
+        if least is not None:
+            inside = 0 if self.ledger.within_min(node, least) else 1
+            bound = inside, self.ledger.share(node, least)
+        self._bounds[node] = bound
+        return bound
 
     def _hopeless(self, node: int) -> bool:
         """Whether a stale leaf certainly has no candidate, without scanning it: even the
@@ -439,9 +448,11 @@ class CandidateIndex:
             least = self._minreq[node]
             if least is None:
                 self._minreq[node] = dict(request)
+                self._bounds.pop(node, None)
                 continue
             if all(request.get(r, 0) >= amount for r, amount in least.items()):
                 return  # the ancestors' bounds are element-wise lower still
+            self._bounds.pop(node, None)
             self._minreq[node] = {
                 r: min(amount, request.get(r, 0))
                 for r, amount in least.items()
