@@ -110,7 +110,7 @@ class Dispatcher:
         if self.quota is None:
             await self._dispatch(item, popped_at)
             return
-        with self.quota.holding(item.queue):  # a pending slot of its quota leaf from the pop on
+        with self.quota.holding(item.queue, item.id):  # a pending slot of its leaf from the pop on
             await self._dispatch(item, popped_at)
 
     async def _dispatch(self, item: RunQueueItem, popped_at: float | None) -> None:

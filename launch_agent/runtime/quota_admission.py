@@ -32,6 +32,7 @@ from fractions import Fraction
 from typing import Any
 
 from launch_agent.model.config import AgentConfig
+from launch_agent.model.labels import RUN_QUEUE_ITEM_ID
 from launch_agent.model.queue_spec import InvalidInput, QueueSpec
 from launch_agent.model.run_state import RunState
 from launch_agent.quota import (
@@ -105,6 +106,13 @@ class QuotaAdmission:
         self.backlog: list[Any] = []  # decisions produced while rebuilding
         self.explain_due: set[str] = set()
         self.unstamped: set[str] = set()  # runs without a readable stamp (logged once)
+        # Submission in stamp order: item id → ticket from `prepare` until created or failed;
+        # finished dispatches wait in `_done` for every earlier ticket.
+        self._order: dict[str, int] = {}
+        self._done: dict[int, RunRecord | None] = {}
+        self._tickets = 0
+        self._head = 0
+        self._last_enqueued = Fraction(0)
         self.on_change: Callable[[], None] = lambda: None  # the driver's wake-up
         self.on_room: Callable[[], None] = lambda: None  # the poller's wake-up
 
@@ -173,7 +181,7 @@ class QuotaAdmission:
     # --- the dispatcher's hooks ------------------------------------------------------------
 
     @contextmanager
-    def holding(self, queue: str) -> Iterator[None]:
+    def holding(self, queue: str, rqi_id: str) -> Iterator[None]:
         """A popped item holds a pending slot of its leaf until it is submitted or failed."""
         leaf = self.leaf_of(queue)
         if leaf is not None:
@@ -184,6 +192,10 @@ class QuotaAdmission:
             if leaf is not None:
                 self._held[leaf] -= 1
                 self.on_room()
+            ticket = self._order.pop(rqi_id, None)
+            if ticket is not None:  # stamped but never created: nothing to submit
+                self._done[ticket] = None
+                self._flush()
 
     def prepare(
         self, queue: str, spec: QueueSpec, run_spec: Mapping[str, Any], workload: dict[str, Any]
@@ -208,12 +220,35 @@ class QuotaAdmission:
             sets = run_pod_sets(pod_sets(workload, spec.custom_kind))
         except (RequestError, InvalidInput) as exc:
             return f"{where}: cannot compute the run's quota request: {exc}"
-        stamp = QuotaStamp(leaf, priority_of(run_spec), self.clock(), sets)
-        workload["metadata"].setdefault("annotations", {})[STAMP] = stamp.dump()
+        # Strictly increasing enqueue times: a restart orders the waiting runs as they were
+        # stamped, even when many were stamped within one clock tick.
+        enqueued = max(self.clock(), self._last_enqueued + Fraction(1, 1000))
+        self._last_enqueued = enqueued
+        stamp = QuotaStamp(leaf, priority_of(run_spec), enqueued, sets)
+        annotations = workload["metadata"].setdefault("annotations", {})
+        annotations[STAMP] = stamp.dump()
+        self._order[str(annotations.get(RUN_QUEUE_ITEM_ID))] = self._tickets
+        self._tickets += 1
         return None
 
     def created(self, record: RunRecord) -> None:
-        """The workload exists and the item is acked: the engine learns the run."""
+        """The workload exists and the item is acked: the engine learns the run, in the
+        order the runs were stamped (creates and acks of one pop finish in any order)."""
+        ticket = self._order.pop(record.rqi_id, None)
+        if ticket is None:
+            self._submit(record)
+            return
+        self._done[ticket] = record
+        self._flush()
+
+    def _flush(self) -> None:
+        while self._head in self._done:
+            record = self._done.pop(self._head)
+            self._head += 1
+            if record is not None:
+                self._submit(record)
+
+    def _submit(self, record: RunRecord) -> None:
         if self.runs is not None and self.runs.get(record.rqi_id) is record:
             self.learn(record)
         else:  # another agent won the item: the run is its to charge
@@ -228,6 +263,8 @@ class QuotaAdmission:
         run = self.engine.runs.get(record.rqi_id)
         state = record.state
         if run is None:
+            if record.rqi_id in self._order:
+                return  # its dispatch submits it, in stamp order
             if state is not None and not state.terminal and not record.finishing:
                 self.learn(record)
             return
@@ -343,6 +380,8 @@ class QuotaAdmission:
                 running.append((admitted, record, stamp))
         running.sort(key=lambda e: (e[0], e[1].rqi_id))
         waiting.sort(key=lambda e: (e[2].enqueued, e[1].rqi_id))
+        if waiting:
+            self._last_enqueued = waiting[-1][0]
         start = min([t for t, _, _ in waiting] + [engine_time(self.now())])
         self.engine = AdmissionEngine(self.tree, start)
         for admitted, record, stamp in running:

@@ -110,7 +110,8 @@ def pending(agent: Agent) -> list[str]:
     return sorted(r.id for r in engine.runs.values() if r.state is RunState.PENDING)
 
 
-CPU = 10**9  # one CPU in the engine's nanounits
+CPU = 10**9
+WAITING_ROOT = "waiting for quota: root uses 4/4 cpu"  # one CPU in the engine's nanounits
 
 
 async def test_hold_admit_reclaim_readmit_and_restart(env: Env) -> None:
@@ -136,13 +137,16 @@ async def test_hold_admit_reclaim_readmit_and_restart(env: Env) -> None:
         await until(lambda: all(suspended(env, i) for i in a[2:4]), message="a2, a3 evicted")
         assert all(running(env, i) for i in a[:2])
         for victim in a[2:4]:
+            await until(
+                lambda v=victim: any(w.message == WAITING_ROOT for w in v.warnings),
+                message="waiting warning after the eviction",
+            )
             messages = [w.message for w in victim.warnings]
             assert any(
                 m.startswith("evicted by the quota tree: reclaimed by run b")
                 and "of queue 'qb'" in m
                 for m in messages
             ), messages
-            assert "waiting for quota: root uses 4/4 cpu" in messages, messages
         assert usage(agent)["a.1"] == {"cpu": 2 * CPU}
         assert usage(agent)["b.1"] == {"cpu": 2 * CPU}
         # The evicted runs keep their original enqueue time: they come back before a4, a5.

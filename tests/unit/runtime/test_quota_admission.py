@@ -18,6 +18,7 @@ from launch_agent.render.pipeline import render
 from launch_agent.render.settings import RenderSettings
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.quota_admission import QuotaAdmission
+from launch_agent.runtime.runs import RunRecord, RunTable
 from launch_agent.runtime.specs import SpecStore
 from launch_agent.runtime.startup import StartupError
 from tests.e2e.conftest import BASIC_SPEC
@@ -122,7 +123,7 @@ async def test_pop_caps_share_each_leaf_and_count_held_and_pending_runs(tmp_path
     assert {q: caps[0][q] for q in ("qb", "qz", "unserved")} == {"qb": 3, "qz": 1, "unserved": 1}
     assert sorted([caps[0]["qa1"], caps[0]["qa2"]]) == [1, 2]
     assert caps[0]["qa1"] != caps[1]["qa1"]
-    with admission.holding("qb"), admission.holding("qb"):
+    with admission.holding("qb", "x"), admission.holding("qb", "x"):
         assert admission.queue_caps(queues)["qb"] == 1
     assert admission.queue_caps(queues)["qb"] == 3
     stamp = QuotaStamp("b.1", 0, Fraction(0), (PodSet(1, {"cpu": 5 * G}),))
@@ -135,7 +136,7 @@ async def test_pop_caps_share_each_leaf_and_count_held_and_pending_runs(tmp_path
         RunState.PENDING,
     ]
     assert admission.queue_caps(queues)["qb"] == 1
-    with admission.holding("qb"):
+    with admission.holding("qb", "x"):
         assert admission.queue_caps(queues)["qb"] == 0
 
 
@@ -158,3 +159,44 @@ async def test_an_invalid_tree_fails_the_start(tmp_path: Path, tree: Any, expect
     with pytest.raises(StartupError) as caught:
         QuotaAdmission.from_config(config, SpecStore(tmp_path, Metrics()), now=lambda: NOW)
     assert expected in str(caught.value)
+
+
+def record_for(rqi: str, workload: dict[str, Any]) -> RunRecord:
+    meta = workload["metadata"]
+    return RunRecord(
+        rqi_id=rqi,
+        queue="qa1",
+        entity="ent",
+        project="proj",
+        run_id=rqi,
+        namespace="default",
+        name=meta["name"],
+        api_version="batch/v1",
+        kind="Job",
+        last=workload,
+    )
+
+
+async def test_runs_are_submitted_in_stamp_order_whatever_order_their_creates_end(
+    tmp_path: Path,
+) -> None:
+    admission = await admission_for(tmp_path)
+    runs = RunTable()
+    admission.rebuild(runs)
+    records = []
+    for rqi in ("first", "second", "third"):
+        spec, workload = rendered(admission, "qa1")
+        workload["metadata"]["annotations"]["launch-agent.io/run-queue-item-id"] = rqi
+        assert admission.prepare("qa1", spec, {}, workload) is None
+        records.append(runs.add(record_for(rqi, workload)))
+    stamps = [QuotaStamp.load(r.last["metadata"]["annotations"][STAMP]) for r in records]
+    assert stamps[0].enqueued < stamps[1].enqueued < stamps[2].enqueued
+    admission.created(records[2])
+    assert admission.engine.runs == {}, "waits for the earlier dispatches"
+    with admission.holding("qa1", "second"):
+        pass  # the second dispatch failed after its stamp: it is skipped
+    assert admission.engine.runs == {}
+    admission.created(records[0])
+    assert list(admission.engine.runs) == ["first", "third"]
+    first, third = (admission.engine.runs[r] for r in ("first", "third"))
+    assert first.enqueued < third.enqueued
