@@ -245,7 +245,7 @@ class Agent:
             await kueue.start(stack, stopping)
             self.admission = kueue
         if self.quota is not None:
-            self.quota.rebuild(self.runs)  # same usage and order as before the restart
+            await self.quota.rebuild(self.runs)  # same usage and order as before the restart
             tracker.observer = self.quota.observe
 
         # Kaniko builds (None unless builder.type is kaniko): one ImageBuilder per process,

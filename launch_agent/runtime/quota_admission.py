@@ -23,6 +23,7 @@ engine call happens on the event loop thread; the engine is never used concurren
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -62,6 +63,9 @@ from launch_agent.runtime.specs import SpecStore
 from launch_agent.runtime.startup import StartupError
 
 log = logging.getLogger(__name__)
+
+# Runs entered into the engine between two yields to the event loop during a rebuild.
+REBUILD_BATCH = 200
 
 
 def engine_time(moment: datetime) -> Fraction:
@@ -361,8 +365,9 @@ class QuotaAdmission:
         elif run.state is QState.PENDING:
             self.explain_due.add(run.id)
 
-    def rebuild(self, runs: RunTable) -> None:
-        """Rebuild the engine from the adopted runs (see the module docstring)."""
+    async def rebuild(self, runs: RunTable) -> None:
+        """Rebuild the engine from the adopted runs (see the module docstring); yields to the
+        event loop every `REBUILD_BATCH` runs (10,000 adopted runs are one start-up)."""
         self.runs = runs
         running: list[tuple[Fraction, RunRecord, QuotaStamp]] = []
         waiting: list[tuple[Fraction, RunRecord, QuotaStamp]] = []
@@ -384,9 +389,13 @@ class QuotaAdmission:
             self._last_enqueued = waiting[-1][0]
         start = min([t for t, _, _ in waiting] + [engine_time(self.now())])
         self.engine = AdmissionEngine(self.tree, start)
-        for admitted, record, stamp in running:
+        for i, (admitted, record, stamp) in enumerate(running):
             self._enter(record, stamp, admitted)
-        for enqueued, record, stamp in waiting:
+            if i % REBUILD_BATCH == REBUILD_BATCH - 1:
+                await asyncio.sleep(0)
+        for i, (enqueued, record, stamp) in enumerate(waiting):
+            if i % REBUILD_BATCH == REBUILD_BATCH - 1:
+                await asyncio.sleep(0)
             # Advancing to each enqueue time gives the run its original place in the order;
             # whatever the cycles on the way decide is applied by the driver first.
             if enqueued > self.engine.now:

@@ -182,7 +182,7 @@ async def test_runs_are_submitted_in_stamp_order_whatever_order_their_creates_en
 ) -> None:
     admission = await admission_for(tmp_path)
     runs = RunTable()
-    admission.rebuild(runs)
+    await admission.rebuild(runs)
     records = []
     for rqi in ("first", "second", "third"):
         spec, workload = rendered(admission, "qa1")
