@@ -14,6 +14,7 @@ from launch_agent.commands import (
     bench_build,
     bench_dispatch,
     bench_quota,
+    bench_quota_agent,
     bench_render,
     bench_sandbox,
     bench_tracking,
@@ -27,6 +28,7 @@ BENCHMARKS: tuple[BenchRegistrar, ...] = (
     bench_tracking.register_bench,
     bench_dispatch.register_bench,
     bench_quota.register_bench,
+    bench_quota_agent.register_bench,
     bench_build.register_bench,
 )
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from launch_agent.commands.bench_quota_agent import measure
 from launch_agent.model.config import AgentConfig
 from launch_agent.model.run_item import parse_run_item
 from launch_agent.quota import PodSet, RunState
@@ -200,3 +201,10 @@ async def test_runs_are_submitted_in_stamp_order_whatever_order_their_creates_en
     assert list(admission.engine.runs) == ["first", "third"]
     first, third = (admission.engine.runs[r] for r in ("first", "third"))
     assert first.enqueued < third.enqueued
+
+
+async def test_the_rebuild_benchmark_charges_what_was_admitted() -> None:
+    result = await measure(leaves=8, running=40, waiting=300, hours=2)  # a full tree
+    assert result["engine_runs"] == 340
+    assert result["root_cpu"] == 40, "every admitted run charged, no waiting run admitted"
+    assert set(result) >= {"rebuild_seconds", "longest_callback_ms"}
