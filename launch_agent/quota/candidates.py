@@ -188,14 +188,31 @@ class CandidateIndex:
     def _invalidate_below(
         self, node: int, resource: str, headroom: int, table: list[dict[str, int]]
     ) -> None:
+        """Mark the leaves below `node` whose candidate may no longer fit. Their bounds are
+        cleared, and those of the inner nodes passed re-merged, so that later descents do not
+        return to leaves already waiting for a rescan (one that may stay stale for long if
+        it cannot win, see `_resolve`); the rescan sets them again."""
+        children_of = self.ledger.children
         stack = [node]
+        passed: list[int] = []
         while stack:
             current = stack.pop()
-            children = self.ledger.children[current]
+            children = children_of[current]
             if not children:
                 self._invalidated.add(current)
+                self._fitmax[current] = {}
+                self._guarmax[current] = {}
                 continue
+            passed.append(current)
             stack.extend(c for c in children if table[c].get(resource, 0) > headroom)
+        for current in reversed(passed):  # children before their parents
+            for merged_table in (self._fitmax, self._guarmax):
+                merged: dict[str, int] = {}
+                for child in children_of[current]:
+                    for name, amount in merged_table[child].items():
+                        if amount > merged.get(name, 0):
+                            merged[name] = amount
+                merged_table[current] = merged
 
     def _on_decrease(self, path: tuple[int, ...], request: Mapping[str, int]) -> None:
         """Usage fell on `path`. Which skipped runs may now pass is decided in `_settle`,
@@ -444,6 +461,8 @@ class CandidateIndex:
         """A run joins `leaf`'s pending list: lower `_minreq` on its path (element-wise; a
         resource the request lacks counts as 0). It never rises again, so it bounds every
         request pending now below each node, whatever has left since."""
+        if self._hope_token[leaf] % 2:  # its hopeless entries were for a larger request
+            self._hope_token[leaf] += 1
         for node in self.ledger.paths[leaf]:
             least = self._minreq[node]
             if least is None:
