@@ -84,7 +84,8 @@ class CandidateIndex:
         self._bounds: dict[int, tuple[int, int] | None] = {}
         # Lazy resolution: nodes whose winner must be recomputed before it is used, the
         # restart point of each stale leaf's scan, and per node a lower bound on every request
-        # pending below it (None: nothing was ever pending there).
+        # pending below it (None: nothing was ever pending there); exact for a leaf (what is
+        # pending there now), the smallest ever pending below for an inner node.
         self._stale = [False] * count
         self._start: dict[int, Order | None] = {}
         self._minreq: list[dict[str, int] | None] = [None] * count
@@ -477,6 +478,19 @@ class CandidateIndex:
                 for r, amount in least.items()
                 if request.get(r, 0) > 0
             }
+
+    def _note_removed(self, leaf: int) -> None:
+        """A run left `leaf`'s pending list: the leaf's own bound is exact (the element-wise
+        minimum of what is pending there now), so it may rise; inner nodes keep theirs."""
+        least: dict[str, int] | None = None
+        for run in self._pending[leaf]:
+            request = run.request
+            if least is None:
+                least = dict(request)
+            else:
+                least = {r: min(a, request.get(r, 0)) for r, a in least.items() if r in request}
+        self._minreq[leaf] = least
+        self._bounds.pop(leaf, None)
 
     def _block(self, run: Run, where: tuple[int, str], threshold: int, floor: bool = False) -> None:
         """Record that `run` is skipped until usage at `where` falls to `threshold`: to fit

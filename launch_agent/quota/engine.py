@@ -277,6 +277,7 @@ class AdmissionEngine(CandidateIndex):
 
     def _remove_pending(self, run: Run) -> None:
         self._pending[run.leaf].remove(run)
+        self._note_removed(run.leaf)
         self._dirty_leaves.add(run.leaf)
 
     def _admit(self, run: Run, reason: str) -> Decision:
