@@ -258,3 +258,11 @@ def test_bench_quota_prints_numbers_and_writes_json(
     assert result["phases"]["borrow"]["decisions"] > 0
     assert result["phases"]["reclaim"]["preemptions"] > 0
     assert result["decisions"] == sum(p["decisions"] for p in result["phases"].values())
+    # Every fixpoint ends with one check that admits nothing, counted apart from decisions.
+    assert "fixpoint checks" in out
+    phases = result["phases"].values()
+    assert result["fixpoint_checks"] == sum(p["fixpoint_checks"] for p in phases)
+    assert (
+        result["phases"]["churn"]["fixpoint_checks"] == result["phases"]["churn"]["finish_events"]
+    )
+    assert all(p["fixpoint_checks"] >= 1 for p in phases)
