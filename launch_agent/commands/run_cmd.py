@@ -22,6 +22,12 @@ create it in Kubernetes (exactly once: created before it is acked, deterministic
 adopts), track it with watches and report every failure to W&B with a reason and the tail of
 the failing container's log. See docs/agent.md.
 
+Images: a run of a job without an image (git source or code artifact) is built first with a
+Kaniko Job when builder.type is kaniko (skipped when the registry already has the tag;
+docs/builds.md). Admission: max_jobs alone, or with quota.mode agent the elastic quota tree
+(runs wait suspended until their leaf has quota), or with quota.mode kueue Kueue decides and
+the agent reports its decisions to W&B (docs/quota.md).
+
 Kubernetes access: the pod's service account in a cluster, otherwise --kubeconfig or
 $KUBECONFIG (default ~/.kube/config). /healthz, /readyz and /metrics are served on
 health.port (default 8080).
