@@ -237,9 +237,16 @@ class CandidateIndex:
                 _, token, seq, floor = heapq.heappop(heap)
                 if seq < 0:  # a hopeless leaf's entry (see `_hopeless`)
                     leaf = -seq - 1
-                    if token == self._hope_token[leaf]:
-                        self._hope_token[leaf] += 1
-                        self._hope_woken.add(leaf)
+                    if token != self._hope_token[leaf]:
+                        continue
+                    # Cleared here, but the same condition may hold elsewhere (another
+                    # resource or node): then the entry only moves there.
+                    again = self._hope_obstacle(leaf, floor=floor == 3)
+                    if again is not None:
+                        self._push(again[0], again[1], token, seq, floor)
+                        continue
+                    self._hope_token[leaf] += 1
+                    self._hope_woken.add(leaf)
                     continue
                 run = self._by_seq.get(seq)
                 if run is None or token != run.block_token or run.state is not RunState.PENDING:
@@ -397,28 +404,43 @@ class CandidateIndex:
         ledger = self.ledger
         if ledger.children[node] or ledger.nodes[node].within_queue != "Never":
             return False
-        least = self._minreq[node]
-        if least is None:
+        if self._minreq[node] is None:
             return True
-        if ledger.within_min(node, least):
+        floor = self._hope_obstacle(node, floor=True)
+        if floor is None:
             return False
-        blocked = ledger.blocking(ledger.paths[node], least)
-        if blocked is None:
+        fit = self._hope_obstacle(node, floor=False)
+        if fit is None:
             return False
         token = self._hope_token[node]
         if token % 2 == 0:  # even: no entries recorded since the last scan or wake-up
             token = self._hope_token[node] = token + 1
-            where, resource = blocked
-            self._push(blocked, ledger.maxs[where][resource] - least[resource], token, -node - 1, 2)
-            minima = ledger.mins[node]
+            self._push(fit[0], fit[1], token, -node - 1, 2)
+            self._push(floor[0], floor[1], token, -node - 1, 3)
+        return True
+
+    def _hope_obstacle(self, leaf: int, *, floor: bool) -> tuple[tuple[int, str], int] | None:
+        """For `_hopeless`: where, and down to which usage, the leaf's smallest pending
+        request stays outside the leaf's min (`floor`) or does not fit on its path; None once
+        that condition no longer holds."""
+        ledger = self.ledger
+        least = self._minreq[leaf]
+        if least is None:
+            return None
+        if floor:
+            minima = ledger.mins[leaf]
             for resource, amount in least.items():
                 if resource in COUNT_RESOURCES or amount <= 0:
                     continue
-                if ledger.effective(node, resource) + amount > minima.get(resource, 0):
-                    floor = minima.get(resource, 0) - amount
-                    self._push((node, resource), floor, token, -node - 1, 2)
-                    break
-        return True
+                limit = minima.get(resource, 0)
+                if ledger.effective(leaf, resource) + amount > limit:
+                    return (leaf, resource), limit - amount
+            return None
+        blocked = ledger.blocking(ledger.paths[leaf], least)
+        if blocked is None:
+            return None
+        where, resource = blocked
+        return blocked, ledger.maxs[where][resource] - least[resource]
 
     def _tail_bound(self, node: int) -> tuple[int, Stamp, str] | None:
         """For a stale leaf, a lower bound on the rest of its offer's key, (-p, tq, id): its
