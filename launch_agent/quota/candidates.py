@@ -406,17 +406,19 @@ class CandidateIndex:
             return False
         if self._minreq[node] is None:
             return True
+        if self._hope_token[node] % 2:
+            # Odd: its entries are outstanding, so both obstacles still stand (either
+            # clearing would have moved the entry or woken the leaf, making the token even).
+            return True
         floor = self._hope_obstacle(node, floor=True)
         if floor is None:
             return False
         fit = self._hope_obstacle(node, floor=False)
         if fit is None:
             return False
-        token = self._hope_token[node]
-        if token % 2 == 0:  # even: no entries recorded since the last scan or wake-up
-            token = self._hope_token[node] = token + 1
-            self._push(fit[0], fit[1], token, -node - 1, 2)
-            self._push(floor[0], floor[1], token, -node - 1, 3)
+        token = self._hope_token[node] = self._hope_token[node] + 1
+        self._push(fit[0], fit[1], token, -node - 1, 2)
+        self._push(floor[0], floor[1], token, -node - 1, 3)
         return True
 
     def _hope_obstacle(self, leaf: int, *, floor: bool) -> tuple[tuple[int, str], int] | None:
