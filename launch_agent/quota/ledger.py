@@ -64,14 +64,27 @@ class Ledger:
         ]
         self.used: list[Vector] = [{} for _ in self.nodes]
         self.reserved: list[Vector] = [{} for _ in self.nodes]
+        # Per node, its share with nothing added and the resources it borrows: preemption
+        # asks for them of every sibling at each level, while usage changes on one path at a
+        # time. Dropped for the nodes of a path whenever usage on it changes.
+        self._share_now: dict[int, int] = {}
+        self._borrowed: dict[int, frozenset[str]] = {}
 
     # --- bookkeeping ------------------------------------------------------------------------
 
     def charge(self, path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
         _add(self.used, path, request, sign)
+        self._forget(path)
 
     def reserve(self, path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
         _add(self.reserved, path, request, sign)
+        self._forget(path)
+
+    def _forget(self, path: tuple[int, ...]) -> None:
+        share_now, borrowed = self._share_now, self._borrowed
+        for node in path:
+            share_now.pop(node, None)
+            borrowed.pop(node, None)
 
     def effective(self, node: int, resource: str) -> int:
         return self.used[node].get(resource, 0) + self.reserved[node].get(resource, 0)
@@ -119,12 +132,28 @@ class Ledger:
 
     def borrows_on(self, node: int, resources: frozenset[str]) -> bool:
         """R5: the node uses more than its min of one of `resources`."""
-        minima = self.mins[node]
-        return any(self.effective(node, r) > minima.get(r, 0) for r in resources)
+        borrowed = self._borrowed.get(node)
+        if borrowed is None:
+            minima = self.mins[node]
+            used, reserved = self.used[node], self.reserved[node]
+            borrowed = self._borrowed[node] = frozenset(
+                r
+                for r in used.keys() | reserved.keys()
+                if used.get(r, 0) + reserved.get(r, 0) > minima.get(r, 0)
+            )
+        return not borrowed.isdisjoint(resources)
 
     def share(self, node: int, extra: Mapping[str, int] | None = None) -> int:
         """R5: the node's weighted borrowed share, with `extra` added to its usage, as the
         integer `b · share_denominator` (exact; see `share_fraction`)."""
+        if not extra:
+            known = self._share_now.get(node)
+            if known is None:
+                known = self._share_now[node] = self._share(node, None)
+            return known
+        return self._share(node, extra)
+
+    def _share(self, node: int, extra: Mapping[str, int] | None) -> int:
         best = 0
         minima = self.mins[node]
         for resource, scale in self.share_scale[node].items():

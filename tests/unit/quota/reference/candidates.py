@@ -28,9 +28,9 @@ import heapq
 from collections.abc import Mapping
 from fractions import Fraction
 
-from launch_agent.quota.ledger import Ledger
 from launch_agent.quota.runs import Run, RunState, Stamp
 from launch_agent.quota.tree import COUNT_RESOURCES, QuotaTree
+from tests.unit.quota.reference.ledger import Ledger
 from tests.unit.quota.reference.preemption import plan_preemption
 
 Key = tuple[int, int, int, Stamp, str]

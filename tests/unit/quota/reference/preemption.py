@@ -30,9 +30,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from fractions import Fraction
 
-from launch_agent.quota.ledger import Ledger
 from launch_agent.quota.runs import RUNNING_STATES, Run, Stamp
 from launch_agent.quota.tree import COUNT_RESOURCES
+from tests.unit.quota.reference.ledger import Ledger
 
 
 def victim_order(run: Run) -> tuple[object, ...]:

@@ -1,0 +1,151 @@
+"""Per-node usage and reservations, and the predicates over them: fit (R3), guarantee (R4) and
+borrowed share (R5).
+
+Nodes are numbered in preorder so every per-node table is a list indexed by that number, and a
+run's path (its leaf up to the root) is a tuple of numbers computed once. Quantities are integer
+nanounits: every comparison is exact integer arithmetic, and the one ratio the rules need, the
+borrowed share `b(n) = max_r (u(n)[r] - min(n)[r])⁺ / cap[r] / w(n)`, is kept as an integer
+multiple of a common denominator, which is exact and cheap to compare.
+
+"Usage" in the predicates is the *effective* usage: quota charged to admitted and still
+terminating runs, plus quota reserved for preemptors whose victims are terminating (R10). The
+charged part alone is what invariant I1 bounds by `max`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from fractions import Fraction
+
+from launch_agent.quota.tree import COUNT_RESOURCES, QuotaNode, QuotaTree
+
+Vector = dict[str, int]
+
+
+class Ledger:
+    """The tree flattened into tables, with the usage of every node."""
+
+    def __init__(self, tree: QuotaTree) -> None:
+        self.tree = tree
+        self.nodes: list[QuotaNode] = list(tree.nodes())
+        self.index = {node.name: i for i, node in enumerate(self.nodes)}
+        self.parent = [-1] * len(self.nodes)
+        self.children: list[list[int]] = [[] for _ in self.nodes]
+        for i, node in enumerate(self.nodes):
+            for child in node.children:
+                c = self.index[child.name]
+                self.parent[c] = i
+                self.children[i].append(c)
+        self.paths: list[tuple[int, ...]] = []
+        for i in range(len(self.nodes)):
+            path = [i]
+            while self.parent[path[-1]] != -1:
+                path.append(self.parent[path[-1]])
+            self.paths.append(tuple(path))
+        self.depth = [len(p) - 1 for p in self.paths]
+        self.mins: list[Mapping[str, int]] = [n.min for n in self.nodes]
+        self.maxs: list[Mapping[str, int]] = [n.max for n in self.nodes]
+        self.leaves = [i for i, n in enumerate(self.nodes) if n.is_leaf]
+        self.cap = {r: q for r, q in tree.root.max.items() if q > 0}
+        # Shares are exact rationals with the common denominator
+        # D = lcm(cap) · lcm(weight numerators), so each is stored as the integer b·D:
+        # b(n)·D = max_r excess_r · (D / (cap[r] · w(n))), and every factor is a whole number.
+        # Comparing shares is then integer comparison, with no Fraction normalisation per use.
+        cap_lcm = math.lcm(*self.cap.values()) if self.cap else 1
+        weight_lcm = math.lcm(*(node.weight.numerator for node in self.nodes))
+        self.share_denominator = cap_lcm * weight_lcm
+        self.share_scale: list[dict[str, int]] = [
+            {
+                r: (cap_lcm // q) * node.weight.denominator * (weight_lcm // node.weight.numerator)
+                for r, q in self.cap.items()
+            }
+            for node in self.nodes
+        ]
+        self.used: list[Vector] = [{} for _ in self.nodes]
+        self.reserved: list[Vector] = [{} for _ in self.nodes]
+
+    # --- bookkeeping ------------------------------------------------------------------------
+
+    def charge(self, path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
+        _add(self.used, path, request, sign)
+
+    def reserve(self, path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
+        _add(self.reserved, path, request, sign)
+
+    def effective(self, node: int, resource: str) -> int:
+        return self.used[node].get(resource, 0) + self.reserved[node].get(resource, 0)
+
+    # --- predicates -------------------------------------------------------------------------
+
+    def blocking(
+        self, path: tuple[int, ...], request: Mapping[str, int], *, counts: bool = True
+    ) -> tuple[int, str] | None:
+        """The first (node, resource) on `path` where `request` does not fit (R3), or None."""
+        for node in path:
+            maxima = self.maxs[node]
+            used = self.used[node]
+            reserved = self.reserved[node]
+            for resource, amount in request.items():
+                ceiling = maxima.get(resource)
+                if ceiling is None or (not counts and resource in COUNT_RESOURCES):
+                    continue
+                if used.get(resource, 0) + reserved.get(resource, 0) + amount > ceiling:
+                    return node, resource
+        return None
+
+    def fits(self, path: tuple[int, ...], request: Mapping[str, int]) -> bool:
+        return self.blocking(path, request) is None
+
+    def within_min(self, node: int, request: Mapping[str, int]) -> bool:
+        """R4 at one node: every requested non-count resource stays within the node's min."""
+        minima = self.mins[node]
+        for resource, amount in request.items():
+            if resource in COUNT_RESOURCES or amount <= 0:
+                continue
+            if self.effective(node, resource) + amount > minima.get(resource, 0):
+                return False
+        return True
+
+    def guarantee_top(self, path: tuple[int, ...], request: Mapping[str, int]) -> int | None:
+        """A*(x) as a position in `path`: the highest ancestor A with G(x, A), or None when
+        even G(x, parent(leaf)) fails (the run is borrowing and may not reclaim)."""
+        if len(path) < 2 or not self.within_min(path[0], request):
+            return None
+        for position in range(1, len(path)):
+            if position == len(path) - 1 or not self.within_min(path[position], request):
+                return position
+        return len(path) - 1  # pragma: no cover - the loop always returns
+
+    def borrows_on(self, node: int, resources: frozenset[str]) -> bool:
+        """R5: the node uses more than its min of one of `resources`."""
+        minima = self.mins[node]
+        return any(self.effective(node, r) > minima.get(r, 0) for r in resources)
+
+    def share(self, node: int, extra: Mapping[str, int] | None = None) -> int:
+        """R5: the node's weighted borrowed share, with `extra` added to its usage, as the
+        integer `b · share_denominator` (exact; see `share_fraction`)."""
+        best = 0
+        minima = self.mins[node]
+        for resource, scale in self.share_scale[node].items():
+            excess = self.effective(node, resource) - minima.get(resource, 0)
+            if extra:
+                excess += extra.get(resource, 0)
+            if excess > 0:
+                value = excess * scale
+                best = max(best, value)
+        return best
+
+    def share_fraction(self, node: int, extra: Mapping[str, int] | None = None) -> Fraction:
+        return Fraction(self.share(node, extra), self.share_denominator)
+
+
+def _add(table: list[Vector], path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
+    for node in path:
+        row = table[node]
+        for resource, amount in request.items():
+            value = row.get(resource, 0) + sign * amount
+            if value:
+                row[resource] = value
+            else:
+                row.pop(resource, None)
