@@ -7,10 +7,10 @@ One `QuotaAdmission` owns one pure `AdmissionEngine` and plugs into the agent at
   `quota.max_pending_per_leaf` runs pending (or being dispatched) caps its queues at 0, so work
   the agent cannot start soon stays in W&B for other agents.
 - **dispatcher** (`holding`, `prepare`, `created`): the rendered workload is stamped (leaf,
-  priority, enqueue time, pod sets; `quota.requests.QuotaStamp`) and created *suspended*,
-  acked, then submitted to the engine. A queue without a leaf, a spec naming an unknown leaf
-  and a kind without a suspend field (LeaderWorkerSet, Volcano Job) fail the item with the
-  reason: the agent would have no way to hold such a workload back.
+  priority, strictly increasing enqueue time, pod sets; `quota.requests.QuotaStamp`) and
+  created *suspended*, acked, then submitted to the engine in stamp order. A queue without a
+  leaf, a spec naming an unknown leaf and a kind without a suspend field (LeaderWorkerSet,
+  Volcano Job) fail the item with the reason: the agent could not hold such a workload back.
 - **tracker** (`observe`): a run's state from the informers drives the engine: running →
   `mark_ready`, suspended again after an eviction → `terminated`, terminal → `finish`.
 - **start-up** (`rebuild`): the adopted workloads rebuild the engine before anything is popped:
@@ -38,6 +38,7 @@ from launch_agent.model.queue_spec import InvalidInput, QueueSpec
 from launch_agent.model.run_state import RunState
 from launch_agent.quota import (
     AdmissionEngine,
+    Decision,
     EngineError,
     QuotaTree,
     TreeError,
@@ -110,7 +111,7 @@ class QuotaAdmission:
         self._turn = 0
         # Runs the driver has to act on outside the engine's decisions: (item id, message).
         self.failures: list[tuple[str, str]] = []
-        self.backlog: list[Any] = []  # decisions produced while rebuilding
+        self.backlog: list[Decision] = []  # decisions produced while rebuilding
         self.explain_due: set[str] = set()
         self.unstamped: set[str] = set()  # runs without a readable stamp (logged once)
         # Submission in stamp order: item id → ticket from `prepare` until created or failed;
