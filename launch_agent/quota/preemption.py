@@ -43,6 +43,25 @@ from launch_agent.quota.runs import RUNNING_STATES, Run, Stamp
 from launch_agent.quota.tree import COUNT_RESOURCES
 
 
+def first_victim(runs: Iterable[Run]) -> Run | None:
+    """`min(runs, key=victim_order)` without building a key (and negating a Fraction) per
+    run: this is the innermost loop of victim selection."""
+    best: Run | None = None
+    best_stamp: Stamp = (Fraction(0), 0)
+    for run in runs:
+        stamp = run.admitted or (Fraction(0), 0)
+        if (
+            best is None
+            or run.priority < best.priority
+            or (
+                run.priority == best.priority
+                and (stamp > best_stamp or (stamp == best_stamp and run.id < best.id))
+            )
+        ):
+            best, best_stamp = run, stamp
+    return best
+
+
 def victim_order(run: Run) -> tuple[object, ...]:
     """Lowest priority first, then the most recently admitted, then the smaller id."""
     admitted = run.admitted or (Fraction(0), 0)
@@ -198,7 +217,7 @@ class _Plan:
             node = self.pick_child(self.ledger.children[node])
         if node is None:
             return None
-        return min(self.eligible_in_leaf(node), key=victim_order, default=None)
+        return first_victim(self.eligible_in_leaf(node))
 
     def reclaim(self) -> None:
         ledger = self.ledger
