@@ -64,6 +64,8 @@ class Ledger:
         ]
         self.used: list[Vector] = [{} for _ in self.nodes]
         self.reserved: list[Vector] = [{} for _ in self.nodes]
+        # used + reserved, kept alongside: every predicate reads it, one lookup per resource.
+        self.eff: list[Vector] = [{} for _ in self.nodes]
         # Per node, its share with nothing added and the resources it borrows: preemption
         # asks for them of every sibling at each level, while usage changes on one path at a
         # time. Dropped for the nodes of a path whenever usage on it changes.
@@ -74,10 +76,12 @@ class Ledger:
 
     def charge(self, path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
         _add(self.used, path, request, sign)
+        _add(self.eff, path, request, sign)
         self._forget(path)
 
     def reserve(self, path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
         _add(self.reserved, path, request, sign)
+        _add(self.eff, path, request, sign)
         self._forget(path)
 
     def _forget(self, path: tuple[int, ...]) -> None:
@@ -87,7 +91,7 @@ class Ledger:
             borrowed.pop(node, None)
 
     def effective(self, node: int, resource: str) -> int:
-        return self.used[node].get(resource, 0) + self.reserved[node].get(resource, 0)
+        return self.eff[node].get(resource, 0)
 
     # --- predicates -------------------------------------------------------------------------
 
@@ -95,15 +99,18 @@ class Ledger:
         self, path: tuple[int, ...], request: Mapping[str, int], *, counts: bool = True
     ) -> tuple[int, str] | None:
         """The first (node, resource) on `path` where `request` does not fit (R3), or None."""
+        items = (
+            list(request.items())
+            if counts
+            else [(r, a) for r, a in request.items() if r not in COUNT_RESOURCES]
+        )
+        maxs, eff = self.maxs, self.eff
         for node in path:
-            maxima = self.maxs[node]
-            used = self.used[node]
-            reserved = self.reserved[node]
-            for resource, amount in request.items():
+            maxima = maxs[node]
+            effective = eff[node]
+            for resource, amount in items:
                 ceiling = maxima.get(resource)
-                if ceiling is None or (not counts and resource in COUNT_RESOURCES):
-                    continue
-                if used.get(resource, 0) + reserved.get(resource, 0) + amount > ceiling:
+                if ceiling is not None and effective.get(resource, 0) + amount > ceiling:
                     return node, resource
         return None
 
@@ -135,11 +142,8 @@ class Ledger:
         borrowed = self._borrowed.get(node)
         if borrowed is None:
             minima = self.mins[node]
-            used, reserved = self.used[node], self.reserved[node]
             borrowed = self._borrowed[node] = frozenset(
-                r
-                for r in used.keys() | reserved.keys()
-                if used.get(r, 0) + reserved.get(r, 0) > minima.get(r, 0)
+                r for r, amount in self.eff[node].items() if amount > minima.get(r, 0)
             )
         return not borrowed.isdisjoint(resources)
 
