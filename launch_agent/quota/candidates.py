@@ -77,9 +77,11 @@ class CandidateIndex:
         self._decreased: set[tuple[int, str]] = set()
         self._invalidated: set[int] = set()
         self._was_strict = [False] * count
-        # Hopeless leaves left stale (`_hopeless`): a token voids their entries once they are
-        # scanned or woken; woken ones are re-marked at the next settle.
-        self._hope_token = [0] * count
+        # Hopeless leaves left stale (`_hopeless`): per leaf, one token for its fit entry and
+        # one for its floor entry (kinds 2 and 3); odd while the entry is outstanding, bumped
+        # to void it once the leaf is scanned or the entry clears. Woken leaves are re-marked
+        # at the next settle.
+        self._hope_tokens: tuple[list[int], list[int]] = ([0] * count, [0] * count)
         self._hope_woken: set[int] = set()
         self._bounds: dict[int, tuple[int, int] | None] = {}
         # Lazy resolution: nodes whose winner must be recomputed before it is used, the
@@ -237,7 +239,8 @@ class CandidateIndex:
                 _, token, seq, floor = heapq.heappop(heap)
                 if seq < 0:  # a hopeless leaf's entry (see `_hopeless`)
                     leaf = -seq - 1
-                    if token != self._hope_token[leaf]:
+                    tokens = self._hope_tokens[floor - 2]
+                    if token != tokens[leaf]:
                         continue
                     # Cleared here, but the same condition may hold elsewhere (another
                     # resource or node): then the entry only moves there.
@@ -245,7 +248,7 @@ class CandidateIndex:
                     if again is not None:
                         self._push(again[0], again[1], token, seq, floor)
                         continue
-                    self._hope_token[leaf] += 1
+                    tokens[leaf] += 1  # this side must be checked again; the other stands
                     self._hope_woken.add(leaf)
                     continue
                 run = self._by_seq.get(seq)
@@ -406,20 +409,31 @@ class CandidateIndex:
             return False
         if self._minreq[node] is None:
             return True
-        if self._hope_token[node] % 2:
-            # Odd: its entries are outstanding, so both obstacles still stand (either
-            # clearing would have moved the entry or woken the leaf, making the token even).
-            return True
-        floor = self._hope_obstacle(node, floor=True)
-        if floor is None:
-            return False
-        fit = self._hope_obstacle(node, floor=False)
-        if fit is None:
-            return False
-        token = self._hope_token[node] = self._hope_token[node] + 1
-        self._push(fit[0], fit[1], token, -node - 1, 2)
-        self._push(floor[0], floor[1], token, -node - 1, 3)
+        # An odd token means that side's entry is outstanding, so its obstacle still stands
+        # (clearing would have moved the entry or woken the leaf, making the token even).
+        fits, floors = self._hope_tokens
+        fit = floor = None
+        if floors[node] % 2 == 0:
+            floor = self._hope_obstacle(node, floor=True)
+            if floor is None:
+                return False
+        if fits[node] % 2 == 0:
+            fit = self._hope_obstacle(node, floor=False)
+            if fit is None:
+                return False
+        if floor is not None:
+            floors[node] += 1
+            self._push(floor[0], floor[1], floors[node], -node - 1, 3)
+        if fit is not None:
+            fits[node] += 1
+            self._push(fit[0], fit[1], fits[node], -node - 1, 2)
         return True
+
+    def _void_hope(self, leaf: int) -> None:
+        """Void the leaf's outstanding hopeless entries (odd tokens become even)."""
+        for tokens in self._hope_tokens:
+            if tokens[leaf] % 2:
+                tokens[leaf] += 1
 
     def _hope_obstacle(self, leaf: int, *, floor: bool) -> tuple[tuple[int, str], int] | None:
         """For `_hopeless`: where, and down to which usage, the leaf's smallest pending
@@ -486,8 +500,7 @@ class CandidateIndex:
         """A run joins `leaf`'s pending list: lower `_minreq` on its path (element-wise; a
         resource the request lacks counts as 0). It never rises again, so it bounds every
         request pending now below each node, whatever has left since."""
-        if self._hope_token[leaf] % 2:  # its hopeless entries were for a larger request
-            self._hope_token[leaf] += 1
+        self._void_hope(leaf)  # its hopeless entries were for a larger request
         for node in self.ledger.paths[leaf]:
             least = self._minreq[node]
             if least is None:
@@ -533,7 +546,7 @@ class CandidateIndex:
 
     def _entry_valid(self, entry: tuple[int, int, int, int]) -> bool:
         if entry[2] < 0:
-            return entry[1] == self._hope_token[-entry[2] - 1]
+            return entry[1] == self._hope_tokens[entry[3] - 2][-entry[2] - 1]
         run = self._by_seq.get(entry[2])
         return run is not None and entry[1] == run.block_token and run.state is RunState.PENDING
 
@@ -544,8 +557,7 @@ class CandidateIndex:
             start = None
         self._cand[leaf] = None
         self._cand_kind[leaf] = _NONE
-        if self._hope_token[leaf] % 2:  # odd: its hopeless entries are outstanding, now void
-            self._hope_token[leaf] += 1
+        self._void_hope(leaf)
         self._sensitive.discard(leaf)
         self._local.discard(leaf)
         self._was_strict[leaf] = False
