@@ -83,6 +83,16 @@ class CandidateIndex:
         # at the next settle.
         self._hope_tokens: tuple[list[int], list[int]] = ([0] * count, [0] * count)
         self._hope_woken: set[int] = set()
+        # Per inner node, the leaves below it, and whether every one of them preempts only
+        # across queues (`withinQueue: Never`): what `_subtree_hopeless` needs.
+        self._leaves_below: list[list[int]] = [[] for _ in range(count)]
+        for leaf in self.ledger.leaves:
+            for ancestor in self.ledger.paths[leaf][1:]:
+                self._leaves_below[ancestor].append(leaf)
+        self._never_below = [
+            all(self.ledger.nodes[leaf].within_queue == "Never" for leaf in below)
+            for below in self._leaves_below
+        ]
         self._bounds: dict[int, tuple[int, int] | None] = {}
         # Lazy resolution: nodes whose winner must be recomputed before it is used, the
         # restart point of each stale leaf's scan, and per node a lower bound on every request
@@ -405,7 +415,9 @@ class CandidateIndex:
         own instead (both conditions' thresholds for that smallest request), and is re-marked
         when either clears."""
         ledger = self.ledger
-        if ledger.children[node] or ledger.nodes[node].within_queue != "Never":
+        if ledger.children[node]:
+            return self._subtree_hopeless(node)
+        if ledger.nodes[node].within_queue != "Never":
             return False
         if self._minreq[node] is None:
             return True
@@ -424,6 +436,43 @@ class CandidateIndex:
         if floor is not None:
             floors[node] += 1
             self._push(floor[0], floor[1], floors[node], -node - 1, 3)
+        if fit is not None:
+            fits[node] += 1
+            self._push(fit[0], fit[1], fits[node], -node - 1, 2)
+        return True
+
+    def _subtree_hopeless(self, node: int) -> bool:
+        """Whether a stale inner node certainly has no offer, without resolving it: the
+        smallest request ever pending below it does not fit on the path from the node up (so
+        no run below fits), and every leaf below is known not to preempt — nothing pending,
+        an exact empty offer, or stale with its floor entry outstanding (see `_hopeless`).
+
+        A release at the root that makes room for a few CPUs would otherwise wake every leaf
+        whose smallest run fits there, and once the winner took the room back, each of them
+        would be proven hopeless again, one leaf at a time. A subtree that is hopeless as a
+        whole records one fit entry instead (kind 2, like a leaf's, for `_minreq[node]` on
+        `paths[node]`); when it clears, the node and its ancestors are marked stale and the
+        leaves below are judged one by one. Its leaves' floor entries still wake them (and
+        so the node) on their own."""
+        if not self._never_below[node]:
+            return False
+        fits = self._hope_tokens[0]
+        fit = None
+        # An odd token: the node's entry is outstanding, so its obstacle still stands (the
+        # token is bumped when `_minreq[node]` shrinks).
+        if fits[node] % 2 == 0:
+            fit = self._hope_obstacle(node, floor=False)
+            if fit is None:
+                return False
+        stale, offer, minreq, floors = self._stale, self._offer, self._minreq, self._hope_tokens[1]
+        for leaf in self._leaves_below[node]:
+            if minreq[leaf] is None:
+                continue
+            if stale[leaf]:
+                if floors[leaf] % 2 == 0:
+                    return False
+            elif offer[leaf] is not None:
+                return False
         if fit is not None:
             fits[node] += 1
             self._push(fit[0], fit[1], fits[node], -node - 1, 2)
@@ -510,6 +559,9 @@ class CandidateIndex:
             if all(request.get(r, 0) >= amount for r, amount in least.items()):
                 return  # the ancestors' bounds are element-wise lower still
             self._bounds.pop(node, None)
+            fits = self._hope_tokens[0]
+            if fits[node] % 2:  # an inner node's subtree entry was for a larger request
+                fits[node] += 1
             self._minreq[node] = {
                 r: min(amount, request.get(r, 0))
                 for r, amount in least.items()
