@@ -83,6 +83,9 @@ class CandidateIndex:
         # at the next settle.
         self._hope_tokens: tuple[list[int], list[int]] = ([0] * count, [0] * count)
         self._hope_woken: set[int] = set()
+        # Per node, where its smallest request was last found not to fit: usually still true
+        # (a full root), and then one lookup instead of a walk from the leaf up.
+        self._hope_hint: dict[int, tuple[int, str]] = {}
         # Per inner node, the leaves below it, and whether every one of them preempts only
         # across queues (`withinQueue: Never`): what `_subtree_hopeless` needs.
         self._leaves_below: list[list[int]] = [[] for _ in range(count)]
@@ -501,9 +504,18 @@ class CandidateIndex:
                 if ledger.effective(leaf, resource) + amount > limit:
                     return (leaf, resource), limit - amount
             return None
+        # Any obstacle on the path will do: the entry only has to stay valid while it stands.
+        hint = self._hope_hint.get(leaf)
+        if hint is not None:
+            where, resource = hint
+            amount = least.get(resource, 0)
+            ceiling = ledger.maxs[where][resource]
+            if amount and ledger.eff[where].get(resource, 0) + amount > ceiling:
+                return hint, ceiling - amount
         blocked = ledger.blocking(ledger.paths[leaf], least)
         if blocked is None:
             return None
+        self._hope_hint[leaf] = blocked
         where, resource = blocked
         return blocked, ledger.maxs[where][resource] - least[resource]
 
