@@ -112,17 +112,29 @@ class AdmissionEngine(CandidateIndex):
         """Move the clock to `now`, firing every timer on the way in time order (readiness
         timeouts R11, backoff ends, preemption timeouts R10, Strict switches R9) with a full
         admission cycle after each."""
+        decisions: list[Decision] = []
+        while True:
+            fired, done = self.advance_once(now)
+            decisions += fired
+            decisions += self.cycle()
+            if done:
+                return decisions
+
+    def advance_once(self, now: Fraction | int) -> tuple[list[Decision], bool]:
+        """One stop of `advance` without its admission cycle: move the clock to the next
+        timer due by `now` (or to `now`) and fire what is due there. Returns the decisions
+        the timers made and whether the clock reached `now`.
+
+        A caller that must not run a whole cycle at once (the agent's event loop) calls this,
+        then `step()` until the fixpoint, and again until it returns True: the same decisions
+        as `advance(now)`."""
         target = Fraction(now)
         if target < self.now:
             raise EngineError(f"time cannot go backwards ({self.now} -> {target})")
-        decisions: list[Decision] = []
-        while True:
-            due = self._next_deadline()
-            if due is None or due > target:
-                break
-            decisions += self._tick(due)
-        decisions += self._tick(target)
-        return decisions
+        due = self._next_deadline()
+        if due is not None and due <= target:
+            return self._fire(due), False
+        return self._fire(target), True
 
     # --- the cycle ----------------------------------------------------------------------------
 
@@ -387,7 +399,7 @@ class AdmissionEngine(CandidateIndex):
         later = [t for t in due if t > self.now]
         return min(later) if later else None
 
-    def _tick(self, now: Fraction) -> list[Decision]:
+    def _fire(self, now: Fraction) -> list[Decision]:
         self.now = now
         decisions: list[Decision] = []
         tree = self.tree
@@ -407,7 +419,7 @@ class AdmissionEngine(CandidateIndex):
                     self._release_reservation(run)
         # Backoff ends and Strict switches depend on the clock: look at every leaf again.
         self._dirty_leaves.update(self.ledger.leaves)
-        return decisions + self.cycle()
+        return decisions
 
     def _ready_timeout(self, run: Run) -> Decision:
         """R11: evict, then back off base·2^(k-1) (capped), or fail after the limit."""

@@ -4,7 +4,8 @@ The loop (a supervised root task, `run`) takes one engine iteration per turn and
 event loop between turns, so a large tree never holds the loop for a whole admission cycle.
 At the fixpoint it explains the runs that became pending (a W&B warning each: "waiting for
 quota: a.1 uses 20/20 cpu"), moves the engine's clock (readiness timeouts, backoff ends, the
-Strict guard) every `tick_seconds`, and sleeps until an event wakes it.
+Strict guard) every `tick_seconds`, and sleeps until an event wakes it. The clock moves one
+timer at a time too (`advance_once`), each followed by its cycle, one `step()` per turn.
 
 Decisions, applied in the order the engine made them (victims are suspended before their
 preemptor is released):
@@ -78,13 +79,23 @@ class QuotaDriver:
         backlog, self.admission.backlog = self.admission.backlog, []
         for decision in backlog:
             await self._apply(decision)
+        target = None  # the clock value the engine is being moved to, timer by timer
         while not stopping.is_set():
             await self._fail_refused()
             decisions = self.engine.step()
-            if not decisions and loop.time() >= next_tick:
-                next_tick = loop.time() + self.tick_seconds
-                await self._retry_patches()
-                decisions = self.engine.advance(self.admission.clock())
+            if not decisions and (target is not None or loop.time() >= next_tick):
+                if target is None:
+                    next_tick = loop.time() + self.tick_seconds
+                    await self._retry_patches()
+                    target = self.admission.clock()
+                # One timer stop per turn; the cycle after it runs one step() per turn too.
+                fired, done = self.engine.advance_once(target)
+                if done:
+                    target = None
+                for decision in fired:
+                    await self._apply(decision)
+                await asyncio.sleep(0)
+                continue
             if not decisions:
                 self._explain()
                 self.wake.clear()

@@ -2,7 +2,9 @@
 best-first preemption ties) against the simple reference in `reference/` (the engine before
 that work, in its exhaustive mode). On random trees and random event sequences, and on
 benchmark-shaped workloads, both must make the same decisions, in the same order, with the
-same reasons, and end every event with the same usage and the same run states."""
+same reasons, and end every event with the same usage and the same run states. The optimized
+engine's clock moves as the agent moves it (`advance_once` and `step()`), the reference's by
+`advance`."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from launch_agent.commands import bench_quota
-from launch_agent.quota import AdmissionEngine, QuotaTree, RunState, parse_tree
+from launch_agent.quota import AdmissionEngine, Decision, QuotaTree, RunState, parse_tree
 from tests.unit.quota.helpers import ack_tree
 from tests.unit.quota.reference.engine import AdmissionEngine as ReferenceEngine
 from tests.unit.quota.test_properties import Event, run_specs, trees
@@ -33,9 +35,28 @@ def play(engine: AdmissionEngine | ReferenceEngine, event: Event) -> Outcome:
         engine.mark_ready(value)
     elif kind == "terminated":
         engine.terminated(value)
+    elif isinstance(engine, AdmissionEngine):
+        return outcome(advance_stepwise(engine, engine.now + value))
     else:
-        return [(d.action, d.run, d.reason) for d in engine.advance(engine.now + value)]
-    return [(d.action, d.run, d.reason) for d in engine.cycle()]
+        return outcome(engine.advance(engine.now + value))
+    return outcome(engine.cycle())
+
+
+def outcome(decisions: list[Decision]) -> Outcome:
+    return [(d.action, d.run, d.reason) for d in decisions]
+
+
+def advance_stepwise(engine: AdmissionEngine, target: Fraction) -> list[Decision]:
+    """The clock moved as the agent's driver moves it: one timer stop at a time
+    (`advance_once`), each followed by its cycle one `step()` at a time."""
+    decisions: list[Decision] = []
+    while True:
+        fired, done = engine.advance_once(target)
+        decisions += fired
+        while made := engine.step():
+            decisions += made
+        if done:
+            return decisions
 
 
 def same_state(fast: AdmissionEngine, slow: ReferenceEngine) -> None:
