@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,8 +23,10 @@ from launch_agent.model.config_resolve import (
     Override,
     ResolvedConfig,
     Source,
+    parse_yaml_with_lines,
     resolve,
 )
+from launch_agent.quota.tree import validate_tree
 
 # W&B's agent reads this file when no --config is given; so do we, for drop-in compatibility.
 WANDB_DEFAULT_CONFIG = Path("~/.config/wandb/launch-config.yaml")
@@ -114,13 +117,72 @@ def load_config(
             netrc_text = netrc_path.read_text(encoding="utf-8")
         except OSError:
             netrc_text = None
-    return resolve(
+    resolved = resolve(
         file_text=file_text,
         filename=str(path) if file_text is not None else None,
         env=env,
         flags=flag_overrides(args),
         netrc_text=netrc_text,
     )
+    lines: dict[tuple[str | int, ...], int] = {}
+    if file_text is not None:
+        _, lines = parse_yaml_with_lines(file_text, str(path))  # resolve() parsed it already
+    problems = quota_tree_problems(resolved, str(path), lines)
+    if problems:
+        raise ConfigError(problems)
+    return resolved
+
+
+def quota_tree_problems(
+    resolved: ResolvedConfig, filename: str, lines: Mapping[tuple[str | int, ...], int]
+) -> list[ConfigProblem]:
+    """R1 on `quota.tree`, each problem at the file line of the key it names.
+
+    The tree's rules need the quota package, which the model layer may not import, so they
+    are checked here, where the file's lines are still known. A tree is checked whenever one
+    is given, not only with `quota.mode: agent`: an admin who switches modes later should not
+    discover a broken tree then.
+    """
+    quota = resolved.config.quota
+    if quota.tree is None:
+        if quota.mode != "agent":
+            return []
+        origin = _origin(resolved.sources.get("quota.mode"), filename, lines, ("quota", "mode"))
+        return [ConfigProblem(origin, "quota.tree", "quota.mode is agent but no tree is set")]
+    source = resolved.sources.get("quota.tree") or next(
+        (v for k, v in resolved.sources.items() if k.startswith("quota.tree.")), None
+    )
+    out = []
+    for problem in validate_tree(quota.tree):
+        key = "quota.tree" + (f".{problem.path}" if problem.path else "")
+        out.append(
+            ConfigProblem(_origin(source, filename, lines, _split(key)), key, problem.reason)
+        )
+    return out
+
+
+def _split(key: str) -> tuple[str | int, ...]:
+    """`a.b[2].c` → `("a", "b", 2, "c")`, the form `parse_yaml_with_lines` indexes lines by."""
+    parts: list[str | int] = []
+    for token in re.findall(r"[^.\[\]]+|\[\d+\]", key):
+        parts.append(int(token[1:-1]) if token.startswith("[") else token)
+    return tuple(parts)
+
+
+def _origin(
+    source: Source | None,
+    filename: str,
+    lines: Mapping[tuple[str | int, ...], int],
+    path: tuple[str | int, ...],
+) -> str:
+    """`FILE:LINE` of the nearest key of `path` the file sets; else where the value came from."""
+    if source is None or source.kind != "file":
+        return str(source) if source is not None else "configuration"
+    while path:
+        if path in lines:
+            return f"{filename}:{lines[path]}"
+        path = path[:-1]
+    return filename
 
 
 def report_config_error(error: ConfigError) -> int:
