@@ -140,6 +140,16 @@ class CandidateIndex:
         Returns _GUARANTEED when a is the root (then D ≤ E always holds, and the answer only
         changes with usage on the run's own path: `guarmax` tracks it), _LOCAL when a is lower
         (the answer also depends on usage beside a: re-checked after every change), or _NONE.
+
+        Below the root a sharper bound than E is used: F, the sum over the children c of a off
+        the path of (u(c) - min(c))⁺. At level a, R7 evicts while x does not fit and some such
+        child borrows a resource x wants (a borrowing child has a borrowing leaf below it,
+        whose running runs request that resource: there is always a victim); when it stops
+        for want of victims every such child is back within its min, so at least F was freed
+        at a and at every node above. If D ≤ F for every wanted resource at a and above, x
+        fits by then. F ≥ E, since u(a) = u(p) + Σ u(c) and u(p) + req ≤ min(p): this proves
+        more candidates than the counting argument, without planning them (a reclaimer whose
+        parent already borrows, `--layout interleaved` in the benchmark).
         """
         ledger = self.ledger
         request = run.request
@@ -157,16 +167,24 @@ class CandidateIndex:
             return _NONE
         if top == len(path) - 1:
             return _GUARANTEED
-        anchor = path[top]
-        for node in path[top + 1 :]:
-            for resource, amount in request.items():
-                if resource in COUNT_RESOURCES or amount <= 0:
-                    continue
+        beside = [c for c in ledger.children[path[top]] if c != path[top - 1]]
+        eff, mins = ledger.eff, ledger.mins
+        for resource, amount in request.items():
+            if resource in COUNT_RESOURCES or amount <= 0:
+                continue
+            freeable = -1  # F for this resource, summed only if some node lacks it
+            for node in path[top:]:
                 ceiling = ledger.maxs[node].get(resource)
                 if ceiling is None:
                     continue
-                excess = ledger.effective(anchor, resource) - ledger.mins[anchor].get(resource, 0)
-                if ledger.effective(node, resource) - ceiling > excess:
+                lack = eff[node].get(resource, 0) + amount - ceiling
+                if lack <= 0:
+                    continue
+                if freeable < 0:
+                    freeable = sum(
+                        max(0, eff[c].get(resource, 0) - mins[c].get(resource, 0)) for c in beside
+                    )
+                if lack > freeable:
                     return _NONE
         return _LOCAL
 
@@ -690,6 +708,7 @@ class CandidateIndex:
                         self.tree.reclaim_policy,
                         node.within_queue,
                         latest=None if self.exhaustive else self._latest,
+                        minimal=self.exhaustive,
                     )
                     if plan is not None:
                         self._cand[leaf], self._cand_kind[leaf] = run, _PLANNED

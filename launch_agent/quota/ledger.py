@@ -84,6 +84,12 @@ class Ledger:
         _add(self.eff, path, request, sign)
         self._forget(path)
 
+    def shift(self, path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
+        """Move only the effective usage, for a tentative change that is undone before
+        anything reads `used` (preemption planning)."""
+        _add(self.eff, path, request, sign)
+        self._forget(path)
+
     def _forget(self, path: tuple[int, ...]) -> None:
         share_now, borrowed = self._share_now, self._borrowed
         for node in path:

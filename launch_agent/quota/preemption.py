@@ -92,12 +92,14 @@ class _Plan:
     def fits(self) -> bool:
         return self.ledger.fits(self.path, self.x.request)
 
+    # Tentative evictions move only the effective usage, which is all that fit, shares and
+    # borrowing read: the charged part is put back unchanged anyway.
     def remove(self, run: Run) -> None:
-        self.ledger.charge(self.ledger.paths[run.leaf], run.request, -1)
+        self.ledger.shift(self.ledger.paths[run.leaf], run.request, -1)
         self.removed.add(run.id)
 
     def restore(self, run: Run) -> None:
-        self.ledger.charge(self.ledger.paths[run.leaf], run.request, +1)
+        self.ledger.shift(self.ledger.paths[run.leaf], run.request, +1)
         self.removed.discard(run.id)
 
     def eligible_in_leaf(self, leaf: int) -> Iterable[Run]:
@@ -271,10 +273,14 @@ def plan_preemption(
     within_queue: str,
     *,
     latest: Sequence[Stamp | None] | None = None,
+    minimal: bool = True,
 ) -> list[Run] | None:
     """The runs to evict, in order, so that `x` fits; None when no set of victims works.
     `latest`: per node, an upper bound on the admission stamps of the runs admitted below it
-    (None for none), which speeds up ties; without it every tie is searched in full."""
+    (None for none), which speeds up ties; without it every tie is searched in full.
+    `minimal=False` skips the minimization: the answer is then only good for "is there a
+    plan" (minimizing drops victims, never turns a plan into None), which is all that choosing
+    candidates needs; the plan that is carried out is always minimized."""
     plan = _Plan(ledger, admitted, x, reclaim_policy, latest)
     try:
         plan.reclaim()
@@ -282,7 +288,8 @@ def plan_preemption(
             plan.within_queue()
         if not plan.fits():
             return None
-        plan.minimize()
+        if minimal:
+            plan.minimize()
         return list(plan.victims)
     finally:
         for run in list(plan.victims):
