@@ -742,17 +742,24 @@ class CandidateIndex:
             best_run = None
             fitmax: dict[str, int] = {}
             guarmax: dict[str, int] = {}
-            stale = self._stale
+            stale, offers, fitmaxs, guarmaxs = self._stale, self._offer, self._fitmax, self._guarmax
             for child in children:
-                key = self._offer[child]
+                key = offers[child]
                 # A stale child left unresolved cannot win (`_resolve`); its old offer is
                 # void, but its bounds still over-approximate what lies below.
                 if key is not None and not stale[child] and (best_key is None or key < best_key):
                     best_key, best_run = key, self._best[child]
-                for table, merged in ((self._fitmax, fitmax), (self._guarmax, guarmax)):
-                    for resource, amount in table[child].items():
-                        if amount > merged.get(resource, 0):
-                            merged[resource] = amount
+                # Most children have no fitting or guaranteed candidate: skip their empty tables.
+                table = fitmaxs[child]
+                if table:
+                    for resource, amount in table.items():
+                        if amount > fitmax.get(resource, 0):
+                            fitmax[resource] = amount
+                table = guarmaxs[child]
+                if table:
+                    for resource, amount in table.items():
+                        if amount > guarmax.get(resource, 0):
+                            guarmax[resource] = amount
             self._best[node] = best_run
             self._fitmax[node] = fitmax
             self._guarmax[node] = guarmax
