@@ -600,7 +600,12 @@ class CandidateIndex:
 
     def _note_removed(self, leaf: int) -> None:
         """A run left `leaf`'s pending list: the leaf's own bound is exact (the element-wise
-        minimum of what is pending there now), so it may rise; inner nodes keep theirs."""
+        minimum of what is pending there now), so it may rise; then the inner nodes above are
+        re-merged from their children, up to the first that does not change.
+
+        Tight inner bounds matter on a full tree: a node whose bound is the smallest request
+        that was *ever* pending below it fits in the crumbs a release leaves at the root, so
+        neither its tournament bound nor `_subtree_hopeless` can rule the subtree out."""
         least: dict[str, int] | None = None
         for run in self._pending[leaf]:
             request = run.request
@@ -608,8 +613,26 @@ class CandidateIndex:
                 least = dict(request)
             else:
                 least = {r: min(a, request.get(r, 0)) for r, a in least.items() if r in request}
+        old = self._minreq[leaf]
         self._minreq[leaf] = least
         self._bounds.pop(leaf, None)
+        if least == old:
+            return
+        minreq, children = self._minreq, self.ledger.children
+        for node in self.ledger.paths[leaf][1:]:
+            merged: dict[str, int] | None = None
+            for child in children[node]:
+                below = minreq[child]
+                if below is None:
+                    continue
+                if merged is None:
+                    merged = dict(below)
+                else:  # element-wise, a resource missing on one side counting as 0
+                    merged = {r: min(a, below[r]) for r, a in merged.items() if r in below}
+            if merged == minreq[node]:
+                return
+            minreq[node] = merged
+            self._bounds.pop(node, None)
 
     def _block(self, run: Run, where: tuple[int, str], threshold: int, floor: bool = False) -> None:
         """Record that `run` is skipped until usage at `where` falls to `threshold`: to fit
