@@ -12,11 +12,23 @@ Steps for one `BuildSpec`:
 4. skip everything when the registry already has `destination:tag`;
 5. pack the context (deterministic tar.gz, in the executor), upload it to the context store;
 6. create the Kaniko Job (`render/kaniko.py`), adopting one of the same name (a restarted agent
-   or a second replica building the same image), and wait for its outcome on a watch of that
-   Job (resumed from the last resourceVersion when the stream ends; never polled);
-7. on failure read the tail of the Kaniko container's log and raise `BuildFailed`;
+   or a second replica building the same image), and wait for its outcome (below);
+7. on failure read the tail of the Kaniko container's log (when the executor ran) and raise
+   `BuildFailed` with the reason;
 8. always delete the Job (propagationPolicy Background, so its pod goes too), the context
    object and the temp dir. A failing clean-up is logged and never hides the build's error.
+
+Status comes from two informers the builder starts on `async with` and stops on exit: one for
+Jobs and one for pods in the Kaniko namespace, both selecting this agent's build objects
+(`launch-agent.io/agent=<agent>,app.kubernetes.io/component=image-build`, labels the Job and
+its pod template both carry). However many builds run, that is two watch streams, relisted
+after 410 and reconnected by the informers themselves. A build waits on an event keyed by its
+Job's name; the informers' handler sets it on any change to the Job or its pods, and the build
+re-assesses from the informers' caches with the pure `tracking.build_pods.assess_build`. So a
+pod that cannot pull the executor image, misses a Secret, is OOMKilled or stays unschedulable
+past `tracking.unschedulable_timeout_seconds` fails the build within seconds of the kubelet or
+scheduler saying so, not at the Job's `activeDeadlineSeconds`. `deadline_seconds + 120` stays
+as the last resort against a cluster that never reports anything.
 """
 
 from __future__ import annotations
@@ -40,11 +52,41 @@ from launch_agent.adapters.build_context import (
     resolve_artifact,
     resolve_git,
 )
-from launch_agent.adapters.kube import KubeClient, KubeError, KubeGone, Resource
+from launch_agent.adapters.kube import (
+    Informer,
+    InformerEvent,
+    InformerSet,
+    InformerSettings,
+    KubeClient,
+    KubeError,
+    Resource,
+)
 from launch_agent.adapters.object_store import ObjectStore, ObjectStoreError
 from launch_agent.adapters.registry import RegistryClient, RegistryError
+from launch_agent.model import labels
 from launch_agent.model.build import BuildRequest, BuildSource, Destination, SourceKind
-from launch_agent.render.kaniko import CONTAINER, IMAGE_TAG, KanikoSettings, kaniko_job
+from launch_agent.render.kaniko import COMPONENT, CONTAINER, KanikoSettings, kaniko_job
+from launch_agent.tracking.build_pods import (
+    BuildContext,
+    BuildState,
+    BuildStatus,
+    assess_build,
+    job_outcome,
+    unschedulable_pods,
+)
+
+__all__ = [
+    "JOBS",
+    "PODS",
+    "STAGE",
+    "BuildFailed",
+    "BuildSpec",
+    "BuilderStats",
+    "Credentials",
+    "ImageBuilder",
+    "job_outcome",
+    "owner_job",
+]
 
 log = logging.getLogger(__name__)
 JOBS = Resource("batch", "v1", "Job", "jobs")
@@ -57,10 +99,12 @@ class BuildFailed(Exception):
 
     stage = STAGE
 
-    def __init__(self, message: str, log_tail: str = "") -> None:
+    def __init__(self, message: str, log_tail: str = "", *, explained: bool = False) -> None:
         super().__init__(message + (f"\n--- build log (tail) ---\n{log_tail}" if log_tail else ""))
         self.reason = message
         self.log_tail = log_tail
+        # The reason already says what to change (a setting, a Secret, a limit).
+        self.explained = explained
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +133,19 @@ class BuilderStats:
     context_bytes: list[int] = field(default_factory=list)
 
 
+@dataclass
+class _Waiter:
+    """One build's wait: woken by its Job's and pods' events."""
+
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # The Job was in the informer's cache once (absent later: deleted), or its DELETED event
+    # came (both its ADDED and DELETED may arrive before the build looks again).
+    seen: bool = False
+    deleted: bool = False
+    # pod name -> loop time it was first seen unschedulable
+    unschedulable_since: dict[str, float] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, slots=True)
 class Credentials:
     """Where sources come from: W&B (code artifacts) and a git-credentials file."""
@@ -112,6 +169,7 @@ class ImageBuilder:
         workdir: Path | None = None,
         log_tail_lines: int = 50,
         watch_timeout: int = 300,
+        unschedulable_timeout: float = 600.0,
     ) -> None:
         self.kube = kube
         self.store = store
@@ -123,10 +181,32 @@ class ImageBuilder:
         self.workdir = workdir
         self.log_tail_lines = log_tail_lines
         self.watch_timeout = watch_timeout
+        self.unschedulable_timeout = unschedulable_timeout
         self.stats = BuilderStats()
         self._flights: dict[str, asyncio.Task[str]] = {}
+        self._waiters: dict[str, _Waiter] = {}
+        self._context = BuildContext(
+            settings.builder.kaniko_image, CONTAINER, settings.docker_config_secret
+        )
+        self._informers: InformerSet | None = None
+        self._jobs: Informer | None = None
+        self._pods: Informer | None = None
+
+    @property
+    def label_selector(self) -> str:
+        """What the build informers select: this agent's Kaniko Jobs and their pods."""
+        return f"{labels.AGENT}={self.agent},{COMPONENT}=image-build"
 
     async def __aenter__(self) -> ImageBuilder:
+        informers = InformerSet(
+            self.kube,
+            self._on_event,
+            InformerSettings(label_selector=self.label_selector, watch_timeout=self.watch_timeout),
+        )
+        self._jobs = informers.add(JOBS, self.settings.namespace)
+        self._pods = informers.add(PODS, self.settings.namespace)
+        await informers.__aenter__()
+        self._informers = informers
         return self
 
     async def __aexit__(
@@ -146,6 +226,10 @@ class ImageBuilder:
             with contextlib.suppress(BaseException):
                 await task
         self._flights.clear()
+        # After the builds: their clean-up does not need the informers, but their waits do.
+        informers, self._informers = self._informers, None
+        if informers is not None:
+            await informers.__aexit__(None, None, None)
 
     # --- the entry point ---------------------------------------------------------------------
 
@@ -251,67 +335,96 @@ class ImageBuilder:
             await self._clean_up(job_name, object_name if uploaded else None)
 
     async def _wait(self, job: Mapping[str, Any], request: BuildRequest) -> None:
-        """Until the Job completes (return) or fails (`BuildFailed`), from a watch on it."""
+        """Until the Job completes (return) or fails (`BuildFailed`), as the informers see it.
+
+        Woken by any event of the Job or its pods; also after `recheck_in` when a pod is
+        unschedulable (it stays Pending without events while its deadline passes).
+        """
+        if self._jobs is None or self._pods is None:
+            raise RuntimeError("ImageBuilder.build needs `async with ImageBuilder(...)` first")
         name = job["metadata"]["name"]
         ns = self.settings.namespace
-        selector = f"{IMAGE_TAG}={request.tag}"
         limit = self.settings.deadline_seconds + 120
+        waiter = _Waiter()
+        self._waiters[name] = waiter
         try:
+            # The last resort: informers reconnect and relist, so only a cluster that never
+            # reports an outcome (or an API server that stays away) gets here.
             async with asyncio.timeout(limit):
-                current: Mapping[str, Any] = job
                 while True:
-                    outcome = job_outcome(current)
-                    if outcome == "succeeded":
+                    waiter.changed.clear()
+                    status = self._status(name, job, waiter)
+                    if status.state is BuildState.SUCCEEDED:
                         return
-                    if outcome is not None:
+                    if status.state is BuildState.FAILED:
+                        tail = await self._log_tail(name) if status.ran else ""
                         raise BuildFailed(
-                            f"building {request.image}: Job {ns}/{name} failed: {outcome}",
-                            await self._log_tail(name),
+                            f"building {request.image}: {status.reason}", tail, explained=True
                         )
-                    version = str(current["metadata"].get("resourceVersion", ""))
-                    current = await self._next_change(
-                        name, version, selector
-                    ) or await self.kube.get(JOBS, ns, name)
+                    with contextlib.suppress(TimeoutError):
+                        recheck = None if status.recheck_in is None else status.recheck_in + 0.01
+                        async with asyncio.timeout(recheck):
+                            await waiter.changed.wait()
         except TimeoutError:
             raise BuildFailed(
                 f"building {request.image}: no outcome from Job {ns}/{name} in {limit}s",
                 await self._log_tail(name),
             ) from None
+        finally:
+            if self._waiters.get(name) is waiter:
+                del self._waiters[name]
 
-    async def _next_change(
-        self, name: str, version: str, selector: str
-    ) -> Mapping[str, Any] | None:
-        """The Job's next version from a watch; None when the stream ended or expired."""
-        try:
-            async for event in self.kube.watch_stream(
-                JOBS,
-                self.settings.namespace,
-                resource_version=version,
-                label_selector=selector,
-                timeout_seconds=self.watch_timeout,
-            ):
-                obj = event.get("object") or {}
-                kind = event.get("type")
-                if kind == "ERROR":
-                    return None  # e.g. 410 Gone: read the Job afresh and watch from there
-                if kind in ("ADDED", "MODIFIED") and obj.get("metadata", {}).get("name") == name:
-                    return dict(obj)
-                if kind == "DELETED" and obj.get("metadata", {}).get("name") == name:
-                    raise BuildFailed(f"Job {self.settings.namespace}/{name} was deleted")
-        except KubeGone:
-            return None
-        return None
+    def _status(self, name: str, created: Mapping[str, Any], waiter: _Waiter) -> BuildStatus:
+        assert self._jobs is not None
+        ns = self.settings.namespace
+        job: Mapping[str, Any] | None = self._jobs.get(ns, name)
+        if job is None or waiter.deleted:
+            if waiter.seen or waiter.deleted:
+                raise BuildFailed(f"Job {ns}/{name} was deleted")
+            job = created  # the informer has not caught up with the create yet
+        else:
+            waiter.seen = True
+        pods = self._pods_of(name)
+        now = asyncio.get_running_loop().time()
+        pending = unschedulable_pods(pods)
+        since = waiter.unschedulable_since
+        for pod in list(since):
+            if pod not in pending:
+                del since[pod]  # scheduled (or gone): a later Pending counts afresh
+        for pod in pending:
+            since.setdefault(pod, now)
+        waited = {pod: now - t for pod, t in since.items()}
+        return assess_build(job, pods, waited, self.unschedulable_timeout, self._context)
+
+    def _pods_of(self, job_name: str) -> list[Mapping[str, Any]]:
+        assert self._pods is not None
+        return [p for p in self._pods.cache.values() if owner_job(p) == job_name]
+
+    async def _on_event(self, event: InformerEvent) -> None:
+        """Wake the build waiting on the Job this event is about (if any); nothing else."""
+        obj = event.obj
+        name = _name(obj) if event.resource == JOBS else owner_job(obj)
+        waiter = self._waiters.get(name) if name else None
+        if waiter is not None:
+            if event.resource == JOBS and event.type == "DELETED":
+                waiter.deleted = True
+            waiter.changed.set()
 
     async def _log_tail(self, job_name: str) -> str:
         if self.log_tail_lines <= 0:
             return ""
         try:
-            pods = await self.kube.list(
-                PODS, self.settings.namespace, label_selector=f"job-name={job_name}"
-            )
-            if not pods.items:
+            pods: list[Mapping[str, Any]] = self._pods_of(job_name) if self._pods else []
+            if not pods:
+                pods[:] = (
+                    await self.kube.list(
+                        PODS, self.settings.namespace, label_selector=f"job-name={job_name}"
+                    )
+                ).items
+            if not pods:
                 return ""
-            pod = pods.items[-1]["metadata"]["name"]
+            latest = max(pods, key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
+            pod = latest["metadata"]["name"]
             return await self.kube.pod_log_tail(
                 self.settings.namespace, pod, CONTAINER, self.log_tail_lines
             )
@@ -331,16 +444,17 @@ class ImageBuilder:
                 log.warning("build context %s was not deleted: %s", object_name, exc)
 
 
-def job_outcome(job: Mapping[str, Any]) -> str | None:
-    """ "succeeded", a failure reason, or None while the Job runs (by its conditions)."""
-    status = job.get("status") or {}
-    for cond in status.get("conditions") or ():
-        if cond.get("status") != "True":
-            continue
-        if cond.get("type") in ("Complete", "SuccessCriteriaMet"):
-            return "succeeded"
-        if cond.get("type") in ("Failed", "FailureTarget"):
-            reason = cond.get("reason") or "Failed"
-            message = cond.get("message") or ""
-            return f"{reason}: {message}" if message else str(reason)
-    return None
+def owner_job(pod: Mapping[str, Any]) -> str | None:
+    """The name of the Job that owns `pod` (its controller reference, else `job-name`)."""
+    meta = pod.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("kind") == "Job" and ref.get("controller"):
+            return str(ref.get("name"))
+    labels_ = meta.get("labels") or {}
+    name = labels_.get("batch.kubernetes.io/job-name") or labels_.get("job-name")
+    return str(name) if name else None
+
+
+def _name(obj: Mapping[str, Any]) -> str | None:
+    name = (obj.get("metadata") or {}).get("name")
+    return str(name) if name else None

@@ -166,13 +166,16 @@ def spec_for(run: RunItem, info: Mapping[str, Any], job: str) -> BuildSpec:
 
 def build_failure_message(job: str, exc: BuildFailed) -> str:
     """What W&B shows for a failed build: what failed, what to do, then Kaniko's last lines."""
-    if exc.log_tail:
+    if exc.explained:
+        advice = ""  # the reason names the setting, Secret or limit to change
+    elif exc.log_tail:
         advice = "check the job's Dockerfile and dependencies in the build log below"
     elif exc.reason.startswith("preparing the build context"):
         advice = "check the job's source: repository URL, commit and git credentials, or artifact"
     else:
         advice = "check the agent's log and the events in the Kaniko namespace"
-    text = f"building the image for job {job} failed: {exc.reason} ({advice})"
+    text = f"building the image for job {job} failed: {exc.reason}"
+    text += f" ({advice})" if advice else ""
     if exc.log_tail:
         text += f"\n--- build log (tail) ---\n{exc.log_tail}"
     return text
@@ -319,6 +322,7 @@ async def open_builds(
             agent=config.agent_name,
             credentials=Credentials(config.base_url, api_key),
             log_tail_lines=config.tracking.log_tail_lines,
+            unschedulable_timeout=config.tracking.unschedulable_timeout_seconds,
         )
     )
 
