@@ -193,6 +193,11 @@ class ImageBuilder:
         self._pods: Informer | None = None
 
     @property
+    def informers(self) -> InformerSet | None:
+        """The build informers (Jobs, pods) while the builder is entered; their stats."""
+        return self._informers
+
+    @property
     def label_selector(self) -> str:
         """What the build informers select: this agent's Kaniko Jobs and their pods."""
         return f"{labels.AGENT}={self.agent},{COMPONENT}=image-build"

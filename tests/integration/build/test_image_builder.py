@@ -236,25 +236,91 @@ async def test_aclose_cancels_builds_and_cleans_up(
     assert await leftovers(rig) == ([], [])
 
 
-def sibling(rig: Rig, tmp_path: Path, **kw: Any) -> ImageBuilder:
+def sibling(
+    rig: Rig, tmp_path: Path, settings: KanikoSettings | None = None, **kw: Any
+) -> ImageBuilder:
     b = rig.builder
-    return ImageBuilder(b.kube, b.store, b.registry, b.settings, b.destination,
+    return ImageBuilder(b.kube, b.store, b.registry, settings or b.settings, b.destination,
                         workdir=tmp_path, **kw)  # fmt: skip
+
+
+def build_watches(builder: ImageBuilder) -> list[tuple[str, int, int]]:
+    assert builder.informers is not None
+    return sorted(
+        (i.resource.plural, i.stats.watches, i.stats.relists_after_gone)
+        for i in builder.informers.informers.values()
+    )
 
 
 async def test_the_wait_resumes_when_the_watch_ends(
     rig: Rig, git_repo: tuple[Path, str, str], tmp_path: Path
 ) -> None:
-    # Watches of 1 s against a 2.5 s build: the stream ends twice and is resumed.
+    # Watches of 1 s against a 2.5 s build: the informers' streams end twice and are resumed.
     origin, first, _ = git_repo
     rig.cluster.script(IMAGE_TAG, "succeed after=2.5s start=0.1s")
-    before = rig.builder.kube.requests
     async with sibling(rig, tmp_path, watch_timeout=1) as builder:
         image = await builder.build(spec(origin.as_uri(), ref=first))
+        watches = build_watches(builder)
     assert image.startswith(rig.registry.hostport)
-    # create, then (watch, get) per ended stream, the final watch, delete: well over the 3
-    # requests (create, watch, delete) of a build whose first watch sees the outcome.
-    assert rig.builder.kube.requests - before >= 6
+    assert [w[0] for w in watches] == ["jobs", "pods"]
+    assert all(count >= 3 for _, count, _ in watches), watches
+    assert await leftovers(rig) == ([], [])
+
+
+async def test_a_dropped_stream_and_a_410_do_not_hang_the_build(
+    rig: Rig, git_repo: tuple[Path, str, str]
+) -> None:
+    origin, first, _ = git_repo
+    rig.cluster.script(IMAGE_TAG, "succeed after=1.5s start=0.1s")
+    task = asyncio.create_task(rig.builder.build(spec(origin.as_uri(), ref=first)), name="b")
+    async with asyncio.timeout(10):
+        await rig.job_created.wait()
+    # History compacted and every stream cut: the informers' resume answers 410, they relist.
+    rig.kube.compact()
+    assert rig.kube.drop_watches() == 2
+    async with asyncio.timeout(20):
+        image = await task
+    assert image.startswith(rig.registry.hostport)
+    assert all(relists >= 1 for _, _, relists in build_watches(rig.builder))
+    assert await leftovers(rig) == ([], [])
+
+
+async def test_a_missing_docker_config_secret_fails_at_once_naming_it(
+    rig: Rig, git_repo: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    origin, first, _ = git_repo
+    # The sandbox's kubelet says `secret "<container>-config" not found`: "kaniko-config".
+    settings = KanikoSettings(rig.builder.settings.builder, NS, "kaniko-builder", "kaniko-config")
+    rig.cluster.script(IMAGE_TAG, "createcontainerconfigerror")
+    async with sibling(rig, tmp_path, settings) as builder:
+        with pytest.raises(BuildFailed) as caught:
+            async with asyncio.timeout(20):
+                await builder.build(spec(origin.as_uri(), ref=first))
+    reason = caught.value.reason
+    assert "Secret kaniko-config (the registry's docker config Secret" in reason
+    assert f"missing in namespace {NS}" in reason
+    assert caught.value.log_tail == ""  # the executor never started
+    assert caught.value.explained
+    assert await leftovers(rig) == ([], [])
+
+
+async def test_an_unschedulable_build_pod_fails_after_the_timeout(
+    rig: Rig, git_repo: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    origin, first, _ = git_repo
+    said = "0/2 nodes are available: 2 Insufficient cpu."
+    rig.cluster.script(IMAGE_TAG, f'unschedulable message="{said}"')
+    loop = asyncio.get_running_loop()
+    async with sibling(rig, tmp_path, unschedulable_timeout=0.5) as builder:
+        started = loop.time()
+        with pytest.raises(BuildFailed) as caught:
+            async with asyncio.timeout(20):
+                await builder.build(spec(origin.as_uri(), ref=first))
+        waited = loop.time() - started
+    # No event comes for a pod that stays Pending: the builder re-assessed at the deadline.
+    assert waited >= 0.5
+    assert said in caught.value.reason
+    assert "could not be scheduled" in caught.value.reason
     assert await leftovers(rig) == ([], [])
 
 
