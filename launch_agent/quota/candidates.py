@@ -491,7 +491,13 @@ class CandidateIndex:
                 continue
             if stale[leaf]:
                 if floors[leaf] % 2 == 0:
-                    return False
+                    # Not judged since its last scan (or its floor cleared): judge its floor
+                    # side now, as `_hopeless` would, and record the entry if it holds.
+                    floor = self._hope_obstacle(leaf, floor=True)
+                    if floor is None:
+                        return False
+                    floors[leaf] += 1
+                    self._push(floor[0], floor[1], floors[leaf], -leaf - 1, 3)
             elif offer[leaf] is not None:
                 return False
         if fit is not None:
