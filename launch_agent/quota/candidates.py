@@ -583,21 +583,24 @@ class CandidateIndex:
 
     def _note_request(self, leaf: int, request: Mapping[str, int]) -> None:
         """A run joins `leaf`'s pending list: lower `_minreq` on its path (element-wise; a
-        resource the request lacks counts as 0). It never rises again, so it bounds every
-        request pending now below each node, whatever has left since."""
+        resource the request lacks counts as 0). It rises only when runs leave
+        (`_note_removed`), so it bounds every request pending below each node."""
         self._void_hope(leaf)  # its hopeless entries were for a larger request
+        fits = self._hope_tokens[0]
         for node in self.ledger.paths[leaf]:
             least = self._minreq[node]
-            if least is None:
-                self._minreq[node] = dict(request)
-                self._bounds.pop(node, None)
-                continue
-            if all(request.get(r, 0) >= amount for r, amount in least.items()):
+            if least is not None and all(
+                request.get(r, 0) >= amount for r, amount in least.items()
+            ):
                 return  # the ancestors' bounds are element-wise lower still
             self._bounds.pop(node, None)
-            fits = self._hope_tokens[0]
-            if fits[node] % 2:  # an inner node's subtree entry was for a larger request
+            # An inner node's subtree entry was for a larger request (or, if nothing was
+            # pending below it, for requests long gone): void it.
+            if fits[node] % 2:
                 fits[node] += 1
+            if least is None:
+                self._minreq[node] = dict(request)
+                continue
             self._minreq[node] = {
                 r: min(amount, request.get(r, 0))
                 for r, amount in least.items()
