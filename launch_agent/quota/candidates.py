@@ -99,8 +99,8 @@ class CandidateIndex:
         self._bounds: dict[int, tuple[int, int] | None] = {}
         # Lazy resolution: nodes whose winner must be recomputed before it is used, the
         # restart point of each stale leaf's scan, and per node a lower bound on every request
-        # pending below it (None: nothing was ever pending there); exact for a leaf (what is
-        # pending there now), the smallest ever pending below for an inner node.
+        # pending below it (None: nothing is pending there); exact for a leaf (what is pending
+        # there now), the element-wise minimum of its children's for an inner node.
         self._stale = [False] * count
         self._start: dict[int, Order | None] = {}
         self._minreq: list[dict[str, int] | None] = [None] * count
@@ -384,7 +384,7 @@ class CandidateIndex:
         for child in children:
             if stale[child]:
                 bound = self._bound(child)
-                if bound is None:  # no run was ever pending below: nothing to offer
+                if bound is None:  # no run is pending below: nothing to offer
                     stale[child] = False
                     self._start.pop(child, None)
                     self._best[child] = self._offer[child] = None
