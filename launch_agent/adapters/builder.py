@@ -243,6 +243,8 @@ class ImageBuilder:
         self.stats.requests += 1
         if spec.source is SourceKind.IMAGE:
             return spec.uri
+        if self._informers is None:
+            raise RuntimeError("ImageBuilder.build needs `async with ImageBuilder(...)` first")
         tmp = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="build-", dir=self.workdir))
         handed_over = False
         try:
@@ -345,8 +347,7 @@ class ImageBuilder:
         Woken by any event of the Job or its pods; also after `recheck_in` when a pod is
         unschedulable (it stays Pending without events while its deadline passes).
         """
-        if self._jobs is None or self._pods is None:
-            raise RuntimeError("ImageBuilder.build needs `async with ImageBuilder(...)` first")
+        assert self._jobs is not None, "build() checked that the builder was entered"
         name = job["metadata"]["name"]
         ns = self.settings.namespace
         limit = self.settings.deadline_seconds + 120
@@ -364,7 +365,9 @@ class ImageBuilder:
                     if status.state is BuildState.FAILED:
                         tail = await self._log_tail(name) if status.ran else ""
                         raise BuildFailed(
-                            f"building {request.image}: {status.reason}", tail, explained=True
+                            f"building {request.image}: {status.reason}",
+                            tail,
+                            explained=status.explained,
                         )
                     with contextlib.suppress(TimeoutError):
                         recheck = None if status.recheck_in is None else status.recheck_in + 0.01

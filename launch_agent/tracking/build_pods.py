@@ -66,6 +66,9 @@ class BuildStatus:
     # Seconds until an unschedulable pod passes the deadline: assess again then, as no event
     # will come for a pod that just stays Pending.
     recheck_in: float | None = None
+    # The reason names what to change (a setting, a Secret, a limit); a bare Job failure does
+    # not, and its log tail is the explanation.
+    explained: bool = False
 
 
 RUNNING = BuildStatus(BuildState.RUNNING)
@@ -119,9 +122,11 @@ def assess_build(
     for pod in ordered:
         for diag in diagnose(pod):
             if diag.reason is Reason.OOM_KILLED:
-                oom = oom or BuildStatus(BuildState.FAILED, _oom(pod, diag, ctx))
+                oom = oom or BuildStatus(BuildState.FAILED, _oom(pod, diag, ctx), explained=True)
             elif diag.terminal:
-                return BuildStatus(BuildState.FAILED, _stuck(pod, diag, ctx), ran=False)
+                return BuildStatus(
+                    BuildState.FAILED, _stuck(pod, diag, ctx), ran=False, explained=True
+                )
     if oom is not None:
         return oom
     if outcome is not None:
@@ -132,7 +137,10 @@ def assess_build(
         if so_far >= deadline:
             pod = next(p for p in ordered if name_of(p) == name)
             return BuildStatus(
-                BuildState.FAILED, _unschedulable(pod, message, so_far, deadline), ran=False
+                BuildState.FAILED,
+                _unschedulable(pod, message, so_far, deadline),
+                ran=False,
+                explained=True,
             )
         left = deadline - so_far
         recheck = left if recheck is None else min(recheck, left)

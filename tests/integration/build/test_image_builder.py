@@ -172,6 +172,7 @@ async def test_failed_build_raises_with_the_log_tail(
     assert caught.value.stage == "build"
     assert "error building image: exit status 1" in caught.value.log_tail
     assert "BackoffLimitExceeded" in caught.value.reason
+    assert not caught.value.explained  # the log tail explains it, with the Dockerfile advice
     assert await leftovers(rig) == ([], [])
     assert rig.builder.stats.failed == 1
 

@@ -170,6 +170,10 @@ def test_assess_build(
     for word in words:
         assert word in status.reason
     assert status.ran is ran
+    # Pod-level causes name the fix; a bare Job failure leaves it to the log tail.
+    assert status.explained is (
+        state is BuildState.FAILED and "the build Job failed" not in status.reason
+    )
 
 
 def test_an_unschedulable_pod_asks_for_a_recheck_at_its_deadline() -> None:
