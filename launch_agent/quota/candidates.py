@@ -533,9 +533,8 @@ class CandidateIndex:
         if hint is not None:
             where, resource = hint
             amount = least.get(resource, 0)
-            ceiling = ledger.maxs[where][resource]
-            if amount and ledger.eff[where].get(resource, 0) + amount > ceiling:
-                return hint, ceiling - amount
+            if amount and amount > ledger.room[where][resource]:
+                return hint, ledger.maxs[where][resource] - amount
         blocked = ledger.blocking(ledger.paths[leaf], least)
         if blocked is None:
             return None
@@ -684,7 +683,7 @@ class CandidateIndex:
         head = True
         gangs_blocked = self.tree.block_admission_until_ready and self._unready_gangs > 0
         fast = self._fast_reclaim()
-        maxs = ledger.maxs
+        maxs, rooms = ledger.maxs, ledger.room
         reclaim_possible = len(path) > 1  # a lone root has no other queue to reclaim from
         seen: list[tuple[int, str]] = []
         pending = self._pending[leaf]
@@ -710,10 +709,7 @@ class CandidateIndex:
                 # obstacles found so far before walking the whole path.
                 for where, resource in seen:
                     amount = request.get(resource, 0)
-                    if (
-                        amount
-                        and ledger.effective(where, resource) + amount > maxs[where][resource]
-                    ):
+                    if amount and amount > rooms[where][resource]:
                         blocked = (where, resource)
                         break
                 else:
