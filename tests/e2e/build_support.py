@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -33,17 +32,11 @@ from launch_agent.model.config import AgentConfig
 from launch_agent.render.kaniko import IMAGE_TAG
 from launch_agent.sandbox.registry import RegistryServer
 from tests.e2e.conftest import Env
+from tests.loopback_stores import gcs_emulator, moto_s3
 
 KANIKO_NS = "kaniko"
 REPO = "ml/train"
 GCS_BUCKET = "ctx-gcs"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -81,28 +74,14 @@ def make_repo(root: Path, files: dict[str, str]) -> tuple[str, str]:
 
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
+    with moto_s3() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
 def gcs_host() -> Iterator[str]:
-    from gcp_storage_emulator.server import create_server
-
-    port = free_port()
-    server = create_server("127.0.0.1", port, in_memory=True, default_bucket=GCS_BUCKET)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
+    with gcs_emulator(GCS_BUCKET) as url:
+        yield url
 
 
 @dataclass

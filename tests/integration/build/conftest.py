@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import socket
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -13,25 +12,13 @@ import boto3
 import pytest
 from aiohttp import web
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tests.loopback_stores import free_port, gcs_emulator, moto_s3
 
 
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
+    with moto_s3() as url:
+        yield url
 
 
 @pytest.fixture
@@ -55,15 +42,8 @@ def s3_bucket(s3_endpoint: str, aws_env: None, request: pytest.FixtureRequest) -
 
 @pytest.fixture(scope="session")
 def gcs_host() -> Iterator[str]:
-    from gcp_storage_emulator.server import create_server
-
-    port = free_port()
-    server = create_server("127.0.0.1", port, in_memory=True, default_bucket="ctx-gcs")
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
+    with gcs_emulator("ctx-gcs") as url:
+        yield url
 
 
 @pytest.fixture
