@@ -521,11 +521,12 @@ class CandidateIndex:
             return None
         if floor:
             minima = ledger.mins[leaf]
+            effective = ledger.eff[leaf]
             for resource, amount in least.items():
                 if resource in COUNT_RESOURCES or amount <= 0:
                     continue
                 limit = minima.get(resource, 0)
-                if ledger.effective(leaf, resource) + amount > limit:
+                if effective.get(resource, 0) + amount > limit:
                     return (leaf, resource), limit - amount
             return None
         # Any obstacle on the path will do: the entry only has to stay valid while it stands.

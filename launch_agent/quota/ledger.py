@@ -138,10 +138,11 @@ class Ledger:
     def within_min(self, node: int, request: Mapping[str, int]) -> bool:
         """R4 at one node: every requested non-count resource stays within the node's min."""
         minima = self.mins[node]
+        effective = self.eff[node]
         for resource, amount in request.items():
             if resource in COUNT_RESOURCES or amount <= 0:
                 continue
-            if self.effective(node, resource) + amount > minima.get(resource, 0):
+            if effective.get(resource, 0) + amount > minima.get(resource, 0):
                 return False
         return True
 
@@ -178,8 +179,9 @@ class Ledger:
     def _share(self, node: int, extra: Mapping[str, int] | None) -> int:
         best = 0
         minima = self.mins[node]
+        effective = self.eff[node]
         for resource, scale in self.share_scale[node].items():
-            excess = self.effective(node, resource) - minima.get(resource, 0)
+            excess = effective.get(resource, 0) - minima.get(resource, 0)
             if extra:
                 excess += extra.get(resource, 0)
             if excess > 0:
