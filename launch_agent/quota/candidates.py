@@ -102,6 +102,12 @@ class CandidateIndex:
         # pending below it (None: nothing is pending there); exact for a leaf (what is pending
         # there now), the element-wise minimum of its children's for an inner node.
         self._stale = [False] * count
+        # Per inner node: every leaf below is known not to preempt (the leaf half of
+        # `_subtree_hopeless`), true until one of those leaves changes — is marked, resolved,
+        # or gains a run. Its ancestors' flags are cleared then (`_unsure`). A root that stays
+        # full re-resolves its stale subtrees at every change anywhere, and without the flag
+        # each re-check walked up to all the leaves below again.
+        self._leaves_sure = [False] * count
         self._start: dict[int, Order | None] = {}
         self._minreq: list[dict[str, int] | None] = [None] * count
         # Per node, the latest admission stamp of the runs admitted below it, exact after a
@@ -344,17 +350,21 @@ class CandidateIndex:
         paths = self.ledger.paths
         # Every ancestor of a change is re-resolved, even one already stale: a node resolved
         # earlier may have left a dominated child stale below it (see `_resolve`).
+        sure = self._leaves_sure
         for node in marked:
             for ancestor in paths[node]:
                 stale[ancestor] = True
+                sure[ancestor] = False
         bounds = self._bounds
         for node in self._dirty_nodes:
             bounds.pop(node, None)  # its usage changed
             for ancestor in paths[node]:
                 stale[ancestor] = True
+                sure[ancestor] = False
         for leaf in self._hope_woken:  # its restart point, if any, is still in `starts`
             for ancestor in paths[leaf]:
                 stale[ancestor] = True
+                sure[ancestor] = False
         self._hope_woken.clear()
         self._dirty_leaves.clear()
         self._invalidated.clear()
@@ -377,6 +387,7 @@ class CandidateIndex:
                 self._examine_leaf(node, self._start.pop(node))
             self._stale[node] = False
             self._recompute(node)
+            self._unsure(node)
             return
         stale = self._stale
         best_key: Key | None = None
@@ -485,6 +496,12 @@ class CandidateIndex:
             fit = self._hope_obstacle(node, floor=False)
             if fit is None:
                 return False
+        if self._leaves_sure[node]:
+            # No leaf below changed since the loop below last passed: it would pass again.
+            if fit is not None:
+                fits[node] += 1
+                self._push(fit[0], fit[1], fits[node], -node - 1, 2)
+            return True
         stale, offer, minreq, floors = self._stale, self._offer, self._minreq, self._hope_tokens[1]
         for leaf in self._leaves_below[node]:
             if minreq[leaf] is None:
@@ -500,10 +517,16 @@ class CandidateIndex:
                     self._push(floor[0], floor[1], floors[leaf], -leaf - 1, 3)
             elif offer[leaf] is not None:
                 return False
+        self._leaves_sure[node] = True
         if fit is not None:
             fits[node] += 1
             self._push(fit[0], fit[1], fits[node], -node - 1, 2)
         return True
+
+    def _unsure(self, leaf: int) -> None:
+        sure = self._leaves_sure
+        for node in self.ledger.paths[leaf]:
+            sure[node] = False
 
     def _void_hope(self, leaf: int) -> None:
         """Void the leaf's outstanding hopeless entries (odd tokens become even)."""
@@ -586,6 +609,7 @@ class CandidateIndex:
         resource the request lacks counts as 0). It rises only when runs leave
         (`_note_removed`), so it bounds every request pending below each node."""
         self._void_hope(leaf)  # its hopeless entries were for a larger request
+        self._unsure(leaf)
         fits = self._hope_tokens[0]
         for node in self.ledger.paths[leaf]:
             least = self._minreq[node]
@@ -624,6 +648,7 @@ class CandidateIndex:
                 least = {r: min(a, request.get(r, 0)) for r, a in least.items() if r in request}
         old = self._minreq[leaf]
         self._minreq[leaf] = least
+        self._unsure(leaf)
         self._bounds.pop(leaf, None)
         if least == old:
             return
