@@ -319,10 +319,12 @@ class CandidateIndex:
         marked: list[int] = []
 
         def mark(leaf: int, start: Order | None) -> None:
-            # Restart points merge to the earliest: None (from the head) comes first.
+            # Restart points merge to the earliest: None (from the head) comes first. The
+            # same order object again (a leaf left stale, re-marked at the same candidate) is
+            # no earlier, and comparing it with itself would compare its Fraction stamp.
             if leaf in starts:
                 old = starts[leaf]
-                if old is not None and (start is None or start < old):
+                if old is not None and old is not start and (start is None or start < old):
                     starts[leaf] = start
             else:
                 starts[leaf] = start
@@ -332,9 +334,17 @@ class CandidateIndex:
             # A candidate guaranteed below the root depends on usage beside its anchor. Its
             # resolution restarts at it: if it is no longer guaranteed the scan goes on past
             # it, and the runs before it stay infeasible (see `_scan_leaf`).
-            for leaf in self._local:
-                run = self._cand[leaf]
-                mark(leaf, run.order if run is not None else None)
+            cand = self._cand
+            for leaf in self._local:  # `mark`, inlined: tens of leaves at every change
+                run = cand[leaf]
+                start = run.order if run is not None else None
+                if leaf in starts:
+                    old = starts[leaf]
+                    if old is not None and old is not start and (start is None or start < old):
+                        starts[leaf] = start
+                else:
+                    starts[leaf] = start
+                marked.append(leaf)
         for leaf in self._dirty_leaves:
             mark(leaf, None)
         # Partial scans. Runs skipped before the restart point are still infeasible: their
@@ -350,19 +360,31 @@ class CandidateIndex:
         paths = self.ledger.paths
         # Every ancestor of a change is re-resolved, even one already stale: a node resolved
         # earlier may have left a dominated child stale below it (see `_resolve`).
+        # Paths share their tops: a walk up stops at a node already reached in this call,
+        # whose own ancestors were reached then too.
         sure = self._leaves_sure
+        reached: set[int] = set()
         for node in marked:
             for ancestor in paths[node]:
+                if ancestor in reached:
+                    break
+                reached.add(ancestor)
                 stale[ancestor] = True
                 sure[ancestor] = False
         bounds = self._bounds
         for node in self._dirty_nodes:
             bounds.pop(node, None)  # its usage changed
             for ancestor in paths[node]:
+                if ancestor in reached:
+                    break
+                reached.add(ancestor)
                 stale[ancestor] = True
                 sure[ancestor] = False
         for leaf in self._hope_woken:  # its restart point, if any, is still in `starts`
             for ancestor in paths[leaf]:
+                if ancestor in reached:
+                    break
+                reached.add(ancestor)
                 stale[ancestor] = True
                 sure[ancestor] = False
         self._hope_woken.clear()
