@@ -411,12 +411,13 @@ class CandidateIndex:
             self._recompute(node)
             self._unsure(node)
             return
-        stale = self._stale
+        stale, bounds = self._stale, self._bounds
         best_key: Key | None = None
         waiting: list[tuple[tuple[int, int], int]] = []
         for child in children:
             if stale[child]:
-                bound = self._bound(child)
+                # `_bound`, with its cache read inline: tens of stale children per change.
+                bound = bounds[child] if child in bounds else self._bound(child)
                 if bound is None:  # no run is pending below: nothing to offer
                     stale[child] = False
                     self._start.pop(child, None)
