@@ -6,6 +6,7 @@ checks that the bad test fails for the right reason while the good one passes.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,13 @@ async def test_leaks_a_task():
 
 
 async def test_blocks_the_loop():
-    time.sleep(0.25)
+    end = time.thread_time() + 0.25
+    while time.thread_time() < end:
+        pass
+
+
+async def test_stalls_the_loop():
+    time.sleep(1.2)
 
 
 async def test_blocking_call_in_product_code(tmp_path):
@@ -53,18 +60,25 @@ def test_guardrails_fail_the_right_tests(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_inner=INNER)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA")
     # A guardrail fails a test at teardown: pytest counts its call as passed plus an error.
-    result.assert_outcomes(passed=4, failed=1, errors=2)
+    result.assert_outcomes(passed=5, failed=1, errors=3)
     result.stdout.re_match_lines_random(
         [
             r"PASSED test_inner.py::test_clean",
             r"PASSED test_inner.py::test_sync_tests_are_untouched",
             r"ERROR test_inner.py::test_leaks_a_task",
             r"ERROR test_inner.py::test_blocks_the_loop",
+            r"ERROR test_inner.py::test_stalls_the_loop",
             r"FAILED test_inner.py::test_blocking_call_in_product_code",
         ]
     )
     out = result.stdout.str()
     assert "test leaked running asyncio tasks: forgotten-watch" in out
-    assert "a callback blocked the event loop for more than 100 ms" in out
-    assert "running test_blocks_the_loop" in out
+    assert "a callback blocked the event loop for more than 100 ms of CPU or 1000 ms" in out
+    assert re.search(
+        r"\b(2[5-9]\d|[3-9]\d\d) ms CPU \(\d+ ms wall\) in task .* running test_blocks_the_loop",
+        out,
+    )
+    assert re.search(
+        r"\b\d{1,2} ms CPU \(1[2-9]\d\d ms wall\) in task .* running test_stalls_the_loop", out
+    )
     assert "BlockingError: Blocking call to io.TextIOWrapper.read" in out
