@@ -154,7 +154,7 @@ def quota_tree_problems(
     )
     out = []
     for problem in validate_tree(quota.tree):
-        key = "quota.tree" + (f".{problem.path}" if problem.path else "")
+        key = problem.key("quota.tree")
         out.append(
             ConfigProblem(_origin(source, filename, lines, _split(key)), key, problem.reason)
         )

@@ -73,6 +73,10 @@ class TreeProblem:
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}"
 
+    def key(self, prefix: str) -> str:
+        """The problem's path under the key the tree is configured at (e.g. `quota.tree`)."""
+        return f"{prefix}.{self.path}" if self.path else prefix
+
 
 class TreeError(ValueError):
     """An invalid tree; `problems` lists every problem found, not only the first."""

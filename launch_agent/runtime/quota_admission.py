@@ -81,10 +81,7 @@ def tree_problems(tree: object) -> list[str]:
     """`quota.tree` problems, each with its path in the configuration."""
     if tree is None:
         return ["quota.tree: quota.mode is agent but no tree is configured"]
-    return [
-        f"quota.tree.{p.path}: {p.reason}" if p.path else f"quota.tree: {p.reason}"
-        for p in validate_tree(tree)
-    ]
+    return [f"{p.key('quota.tree')}: {p.reason}" for p in validate_tree(tree)]
 
 
 class QuotaAdmission:
