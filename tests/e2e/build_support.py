@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,30 +31,12 @@ from launch_agent.model.config import AgentConfig
 from launch_agent.render.kaniko import IMAGE_TAG
 from launch_agent.sandbox.registry import RegistryServer
 from tests.e2e.conftest import Env
+from tests.git_repos import git
 from tests.loopback_stores import gcs_emulator, moto_s3
 
 KANIKO_NS = "kaniko"
 REPO = "ml/train"
 GCS_BUCKET = "ctx-gcs"
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-        text=True,
-        env={
-            "GIT_AUTHOR_NAME": "t",
-            "GIT_AUTHOR_EMAIL": "t@example.com",
-            "GIT_COMMITTER_NAME": "t",
-            "GIT_COMMITTER_EMAIL": "t@example.com",
-            "HOME": str(cwd),
-            "PATH": "/usr/bin:/bin",
-        },
-    )
-    return done.stdout.strip()
 
 
 def make_repo(root: Path, files: dict[str, str]) -> tuple[str, str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import boto3
 import pytest
 from aiohttp import web
 
+from tests.git_repos import git
 from tests.loopback_stores import free_port, gcs_emulator, moto_s3
 
 
@@ -50,25 +50,6 @@ def gcs_host() -> Iterator[str]:
 def gcs_env(gcs_host: str, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_host)
     return "ctx-gcs"
-
-
-def git(cwd: Path, *args: str) -> str:
-    out = subprocess.run(
-        ["git", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-        text=True,
-        env={
-            "GIT_AUTHOR_NAME": "t",
-            "GIT_AUTHOR_EMAIL": "t@example.com",
-            "GIT_COMMITTER_NAME": "t",
-            "GIT_COMMITTER_EMAIL": "t@example.com",
-            "HOME": str(cwd),
-            "PATH": "/usr/bin:/bin",
-        },
-    )
-    return out.stdout.strip()
 
 
 @pytest.fixture

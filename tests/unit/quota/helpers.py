@@ -43,6 +43,15 @@ def ack_tree(**top: Any) -> dict[str, Any]:
     }
 
 
+def ack_tree_within(within: str, **top: Any) -> dict[str, Any]:
+    """The ACK tree with every leaf's within-queue preemption policy set to `within` (R8)."""
+    tree = ack_tree(**top)
+    for group in tree["root"]["children"]:
+        for node in group["children"]:
+            node["withinQueue"] = within
+    return tree
+
+
 def run(name: str, queue: str, cpu: float = 5, count: int = 1, **extra: Any) -> dict[str, Any]:
     return {
         "run": name,

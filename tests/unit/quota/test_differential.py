@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from launch_agent.commands import bench_quota
 from launch_agent.quota import AdmissionEngine, Decision, QuotaTree, RunState, parse_tree
-from tests.unit.quota.helpers import ack_tree
+from tests.unit.quota.helpers import ack_tree_within
 from tests.unit.quota.reference.engine import AdmissionEngine as ReferenceEngine
 from tests.unit.quota.test_properties import Event, run_specs, trees
 
@@ -115,10 +115,7 @@ def test_same_decisions_as_the_reference_on_random_trees(
 def test_same_decisions_as_the_reference_on_the_ack_tree(
     policy: str, instant: bool, within: str, data: st.DataObject
 ) -> None:
-    tree_data = ack_tree(reclaimPolicy=policy, instantTermination=instant)
-    for group in tree_data["root"]["children"]:
-        for leaf in group["children"]:
-            leaf["withinQueue"] = within
+    tree_data = ack_tree_within(within, reclaimPolicy=policy, instantTermination=instant)
     lockstep(parse_tree(tree_data), data)
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from launch_agent.commands import bench_quota
 from launch_agent.quota import AdmissionEngine, PodSet, QuotaTree, RunSpec, RunState, parse_tree
 from launch_agent.quota.runs import RUNNING_STATES
-from tests.unit.quota.helpers import ack_tree
+from tests.unit.quota.helpers import ack_tree_within
 
 G = 10**9
 Event = tuple[str, Any]
@@ -193,10 +193,7 @@ def test_invariants_hold_on_the_ack_tree(
     policy: str, instant: bool, within: str, data: st.DataObject
 ) -> None:
     """The S1 tree, where every leaf guarantees its min: reclaim happens all the time."""
-    tree_data = ack_tree(reclaimPolicy=policy, instantTermination=instant)
-    for group in tree_data["root"]["children"]:
-        for leaf in group["children"]:
-            leaf["withinQueue"] = within
+    tree_data = ack_tree_within(within, reclaimPolicy=policy, instantTermination=instant)
     run_and_check(parse_tree(tree_data), data)
 
 
