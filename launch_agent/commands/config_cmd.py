@@ -124,39 +124,45 @@ def load_config(
         flags=flag_overrides(args),
         netrc_text=netrc_text,
     )
-    lines: dict[tuple[str | int, ...], int] = {}
-    if file_text is not None:
-        _, lines = parse_yaml_with_lines(file_text, str(path))  # resolve() parsed it already
-    problems = quota_tree_problems(resolved, str(path), lines)
+    problems = quota_tree_problems(resolved, str(path), file_text)
     if problems:
         raise ConfigError(problems)
     return resolved
 
 
 def quota_tree_problems(
-    resolved: ResolvedConfig, filename: str, lines: Mapping[tuple[str | int, ...], int]
+    resolved: ResolvedConfig, filename: str, file_text: str | None
 ) -> list[ConfigProblem]:
     """R1 on `quota.tree`, each problem at the file line of the key it names.
 
     The tree's rules need the quota package, which the model layer may not import, so they
-    are checked here, where the file's lines are still known. A tree is checked whenever one
-    is given, not only with `quota.mode: agent`: an admin who switches modes later should not
-    discover a broken tree then.
+    are checked here, where the file is still at hand. A tree is checked whenever one is
+    given, not only with `quota.mode: agent`: an admin who switches modes later should not
+    discover a broken tree then. The file is parsed for its lines only when there is a
+    problem to place (`resolve` parsed it already).
     """
+
+    def lines() -> dict[tuple[str | int, ...], int]:
+        return parse_yaml_with_lines(file_text, filename)[1] if file_text is not None else {}
+
     quota = resolved.config.quota
     if quota.tree is None:
         if quota.mode != "agent":
             return []
-        origin = _origin(resolved.sources.get("quota.mode"), filename, lines, ("quota", "mode"))
+        origin = _origin(resolved.sources.get("quota.mode"), filename, lines(), ("quota", "mode"))
         return [ConfigProblem(origin, "quota.tree", "quota.mode is agent but no tree is set")]
+    found = validate_tree(quota.tree)
+    if not found:
+        return []
     source = resolved.sources.get("quota.tree") or next(
         (v for k, v in resolved.sources.items() if k.startswith("quota.tree.")), None
     )
+    where = lines()
     out = []
-    for problem in validate_tree(quota.tree):
+    for problem in found:
         key = problem.key("quota.tree")
         out.append(
-            ConfigProblem(_origin(source, filename, lines, _split(key)), key, problem.reason)
+            ConfigProblem(_origin(source, filename, where, _split(key)), key, problem.reason)
         )
     return out
 
