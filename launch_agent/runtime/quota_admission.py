@@ -104,7 +104,8 @@ class QuotaAdmission:
         self.engine = AdmissionEngine(tree, engine_time(now()))
         self.runs: RunTable | None = None
         self.started = False
-        self._held: Counter[str] = Counter()  # leaf → dispatches in progress
+        self._held: Counter[str] = Counter()  # leaf → popped runs the engine does not know yet
+        self._holds: dict[str, str] = {}  # item id → the leaf it holds a pending slot of
         self._turn = 0
         # Runs the driver has to act on outside the engine's decisions: (item id, message).
         self.failures: list[tuple[str, str]] = []
@@ -115,6 +116,7 @@ class QuotaAdmission:
         # finished dispatches wait in `_done` for every earlier ticket.
         self._order: dict[str, int] = {}
         self._done: dict[int, RunRecord | None] = {}
+        self._awaiting: set[str] = set()  # item ids of the records waiting in `_done`
         self._tickets = 0
         self._head = 0
         self._last_enqueued = Fraction(0)
@@ -187,20 +189,31 @@ class QuotaAdmission:
 
     @contextmanager
     def holding(self, queue: str, rqi_id: str) -> Iterator[None]:
-        """A popped item holds a pending slot of its leaf until it is submitted or failed."""
+        """A popped item holds a pending slot of its leaf until the engine knows its run or
+        the item failed. A run created out of stamp order waits in `_done` and keeps its slot
+        until it is submitted: releasing it at the end of its dispatch would let the poller
+        pop past `max_pending_per_leaf` while the run is in neither count."""
         leaf = self.leaf_of(queue)
-        if leaf is not None:
+        # An item W&B offers again while its first dispatch still runs holds one slot.
+        mine = leaf is not None and rqi_id not in self._holds
+        if mine and leaf is not None:
             self._held[leaf] += 1
+            self._holds[rqi_id] = leaf
         try:
             yield
         finally:
-            if leaf is not None:
-                self._held[leaf] -= 1
-                self.on_room()
             ticket = self._order.pop(rqi_id, None)
             if ticket is not None:  # stamped but never created: nothing to submit
                 self._done[ticket] = None
                 self._flush()
+            if mine and rqi_id not in self._awaiting:
+                self._release(rqi_id)
+
+    def _release(self, rqi_id: str) -> None:
+        leaf = self._holds.pop(rqi_id, None)
+        if leaf is not None:
+            self._held[leaf] -= 1
+            self.on_room()
 
     def prepare(
         self, queue: str, spec: QueueSpec, run_spec: Mapping[str, Any], workload: dict[str, Any]
@@ -244,6 +257,7 @@ class QuotaAdmission:
             self._submit(record)
             return
         self._done[ticket] = record
+        self._awaiting.add(record.rqi_id)
         self._flush()
 
     def _flush(self) -> None:
@@ -251,7 +265,9 @@ class QuotaAdmission:
             record = self._done.pop(self._head)
             self._head += 1
             if record is not None:
+                self._awaiting.discard(record.rqi_id)
                 self._submit(record)
+                self._release(record.rqi_id)
 
     def _submit(self, record: RunRecord) -> None:
         if self.runs is not None and self.runs.get(record.rqi_id) is record:
@@ -268,7 +284,7 @@ class QuotaAdmission:
         run = self.engine.runs.get(record.rqi_id)
         state = record.state
         if run is None:
-            if record.rqi_id in self._order:
+            if record.rqi_id in self._order or record.rqi_id in self._awaiting:
                 return  # its dispatch submits it, in stamp order
             if state is not None and not state.terminal and not record.finishing:
                 self.learn(record)

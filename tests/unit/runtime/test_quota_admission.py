@@ -124,7 +124,10 @@ async def test_pop_caps_share_each_leaf_and_count_held_and_pending_runs(tmp_path
     assert {q: caps[0][q] for q in ("qb", "qz", "unserved")} == {"qb": 3, "qz": 1, "unserved": 1}
     assert sorted([caps[0]["qa1"], caps[0]["qa2"]]) == [1, 2]
     assert caps[0]["qa1"] != caps[1]["qa1"]
-    with admission.holding("qb", "x"), admission.holding("qb", "x"):
+    with admission.holding("qb", "x"), admission.holding("qb", "y"):
+        assert admission.queue_caps(queues)["qb"] == 1
+        with admission.holding("qb", "y"):  # offered again while its dispatch runs
+            assert admission.queue_caps(queues)["qb"] == 1
         assert admission.queue_caps(queues)["qb"] == 1
     assert admission.queue_caps(queues)["qb"] == 3
     stamp = QuotaStamp("b.1", 0, Fraction(0), (PodSet(1, {"cpu": 5 * G}),))
@@ -192,13 +195,18 @@ async def test_runs_are_submitted_in_stamp_order_whatever_order_their_creates_en
         records.append(runs.add(record_for(rqi, workload)))
     stamps = [QuotaStamp.load(r.last["metadata"]["annotations"][STAMP]) for r in records]
     assert stamps[0].enqueued < stamps[1].enqueued < stamps[2].enqueued
-    admission.created(records[2])
+    slots = admission.queue_caps(["qa1"])["qa1"]
+    with admission.holding("qa1", "third"):
+        admission.created(records[2])
     assert admission.engine.runs == {}, "waits for the earlier dispatches"
+    assert admission.queue_caps(["qa1"])["qa1"] == slots - 1, "and keeps its pending slot"
     with admission.holding("qa1", "second"):
         pass  # the second dispatch failed after its stamp: it is skipped
     assert admission.engine.runs == {}
+    assert admission.queue_caps(["qa1"])["qa1"] == slots - 1
     admission.created(records[0])
     assert list(admission.engine.runs) == ["first", "third"]
+    assert admission.queue_caps(["qa1"])["qa1"] == slots - 2, "two pending runs, no holds"
     first, third = (admission.engine.runs[r] for r in ("first", "third"))
     assert first.enqueued < third.enqueued
 
