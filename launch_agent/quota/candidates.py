@@ -67,6 +67,15 @@ class CandidateIndex:
         # and leaves whose candidate is guaranteed below the root (re-checked after any change).
         self._sensitive: set[int] = set()
         self._local: set[int] = set()
+        # What can break each _LOCAL proof (`_watch_local`): per (node, resource) a heap of
+        # (usage ceiling, token, leaf) read when usage there rises, and per node the leaves
+        # anchored there, whose proof a fall of usage there may change. A leaf's token is
+        # bumped when it leaves `_local`, voiding its entries; leaves whose proof may be
+        # broken wait in `_local_broken` for the next settle.
+        self._local_token = [0] * count
+        self._local_rise: dict[tuple[int, str], list[tuple[int, int, int]]] = {}
+        self._local_fall: list[dict[int, int]] = [{} for _ in range(count)]
+        self._local_broken: set[int] = set()
         # Skipped runs, by the (node, resource) that blocks them: heaps of
         # (-usage threshold, token, seq, run); an entry is stale once its run is scanned again.
         # Entries hold only ints (the run by its enqueue sequence number): the garbage collector
@@ -200,6 +209,8 @@ class CandidateIndex:
         `guarmax`) exceeds the node's remaining headroom."""
         ledger = self.ledger
         self._dirty_nodes.update(path)
+        if self._local_rise:
+            self._local_rose(path, request)
         root = path[-1]
         for node in path:
             fitmax = self._fitmax[node]
@@ -260,6 +271,80 @@ class CandidateIndex:
         self._dirty_nodes.update(path)
         self._decreased.update((node, resource) for node in path for resource in request)
         self._dirty_leaves |= self._sensitive
+        if self._local:
+            tokens, falls, broken = self._local_token, self._local_fall, self._local_broken
+            for node in path:
+                watchers = falls[node]
+                if watchers:
+                    broken.update(leaf for leaf, token in watchers.items() if token == tokens[leaf])
+                    watchers.clear()
+
+    def _local_rose(self, path: tuple[int, ...], request: Mapping[str, int]) -> None:
+        """Usage rose on `path`: the _LOCAL proofs whose usage ceiling there was passed may
+        be broken."""
+        eff, rise = self.ledger.eff, self._local_rise
+        tokens, broken = self._local_token, self._local_broken
+        for node in path:
+            used = eff[node]
+            for resource in request:
+                heap = rise.get((node, resource))
+                if not heap:
+                    continue
+                level = used.get(resource, 0)
+                while heap and heap[0][0] < level:
+                    _, token, leaf = heapq.heappop(heap)
+                    if token == tokens[leaf]:
+                        broken.add(leaf)
+
+    def _watch_local(self, leaf: int, request: Mapping[str, int], path: tuple[int, ...]) -> None:
+        """Record what can break the _LOCAL proof just made for `leaf`'s candidate, so that
+        only the changes that may break it mark the leaf again (`_guaranteed` has the proof).
+
+        With a = A*(x) at position `top` of the path and F the freeable amount beside a, the
+        proof holds while usage stays at or below: max - req for a count resource anywhere on
+        the path; min - req below a (else G(x, ·) fails there, and A*(x) moves down); and
+        max - req + F at a and above (else the lack exceeds what R7 frees). A*(x) moves up
+        only when usage falls at a, and F shrinks only when it falls at a child of a beside
+        the path, which lowers the lack at a and above just as much; a fall at a marks the
+        leaf, a conservative re-check (the proof at the old anchor may well still hold)."""
+        ledger = self.ledger
+        top = ledger.guarantee_top(path, request)
+        if top is None or top == 0:  # pragma: no cover - `_guaranteed` just proved it
+            self._local_broken.add(leaf)
+            return
+        token = self._local_token[leaf]
+        anchor = path[top]
+        beside = [c for c in ledger.children[anchor] if c != path[top - 1]]
+        eff, mins, maxs, rise = ledger.eff, ledger.mins, ledger.maxs, self._local_rise
+        freeable: dict[str, int] = {}
+        for position, node in enumerate(path):
+            maxima = maxs[node]
+            for resource, amount in request.items():
+                if resource in COUNT_RESOURCES:
+                    ceiling = maxima.get(resource)
+                    if ceiling is None:
+                        continue
+                    level = ceiling - amount
+                elif amount <= 0:
+                    continue
+                elif position < top:
+                    level = mins[node].get(resource, 0) - amount
+                else:
+                    ceiling = maxima.get(resource)
+                    if ceiling is None:
+                        continue
+                    if resource not in freeable:
+                        freeable[resource] = sum(
+                            max(0, eff[c].get(resource, 0) - mins[c].get(resource, 0))
+                            for c in beside
+                        )
+                    level = ceiling - amount + freeable[resource]
+                heap = rise.setdefault((node, resource), [])
+                heapq.heappush(heap, (level, token, leaf))
+                if len(heap) > 4 * len(self._local) + 64:
+                    heap[:] = [e for e in heap if e[1] == self._local_token[e[2]]]
+                    heapq.heapify(heap)
+        self._local_fall[anchor][leaf] = token
 
     def _wake_blocked(self) -> None:
         """Find the skipped runs whose recorded obstacle is gone — blocked at (node, resource)
@@ -330,21 +415,16 @@ class CandidateIndex:
                 starts[leaf] = start
             marked.append(leaf)
 
-        if self._local and (self._dirty_nodes or self._dirty_leaves):
-            # A candidate guaranteed below the root depends on usage beside its anchor. Its
-            # resolution restarts at it: if it is no longer guaranteed the scan goes on past
-            # it, and the runs before it stay infeasible (see `_scan_leaf`).
+        if self._local_broken:
+            # A candidate guaranteed below the root whose proof a change may have broken
+            # (`_watch_local`). Its resolution restarts at it: if it is no longer guaranteed
+            # the scan goes on past it, and the runs before it stay infeasible.
             cand = self._cand
-            for leaf in self._local:  # `mark`, inlined: tens of leaves at every change
-                run = cand[leaf]
-                start = run.order if run is not None else None
-                if leaf in starts:
-                    old = starts[leaf]
-                    if old is not None and old is not start and (start is None or start < old):
-                        starts[leaf] = start
-                else:
-                    starts[leaf] = start
-                marked.append(leaf)
+            for leaf in self._local_broken:
+                if leaf in self._local:
+                    run = cand[leaf]
+                    mark(leaf, run.order if run is not None else None)
+            self._local_broken.clear()
         for leaf in self._dirty_leaves:
             mark(leaf, None)
         # Partial scans. Runs skipped before the restart point are still infeasible: their
@@ -721,7 +801,9 @@ class CandidateIndex:
         self._cand_kind[leaf] = _NONE
         self._void_hope(leaf)
         self._sensitive.discard(leaf)
-        self._local.discard(leaf)
+        if leaf in self._local:
+            self._local.discard(leaf)
+            self._local_token[leaf] += 1
         self._was_strict[leaf] = False
         self._scan_leaf(leaf, start)
 
@@ -775,6 +857,7 @@ class CandidateIndex:
                         self._cand[leaf], self._cand_kind[leaf] = run, kind
                         if kind == _LOCAL:
                             self._local.add(leaf)
+                            self._watch_local(leaf, request, path)
                         return
                 if in_min or node.within_queue == "LowerPriority":
                     self._sensitive.add(leaf)
