@@ -33,8 +33,10 @@ from launch_agent.quota.preemption import plan_preemption
 from launch_agent.quota.runs import Run, RunState, Stamp
 from launch_agent.quota.tree import COUNT_RESOURCES, QuotaTree
 
-Key = tuple[int, int, int, Stamp, str]
-Order = tuple[int, Fraction, int, str]
+# A run's offer at a node: (outside-min flag, share, -priority, enqueue sequence, id), which
+# orders offers as R6.2's (…, -p, tq, id) does (`Run.rank`).
+Key = tuple[int, int, int, int, str]
+Order = tuple[int, int, str]  # `Run.rank`
 # How a leaf's candidate is feasible: it fits, R7 is certain to succeed, or a plan was found.
 _NONE, _FITS, _GUARANTEED, _LOCAL, _PLANNED = 0, 1, 2, 3, 4
 
@@ -379,7 +381,7 @@ class CandidateIndex:
                 # Runs after the leaf's candidate were not scanned since it became the
                 # candidate: their entries may be old, and they cannot matter.
                 candidate = self._cand[run.leaf]
-                if candidate is not None and candidate.order < run.order:
+                if candidate is not None and candidate.rank < run.rank:
                     continue
                 if not floor:
                     # Cleared here, but the run may still not fit elsewhere (another resource
@@ -392,8 +394,8 @@ class CandidateIndex:
                         self._block(run, still, ledger.maxs[where][what] - run.request[what])
                         continue
                 known = wake.get(run.leaf)
-                if known is None or run.order < known:
-                    wake[run.leaf] = run.order
+                if known is None or run.rank < known:
+                    wake[run.leaf] = run.rank
         self._decreased.clear()
 
     def _settle(self) -> None:
@@ -406,7 +408,7 @@ class CandidateIndex:
         def mark(leaf: int, start: Order | None) -> None:
             # Restart points merge to the earliest: None (from the head) comes first. The
             # same order object again (a leaf left stale, re-marked at the same candidate) is
-            # no earlier, and comparing it with itself would compare its Fraction stamp.
+            # no earlier, and needs no comparison.
             if leaf in starts:
                 old = starts[leaf]
                 if old is not None and old is not start and (start is None or start < old):
@@ -423,7 +425,7 @@ class CandidateIndex:
             for leaf in self._local_broken:
                 if leaf in self._local:
                     run = cand[leaf]
-                    mark(leaf, run.order if run is not None else None)
+                    mark(leaf, run.rank if run is not None else None)
             self._local_broken.clear()
         for leaf in self._dirty_leaves:
             mark(leaf, None)
@@ -435,7 +437,7 @@ class CandidateIndex:
             mark(leaf, order)
         for leaf in self._invalidated:
             run = self._cand[leaf]
-            mark(leaf, run.order if run is not None else None)
+            mark(leaf, run.rank if run is not None else None)
         stale = self._stale
         paths = self.ledger.paths
         # Every ancestor of a change is re-resolved, even one already stale: a node resolved
@@ -669,8 +671,8 @@ class CandidateIndex:
         where, resource = blocked
         return blocked, ledger.maxs[where][resource] - least[resource]
 
-    def _tail_bound(self, node: int) -> tuple[int, Stamp, str] | None:
-        """For a stale leaf, a lower bound on the rest of its offer's key, (-p, tq, id): its
+    def _tail_bound(self, node: int) -> Order | None:
+        """For a stale leaf, a lower bound on the rest of its offer's key, (-p, seq, id): its
         scan's restart point, or else its first pending run (runs are kept in that order).
         None (no bound) for an inner node."""
         if self.ledger.children[node]:
@@ -680,8 +682,8 @@ class CandidateIndex:
             pending = self._pending[node]
             if not pending:
                 return None
-            order = pending[0].order
-        return order[0], (order[1], order[2]), order[3]
+            order = pending[0].rank
+        return order
 
     def _note_admitted(self, run: Run) -> None:
         stamp = run.admitted
@@ -820,7 +822,7 @@ class CandidateIndex:
         pending = self._pending[leaf]
         if start is not None:
             head = False  # the leaf was not Strict and the clock has not moved since
-            pending = pending[bisect.bisect_left(pending, start, key=lambda r: r.order) :]
+            pending = pending[bisect.bisect_left(pending, start, key=lambda r: r.rank) :]
         for run in pending:
             if run.reserved_at is not None or (
                 run.not_before is not None and run.not_before > self.now
@@ -930,4 +932,4 @@ class CandidateIndex:
         """R6.2: (0 if within the node's min else 1, b(node) with the request added, -p, tq, id)."""
         inside = 0 if self.ledger.within_min(node, run.request) else 1
         share = self.ledger.share(node, run.request)
-        return (inside, share, -run.priority, run.enqueued, run.id)
+        return (inside, share, -run.priority, run.enqueued[1], run.id)

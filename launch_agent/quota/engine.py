@@ -279,7 +279,7 @@ class AdmissionEngine(CandidateIndex):
         low, high = 0, len(pending)
         while low < high:  # bisect on the order key; evicted runs keep their original place
             mid = (low + high) // 2
-            if pending[mid].order < run.order:
+            if pending[mid].rank < run.rank:
                 low = mid + 1
             else:
                 high = mid

@@ -71,10 +71,15 @@ class Run:
     fail_after_termination: bool = False
     block_token: int = 0  # bumped whenever the engine scans the run (see engine._block)
     order: tuple[int, Fraction, int, str] = field(init=False)
+    # `order` without the clock: the engine stamps runs itself and its clock never goes
+    # back, so enqueue sequence numbers grow with enqueue times and order runs alike. Only
+    # integers and the id: comparing two is cheap (a Fraction compares in Python code).
+    rank: tuple[int, int, str] = field(init=False)
 
     def __post_init__(self) -> None:
         # R6.1 order within a leaf: priority descending, enqueue time ascending, id.
         self.order = (-self.spec.priority, self.enqueued[0], self.enqueued[1], self.spec.id)
+        self.rank = (-self.spec.priority, self.enqueued[1], self.spec.id)
 
     @property
     def id(self) -> str:
