@@ -1,12 +1,22 @@
 # syntax=docker/dockerfile:1
-# Build stage: compilers and build tools live here only.
-FROM python:3.11-slim-bookworm AS build
+# Build stage: compilers and build tools live here only. The full image has gcc and the
+# Python headers, which the quota engine's mypyc build needs (scripts/build_compiled.py).
+FROM python:3.11-bookworm AS build
 WORKDIR /src
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 COPY pyproject.toml README.md ./
 COPY launch_agent ./launch_agent
+COPY scripts/build_compiled.py ./scripts/
+# mypy compiles in a venv of its own, which the final stage does not copy; the check at the
+# end fails the build if the interpreted engine would be loaded.
 RUN python -m venv /opt/launch-agent \
-    && /opt/launch-agent/bin/pip install --no-cache-dir .
+    && /opt/launch-agent/bin/pip install --no-cache-dir . \
+    && python -m venv /opt/mypyc \
+    && /opt/mypyc/bin/pip install --no-cache-dir mypy==2.4.1 setuptools==84.2.1 \
+    && /opt/mypyc/bin/python scripts/build_compiled.py --in-place \
+       "$(/opt/launch-agent/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+    && /opt/launch-agent/bin/python -I -c \
+       'import launch_agent.quota as q; assert q.engine_build() == "compiled", q.engine_build()'
 
 # Final stage: the virtualenv and the Python runtime, nothing else.
 FROM python:3.11-slim-bookworm

@@ -7,13 +7,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv lint typecheck contracts test test-reference demo bench clean
+.PHONY: help venv lint typecheck contracts test test-compiled compiled test-reference demo bench clean
 
 help:
 	@echo "make demo            run the agent end to end on the loopback sandbox"
 	@echo "make test            lint, type check, import contracts, then the test suite"
 	@echo "make lint            ruff, mypy --strict, import contracts, hadolint, yamllint"
 	@echo "make test-reference  the reference wandb launch-agent against the sandbox (slow)"
+	@echo "make compiled        the quota engine compiled with mypyc, into build/compiled"
 	@echo "make bench           benchmarks (numbers, not pass/fail)"
 
 $(STAMP): pyproject.toml
@@ -45,6 +46,29 @@ contracts: $(STAMP)
 
 test: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-compiled
+
+# The quota engine compiled with mypyc (scripts/build_compiled.py): a copy of the package in
+# $(COMPILED) with the engine modules as C extensions, used by putting it first on PYTHONPATH.
+# The container image ships this build.
+COMPILED := build/compiled
+PACKAGE_SOURCES := $(shell find launch_agent -name '*.py')
+
+$(COMPILED)/.built: $(STAMP) scripts/build_compiled.py $(PACKAGE_SOURCES)
+	$(BIN)/python scripts/build_compiled.py $(COMPILED)
+	touch $@
+
+compiled: $(COMPILED)/.built
+
+# The engine's tests and the agent's quota end to end again, on the compiled build. pytest's
+# default import mode would put the checkout ahead of PYTHONPATH; conftest.py refuses to run
+# if the interpreted engine is what got imported.
+COMPILED_TESTS := tests/unit/quota tests/unit/runtime/test_quota_admission.py \
+	tests/e2e/test_quota_agent.py
+
+test-compiled: $(COMPILED)/.built
+	LAUNCH_AGENT_EXPECT_COMPILED=1 PYTHONPATH=$(COMPILED) $(BIN)/pytest --import-mode=append \
+		$(PYTEST_ARGS) $(COMPILED_TESTS)
 
 # The reference `wandb launch-agent` 0.31.0 with the launch extras it imports (azure-*, awscli).
 # awscli pins botocore against this project's boto3, so it gets a virtualenv of its own; the
@@ -72,12 +96,18 @@ BENCH_NAMES = $(BIN)/python -c 'import argparse as a; from launch_agent.cli impo
 	c = lambda p: next(x for x in p._actions if isinstance(x, a._SubParsersAction)).choices; \
 	print(*c(c(b())["bench"]))'
 
-bench: $(STAMP)
+bench: $(STAMP) $(COMPILED)/.built
 	mkdir -p $(BENCH_OUT)
 	set -e; for name in $$($(BENCH_NAMES)); do \
 		echo "== launch-agent bench $$name"; \
 		$(BIN)/launch-agent bench $$name --json $(BENCH_OUT)/$$name.json; \
 	done
+	@# The quota engine again as the container image runs it, in both tree layouts.
+	set -e; for layout in split interleaved; do \
+		echo "== launch-agent bench quota --layout $$layout (compiled build)"; \
+		PYTHONPATH=$(COMPILED) $(BIN)/launch-agent bench quota --layout $$layout \
+			--json $(BENCH_OUT)/quota-compiled-$$layout.json; \
+	done
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -62,6 +62,19 @@ def _describe(handle: asyncio.Handle) -> str:
 asyncio.events.Handle._run = _timed_run  # type: ignore[method-assign]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # `make test-compiled` runs the engine's tests again on the mypyc build: a stale or missing
+    # build must not quietly test the interpreted sources a second time.
+    if os.environ.get("LAUNCH_AGENT_EXPECT_COMPILED") == "1":
+        from launch_agent.quota import engine_build
+
+        if engine_build() != "compiled":
+            raise pytest.UsageError(
+                "LAUNCH_AGENT_EXPECT_COMPILED=1 but the interpreted quota engine was imported:"
+                " build it with `make compiled` and put build/compiled first on PYTHONPATH"
+            )
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     # Everything imported so far (libraries, schemas, test modules) lives for the whole run:
     # moving it out of the collector's reach keeps full collections, which run inside whatever

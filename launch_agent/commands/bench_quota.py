@@ -18,7 +18,9 @@ iteration, measured around `AdmissionEngine.step()`. The final iteration of each
 which concludes that nothing more fits, is a *fixpoint check*: it is not a decision and is
 reported separately (count, p99, slowest, and its share of the engine's time), so work the
 engine defers to it cannot inflate decisions/s. "Engine time" is decisions plus checks. The
-engine is pure Python; the numbers are for one core of this machine, with the event loop not
+engine is pure Python, run either interpreted or compiled with mypyc (`make compiled`; the
+container image ships the compiled build, and `make bench` measures both); the report names
+the build it measured. The numbers are for one core of this machine, with the event loop not
 involved.
 """
 
@@ -31,6 +33,7 @@ import time
 from fractions import Fraction
 from typing import Any
 
+from launch_agent.quota import engine_build
 from launch_agent.quota.engine import AdmissionEngine
 from launch_agent.quota.runs import PodSet, RunSpec, RunState
 from launch_agent.quota.tree import parse_tree
@@ -186,6 +189,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     engine_seconds = sum(everything) + sum(checks)
     return {
         "benchmark": "quota",
+        "engine_build": engine_build(),
         "leaves": args.leaves,
         "fanout": args.fanout,
         "layout": args.layout,
@@ -229,7 +233,8 @@ def _summary(timer: _Timer) -> dict[str, Any]:
 def _run(args: argparse.Namespace) -> int:
     result = measure(args)
     print(
-        f"quota engine: {result['leaves']} leaves ({result['nodes']} nodes), {result['runs']}"
+        f"quota engine ({result['engine_build']}): {result['leaves']} leaves"
+        f" ({result['nodes']} nodes), {result['runs']}"
         f" runs: {result['decisions']} decisions, {result['decisions_per_second']:.0f}"
         f" decisions/s, p50 {result['p50_decision_ms']:.3f} ms, p99"
         f" {result['p99_decision_ms']:.3f} ms, max {result['max_decision_ms']:.1f} ms"

@@ -11,8 +11,12 @@
 
 docs/quota.md describes the rules as implemented and the choices made where the reference
 (`quota-admission.md`) leaves them open.
+
+The engine modules can be compiled with mypyc (`scripts/build_compiled.py`, used by the
+container image and `make bench`); `engine_build()` tells which build is loaded.
 """
 
+from launch_agent.quota import engine as _engine
 from launch_agent.quota.engine import AdmissionEngine, EngineError
 from launch_agent.quota.runs import Decision, PodSet, Run, RunSpec, RunState
 from launch_agent.quota.tree import (
@@ -24,6 +28,12 @@ from launch_agent.quota.tree import (
     parse_tree,
     validate_tree,
 )
+
+
+def engine_build() -> str:
+    """'compiled' when the engine modules are mypyc extensions, else 'interpreted'."""
+    return "interpreted" if _engine.__file__.endswith(".py") else "compiled"
+
 
 __all__ = [
     "COUNT_RESOURCES",
@@ -38,6 +48,7 @@ __all__ = [
     "RunState",
     "TreeError",
     "TreeProblem",
+    "engine_build",
     "parse_tree",
     "validate_tree",
 ]
