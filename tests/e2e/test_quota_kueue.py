@@ -90,16 +90,22 @@ async def test_runs_wait_for_kueue_and_start_when_quota_frees(env: Env) -> None:
     await install_kueue(env, cpu="1")
     env.cluster.script("launch-agent.io/run-id=k1", "succeed after=30s")
     env.cluster.script("launch-agent.io/run-id=k2", "succeed after=30s")
-    first, second = env.push(run_spec("k1")), env.push(run_spec("k2"))
+    items = env.push(run_spec("k1")), env.push(run_spec("k2"))
+    admitted = "admitted by Kueue: LocalQueue default/lq (ClusterQueue cq)"
     async with env.running(env.agent(env.config(quota={"mode": "kueue"}))) as agent:
         assert isinstance(agent.admission, KueueWatch)
-        await until(lambda: second.state is ItemState.CLAIMED, message="both created")
-        for item in (first, second):
-            assert job_of(env, item)["metadata"]["labels"][QUEUE_LABEL] == "lq"
         await until(
-            lambda: warned(first, "admitted by Kueue: LocalQueue default/lq (ClusterQueue cq)"),
-            message="first admitted",
+            lambda: all(i.state is ItemState.CLAIMED for i in items), message="both created"
         )
+        for item in items:
+            assert job_of(env, item)["metadata"]["labels"][QUEUE_LABEL] == "lq"
+        # Both are popped in one round and created concurrently: Kueue admits whichever
+        # Workload it saw first, and the other waits.
+        first = await until(
+            lambda: next((i for i in items if warned(i, admitted)), None),
+            message="one admitted",
+        )
+        second = items[1] if first is items[0] else items[0]
         await until(
             lambda: warned(
                 second,
