@@ -166,8 +166,14 @@ class Agent:
             options["retry"] = self.wandb_retry
         wandb = await stack.enter_async_context(WandbClient.from_config(config, **options))
         self.wandb = wandb
-        kube_cfg = self.kube_configuration or await self._kube_configuration()
-        kube = await stack.enter_async_context(KubeClient(kube_cfg, policy=self.kube_retry))
+        kube_options: dict[str, Any] = {"policy": self.kube_retry}
+        if self.kube_configuration is not None:
+            kube_cfg = self.kube_configuration
+        else:
+            kube_cfg = await self._kube_configuration()
+            # Expiring credentials: the pod's rotated token, a kubeconfig's exec plugin.
+            kube_options.update(KubeClient.renewal(self.kubeconfig))
+        kube = await stack.enter_async_context(KubeClient(kube_cfg, **kube_options))
         self.kube = kube
 
         specs = SpecStore(config.queue_specs_dir, self.metrics)

@@ -31,6 +31,7 @@ from launch_agent.adapters.kube import (
     KubeClient,
     KubeError,
     KubeForbidden,
+    KubeUnauthorized,
     KubeUnavailable,
 )
 from launch_agent.adapters.wandb_client import RunQueueItem, WandbClient
@@ -209,7 +210,10 @@ class Dispatcher:
         try:
             created = await self.kube.create(workload, spec.namespace)
         except (KubeUnavailable, KubeError) as exc:
-            if isinstance(exc, KubeApiError) and not isinstance(exc, KubeUnavailable):
+            # 401: the agent's own credential was refused (and could not be renewed), which
+            # says nothing about this run: it stays in W&B like any unavailability.
+            refused = not isinstance(exc, KubeUnavailable | KubeUnauthorized)
+            if isinstance(exc, KubeApiError) and refused:
                 self.runs.remove(record, finished=False)
                 await self._fail(item, self._refused_message(record, exc), "kube_refused")
                 return

@@ -21,15 +21,23 @@ Operations are what the dispatcher and tracker need, and each has one policy:
 
 Every request has a timeout and is retried on 429/5xx/network errors with jittered backoff
 (`backoff.py`); when retries run out the caller gets `KubeUnavailable`.
+
+Credentials expire. In a pod the projected service-account token is re-read every minute. With
+a kubeconfig, a credential from an exec plugin (`aws eks get-token` tokens last 15 minutes) is
+renewed when the API server answers 401 Unauthorized: the kubeconfig is loaded again (running
+the plugin) and the request is sent once more with the new token. Concurrent requests that
+got the 401 share one renewal, and the kubeconfig is loaded at most every
+`RENEW_INTERVAL` seconds, so a credential that is simply wrong costs one reload, not a loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import random
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -37,6 +45,7 @@ from typing import Any
 
 import aiohttp
 from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.config import ConfigException
 
 from launch_agent.adapters.kube.backoff import RETRY_STATUSES, RetryPolicy, parse_retry_after
 from launch_agent.adapters.kube.connect import (
@@ -61,6 +70,7 @@ Obj = dict[str, Any]
 Query = Sequence[tuple[str, str]]
 NETWORK_ERRORS = (aiohttp.ClientError, TimeoutError, ConnectionError)
 FIELD_MANAGER = "launch-agent"
+RENEW_INTERVAL = 10.0  # seconds between two reloads of the kubeconfig after a 401
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +97,16 @@ class KubeClient:
         rng: random.Random | None = None,
         token_file: str | None = None,
         token_refresh: float = 60.0,
+        reload: Callable[[], Awaitable[Configuration]] | None = None,
+        renew_interval: float = RENEW_INTERVAL,
     ) -> None:
         self._configuration = configuration
+        # Loads the configuration again for a new credential after a 401 (kubeconfig mode).
+        self._reload = reload
+        self._renewing = asyncio.Lock()
+        self._renewed_at: float | None = None
+        self._renew_interval = renew_interval
+        self.renewals = 0
         # A projected service-account token rotates (about hourly); re-read it every minute.
         self._token_file = token_file
         self._token_refresh = token_refresh
@@ -109,9 +127,20 @@ class KubeClient:
         **kwargs: Any,
     ) -> KubeClient:
         configuration = await load_configuration(kubeconfig, context, in_cluster)
-        if use_in_cluster(kubeconfig, in_cluster):
-            kwargs.setdefault("token_file", SERVICE_ACCOUNT_TOKEN)
+        for key, value in cls.renewal(kubeconfig, context, in_cluster).items():
+            kwargs.setdefault(key, value)
         return cls(configuration, **kwargs)
+
+    @staticmethod
+    def renewal(
+        kubeconfig: str | None = None, context: str | None = None, in_cluster: bool | None = None
+    ) -> dict[str, Any]:
+        """The constructor options that keep a configuration loaded this way authenticated:
+        the service-account token file to re-read in a pod, or how to load the kubeconfig
+        again after a 401."""
+        if use_in_cluster(kubeconfig, in_cluster):
+            return {"token_file": SERVICE_ACCOUNT_TOKEN}
+        return {"reload": functools.partial(load_configuration, kubeconfig, context, False)}
 
     async def __aenter__(self) -> KubeClient:
         self._api = await build_api_client(self._configuration)
@@ -179,18 +208,57 @@ class KubeClient:
         self._configuration.api_key["BearerToken"] = f"Bearer {token}"
         self._token_read_at = now
 
+    async def _renew(self, sent: str | None) -> bool:
+        """After a 401 to a request sent with credential `sent`: whether a new credential is
+        in use now (renewed here, or by a concurrent request meanwhile)."""
+        if self._reload is None:
+            return False
+        async with self._renewing:
+            current = self._configuration.api_key.get("BearerToken")
+            if current != sent:
+                return True
+            now = asyncio.get_running_loop().time()
+            if self._renewed_at is not None and now - self._renewed_at < self._renew_interval:
+                return False
+            self._renewed_at = now
+            try:
+                fresh = await self._reload()
+            except (ConfigException, OSError, ValueError, RuntimeError) as exc:
+                log.warning("401 Unauthorized, and loading the kubeconfig again failed: %s", exc)
+                return False
+            token = fresh.api_key.get("BearerToken")
+            if not token or token == current:
+                log.warning(
+                    "401 Unauthorized: the API server refuses the kubeconfig's credential, and"
+                    " loading the kubeconfig again gave the same one"
+                )
+                return False
+            self._configuration.api_key["BearerToken"] = token
+            self.renewals += 1
+            log.info("401 Unauthorized: using a new credential from the kubeconfig")
+            return True
+
+    def _credential(self) -> str | None:
+        token: str | None = self._configuration.api_key.get("BearerToken")
+        return token
+
     async def _once(
         self, method: str, path: str, query: Query, body: object, content_type: str | None
     ) -> tuple[int, bytes, str | None]:
         limits = aiohttp.ClientTimeout(total=self.policy.timeout)
-        response = await self._open(
-            method, path, query, body, content_type=content_type, limits=limits
-        )
-        try:
-            async with asyncio.timeout(self.policy.timeout):
-                data = await response.read()
-        finally:
-            response.release()
+        for renewed in (False, True):
+            sent = self._credential()
+            response = await self._open(
+                method, path, query, body, content_type=content_type, limits=limits
+            )
+            try:
+                async with asyncio.timeout(self.policy.timeout):
+                    data = await response.read()
+            finally:
+                response.release()
+            if response.status == 401 and not renewed and await self._renew(sent):
+                continue
+            break
         return response.status, data, response.headers.get("Retry-After")
 
     async def request(
@@ -388,7 +456,11 @@ class KubeClient:
         silence = silence_timeout if silence_timeout is not None else timeout_seconds + 30
         limits = aiohttp.ClientTimeout(total=None, connect=self.policy.timeout, sock_read=silence)
         path = resource.path(namespace)
+        sent = self._credential()
         response = await self._open("GET", path, query, None, content_type=None, limits=limits)
+        if response.status == 401 and await self._renew(sent):
+            response.close()
+            response = await self._open("GET", path, query, None, content_type=None, limits=limits)
         try:
             if response.status != 200:
                 data = await response.read()

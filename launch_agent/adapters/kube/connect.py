@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
-from collections.abc import Coroutine
-from typing import Any
 
 import aiohttp
 from kubernetes_asyncio.client import ApiClient, Configuration, rest
@@ -34,65 +32,36 @@ async def load_configuration(
 ) -> Configuration:
     """A client configuration from a kubeconfig file or the pod's service account.
 
-    Loading reads files (and may run an exec credential plugin), so it runs in a worker thread,
-    never on the agent's loop. Limitation: a credential from an exec plugin (e.g. `aws eks
-    get-token`) is read once; in a pod the service-account token is re-read by `KubeClient`.
+    Loading reads files and may run an exec credential plugin (`aws eks get-token`,
+    `gke-gcloud-auth-plugin`, `kubelogin`) as a subprocess, so it runs in a worker thread,
+    never on the agent's loop. The kubeconfig loader is a coroutine that needs an event loop
+    for the plugin's subprocess: it gets a private one in that thread. A credential that
+    expires is renewed by `KubeClient`, which calls this again after a 401; in a pod the
+    service-account token is re-read by `KubeClient`.
     """
+    if use_in_cluster(kubeconfig, in_cluster):
 
-    def load() -> Configuration:
-        cfg = Configuration()
-        if use_in_cluster(kubeconfig, in_cluster):
+        def load() -> Configuration:
+            cfg = Configuration()
             # The client's own token refresh reads the token file on the loop; KubeClient
             # re-reads it in a worker thread instead (`token_file`).
             load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=cfg, try_refresh_token=False
             )
-        else:
-            _drive(
-                load_kube_config(
-                    config_file=kubeconfig,
-                    context=context,
-                    client_configuration=cfg,
-                    persist_config=False,
-                )
-            )
-        return cfg
+            return cfg
 
-    try:
         return await asyncio.to_thread(load)
-    except _NeedsLoop:
-        # Plugins that await: same loading, on a private loop in a worker thread.
-        cfg = Configuration()
-        await asyncio.to_thread(
-            asyncio.run,
-            load_kube_config(
-                config_file=kubeconfig,
-                context=context,
-                client_configuration=cfg,
-                persist_config=False,
-            ),
-        )
-        return cfg
-
-
-def _drive(coro: Coroutine[Any, Any, Any]) -> None:
-    """Run the kubeconfig loader's coroutine to completion in this worker thread.
-
-    With token, certificate or basic credentials it never awaits anything, so it finishes on the
-    first step, without an event loop (whose presence would make every file read in this thread
-    look like a blocking call on a loop). Exec and OIDC plugins do await a subprocess or HTTP
-    call: for those the coroutine gets a private loop in this thread.
-    """
-    try:
-        coro.send(None)
-    except StopIteration:
-        return
-    coro.close()
-    raise _NeedsLoop
-
-
-class _NeedsLoop(Exception):
-    pass
+    cfg = Configuration()
+    await asyncio.to_thread(
+        asyncio.run,
+        load_kube_config(
+            config_file=kubeconfig,
+            context=context,
+            client_configuration=cfg,
+            persist_config=False,
+        ),
+    )
+    return cfg
 
 
 def _ssl_context(configuration: Configuration) -> ssl.SSLContext:

@@ -168,6 +168,12 @@ class KubeApiServer:
         """Compact the event log (all resources, or one): older resourceVersions answer 410."""
         self.store.compact(self.store.rt(resource).storage if resource else None)
 
+    def accept_tokens(self, *tokens: str) -> None:
+        """Authenticate requests: only these bearer tokens are accepted from now on (401
+        Unauthorized otherwise, as kube-apiserver answers an expired token); no arguments
+        turns authentication off again."""
+        self.settings.tokens = frozenset(tokens) if tokens else None
+
     def drop_watches(self, resource: str | None = None) -> int:
         """End open watch streams now (as an apiserver restart would); returns how many."""
         storage = self.store.rt(resource).storage if resource else None

@@ -40,6 +40,8 @@ class ServerSettings:
     bookmark_interval: float = 5.0
     default_watch_timeout: float = 1800.0
     watch_max_pending: int = 10_000
+    # Bearer tokens the server accepts; None: no authentication (the default).
+    tokens: frozenset[str] | None = None
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:

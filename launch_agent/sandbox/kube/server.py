@@ -132,6 +132,13 @@ class KubeApp:
         try:
             if self.faults.refuse:
                 return drop(request)
+            tokens = self.settings.tokens
+            if tokens is not None:
+                # kube-apiserver's answer to a missing, unknown or expired bearer token.
+                header = request.headers.get("Authorization", "")
+                scheme, _, token = header.partition(" ")
+                if scheme.lower() != "bearer" or token.strip() not in tokens:
+                    raise ApiError(401, "Unauthorized", "Unauthorized")
             rule = self.faults.pick(key)
             if rule is not None:
                 request[FAULT] = rule
