@@ -73,41 +73,46 @@ class Ledger:
         # Per node, its share with nothing added and the resources it borrows: preemption
         # asks for them of every sibling at each level, while usage changes on one path at a
         # time. Dropped for the nodes of a path whenever usage on it changes.
-        self._share_now: dict[int, int] = {}
-        self._borrowed: dict[int, frozenset[str]] = {}
+        # Lists with None for "not known", reset per node of a changed path.
+        self._share_now: list[int | None] = [None] * len(self.nodes)
+        self._borrowed: list[frozenset[str] | None] = [None] * len(self.nodes)
 
     # --- bookkeeping ------------------------------------------------------------------------
 
     def charge(self, path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
-        _add(self.used, path, request, sign)
-        self._add_eff(path, request, sign)
-        self._forget(path)
+        self._apply(self.used, path, request, sign)
 
     def reserve(self, path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
-        _add(self.reserved, path, request, sign)
-        self._add_eff(path, request, sign)
-        self._forget(path)
+        self._apply(self.reserved, path, request, sign)
 
     def shift(self, path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
         """Move only the effective usage, for a tentative change that is undone before
         anything reads `used` (preemption planning)."""
-        self._add_eff(path, request, sign)
-        self._forget(path)
+        self._apply(None, path, request, sign)
 
-    def _add_eff(self, path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
-        _add(self.eff, path, request, sign)
-        rooms = self.room
-        for node in path:
-            room = rooms[node]
-            for resource, amount in request.items():
-                if resource in room:
-                    room[resource] -= sign * amount
-
-    def _forget(self, path: tuple[int, ...]) -> None:
+    def _apply(
+        self,
+        table: list[Vector] | None,
+        path: tuple[int, ...],
+        request: Mapping[str, int],
+        sign: int,
+    ) -> None:
+        """Add `sign · request` to `table` (used or reserved), the effective usage and the
+        room of every node on `path`, and forget their cached shares: one walk of the path,
+        the request's items read once."""
+        items = [(resource, sign * amount) for resource, amount in request.items()]
+        effs, rooms = self.eff, self.room
         share_now, borrowed = self._share_now, self._borrowed
         for node in path:
-            share_now.pop(node, None)
-            borrowed.pop(node, None)
+            if table is not None:
+                _add_row(table[node], items)
+            _add_row(effs[node], items)
+            room = rooms[node]
+            for resource, delta in items:
+                if resource in room:
+                    room[resource] -= delta
+            share_now[node] = None
+            borrowed[node] = None
 
     def effective(self, node: int, resource: str) -> int:
         return self.eff[node].get(resource, 0)
@@ -158,7 +163,7 @@ class Ledger:
 
     def borrows_on(self, node: int, resources: frozenset[str]) -> bool:
         """R5: the node uses more than its min of one of `resources`."""
-        borrowed = self._borrowed.get(node)
+        borrowed = self._borrowed[node]
         if borrowed is None:
             minima = self.mins[node]
             borrowed = self._borrowed[node] = frozenset(
@@ -170,7 +175,7 @@ class Ledger:
         """R5: the node's weighted borrowed share, with `extra` added to its usage, as the
         integer `b · share_denominator` (exact; see `share_fraction`)."""
         if not extra:
-            known = self._share_now.get(node)
+            known = self._share_now[node]
             if known is None:
                 known = self._share_now[node] = self._share(node, None)
             return known
@@ -193,12 +198,11 @@ class Ledger:
         return Fraction(self.share(node, extra), self.share_denominator)
 
 
-def _add(table: list[Vector], path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
-    for node in path:
-        row = table[node]
-        for resource, amount in request.items():
-            value = row.get(resource, 0) + sign * amount
-            if value:
-                row[resource] = value
-            else:
-                row.pop(resource, None)
+def _add_row(row: Vector, items: list[tuple[str, int]]) -> None:
+    """Add signed amounts to one node's vector, dropping entries that reach zero."""
+    for resource, delta in items:
+        value = row.get(resource, 0) + delta
+        if value:
+            row[resource] = value
+        else:
+            row.pop(resource, None)
