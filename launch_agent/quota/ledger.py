@@ -44,8 +44,10 @@ class Ledger:
                 path.append(self.parent[path[-1]])
             self.paths.append(tuple(path))
         self.depth = [len(p) - 1 for p in self.paths]
-        self.mins: list[Mapping[str, int]] = [n.min for n in self.nodes]
-        self.maxs: list[Mapping[str, int]] = [n.max for n in self.nodes]
+        # Plain dict copies: compiled code (mypyc) reads a declared dict with direct C calls,
+        # a Mapping through generic method lookups.
+        self.mins: list[Vector] = [dict(n.min) for n in self.nodes]
+        self.maxs: list[Vector] = [dict(n.max) for n in self.nodes]
         self.leaves = [i for i, n in enumerate(self.nodes) if n.is_leaf]
         self.cap = {r: q for r, q in tree.root.max.items() if q > 0}
         # Shares are exact rationals with the common denominator
