@@ -134,8 +134,7 @@ class Ledger:
         for node in path:
             room = rooms[node]
             for resource, amount in items:
-                left = room.get(resource)
-                if left is not None and amount > left:
+                if resource in room and amount > room[resource]:
                     return node, resource
         return None
 
@@ -146,8 +145,9 @@ class Ledger:
         """R4 at one node: every requested non-count resource stays within the node's min."""
         minima = self.mins[node]
         effective = self.eff[node]
+        counts = COUNT_RESOURCES
         for resource, amount in request.items():
-            if resource in COUNT_RESOURCES or amount <= 0:
+            if amount <= 0 or resource in counts:
                 continue
             if effective.get(resource, 0) + amount > minima.get(resource, 0):
                 return False
@@ -193,7 +193,8 @@ class Ledger:
                 excess += extra.get(resource, 0)
             if excess > 0:
                 value = excess * scale
-                best = max(best, value)
+                # Not max(): a builtin call per resource, where compiled code compares ints.
+                best = value if value > best else best
         return best
 
     def share_fraction(self, node: int, extra: Mapping[str, int] | None = None) -> Fraction:
