@@ -44,8 +44,10 @@ class Ledger:
                 path.append(self.parent[path[-1]])
             self.paths.append(tuple(path))
         self.depth = [len(p) - 1 for p in self.paths]
-        self.mins: list[Mapping[str, int]] = [n.min for n in self.nodes]
-        self.maxs: list[Mapping[str, int]] = [n.max for n in self.nodes]
+        # Plain dict copies: compiled code (mypyc) reads a declared dict with direct C calls,
+        # a Mapping through generic method lookups.
+        self.mins: list[Vector] = [dict(n.min) for n in self.nodes]
+        self.maxs: list[Vector] = [dict(n.max) for n in self.nodes]
         self.leaves = [i for i, n in enumerate(self.nodes) if n.is_leaf]
         self.cap = {r: q for r, q in tree.root.max.items() if q > 0}
         # Shares are exact rationals with the common denominator
@@ -73,41 +75,46 @@ class Ledger:
         # Per node, its share with nothing added and the resources it borrows: preemption
         # asks for them of every sibling at each level, while usage changes on one path at a
         # time. Dropped for the nodes of a path whenever usage on it changes.
-        self._share_now: dict[int, int] = {}
-        self._borrowed: dict[int, frozenset[str]] = {}
+        # Lists with None for "not known", reset per node of a changed path.
+        self._share_now: list[int | None] = [None] * len(self.nodes)
+        self._borrowed: list[frozenset[str] | None] = [None] * len(self.nodes)
 
     # --- bookkeeping ------------------------------------------------------------------------
 
     def charge(self, path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
-        _add(self.used, path, request, sign)
-        self._add_eff(path, request, sign)
-        self._forget(path)
+        self._apply(self.used, path, request, sign)
 
     def reserve(self, path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
-        _add(self.reserved, path, request, sign)
-        self._add_eff(path, request, sign)
-        self._forget(path)
+        self._apply(self.reserved, path, request, sign)
 
     def shift(self, path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
         """Move only the effective usage, for a tentative change that is undone before
         anything reads `used` (preemption planning)."""
-        self._add_eff(path, request, sign)
-        self._forget(path)
+        self._apply(None, path, request, sign)
 
-    def _add_eff(self, path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
-        _add(self.eff, path, request, sign)
-        rooms = self.room
-        for node in path:
-            room = rooms[node]
-            for resource, amount in request.items():
-                if resource in room:
-                    room[resource] -= sign * amount
-
-    def _forget(self, path: tuple[int, ...]) -> None:
+    def _apply(
+        self,
+        table: list[Vector] | None,
+        path: tuple[int, ...],
+        request: Mapping[str, int],
+        sign: int,
+    ) -> None:
+        """Add `sign · request` to `table` (used or reserved), the effective usage and the
+        room of every node on `path`, and forget their cached shares: one walk of the path,
+        the request's items read once."""
+        items = [(resource, sign * amount) for resource, amount in request.items()]
+        effs, rooms = self.eff, self.room
         share_now, borrowed = self._share_now, self._borrowed
         for node in path:
-            share_now.pop(node, None)
-            borrowed.pop(node, None)
+            if table is not None:
+                _add_row(table[node], items)
+            _add_row(effs[node], items)
+            room = rooms[node]
+            for resource, delta in items:
+                if resource in room:
+                    room[resource] -= delta
+            share_now[node] = None
+            borrowed[node] = None
 
     def effective(self, node: int, resource: str) -> int:
         return self.eff[node].get(resource, 0)
@@ -127,8 +134,7 @@ class Ledger:
         for node in path:
             room = rooms[node]
             for resource, amount in items:
-                left = room.get(resource)
-                if left is not None and amount > left:
+                if resource in room and amount > room[resource]:
                     return node, resource
         return None
 
@@ -139,8 +145,9 @@ class Ledger:
         """R4 at one node: every requested non-count resource stays within the node's min."""
         minima = self.mins[node]
         effective = self.eff[node]
+        counts = COUNT_RESOURCES
         for resource, amount in request.items():
-            if resource in COUNT_RESOURCES or amount <= 0:
+            if amount <= 0 or resource in counts:
                 continue
             if effective.get(resource, 0) + amount > minima.get(resource, 0):
                 return False
@@ -158,7 +165,7 @@ class Ledger:
 
     def borrows_on(self, node: int, resources: frozenset[str]) -> bool:
         """R5: the node uses more than its min of one of `resources`."""
-        borrowed = self._borrowed.get(node)
+        borrowed = self._borrowed[node]
         if borrowed is None:
             minima = self.mins[node]
             borrowed = self._borrowed[node] = frozenset(
@@ -170,7 +177,7 @@ class Ledger:
         """R5: the node's weighted borrowed share, with `extra` added to its usage, as the
         integer `b · share_denominator` (exact; see `share_fraction`)."""
         if not extra:
-            known = self._share_now.get(node)
+            known = self._share_now[node]
             if known is None:
                 known = self._share_now[node] = self._share(node, None)
             return known
@@ -186,19 +193,19 @@ class Ledger:
                 excess += extra.get(resource, 0)
             if excess > 0:
                 value = excess * scale
-                best = max(best, value)
+                # Not max(): a builtin call per resource, where compiled code compares ints.
+                best = value if value > best else best
         return best
 
     def share_fraction(self, node: int, extra: Mapping[str, int] | None = None) -> Fraction:
         return Fraction(self.share(node, extra), self.share_denominator)
 
 
-def _add(table: list[Vector], path: tuple[int, ...], request: Mapping[str, int], sign: int) -> None:
-    for node in path:
-        row = table[node]
-        for resource, amount in request.items():
-            value = row.get(resource, 0) + sign * amount
-            if value:
-                row[resource] = value
-            else:
-                row.pop(resource, None)
+def _add_row(row: Vector, items: list[tuple[str, int]]) -> None:
+    """Add signed amounts to one node's vector, dropping entries that reach zero."""
+    for resource, delta in items:
+        value = row.get(resource, 0) + delta
+        if value:
+            row[resource] = value
+        else:
+            row.pop(resource, None)

@@ -39,27 +39,38 @@ from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
 from launch_agent.quota.ledger import Ledger
-from launch_agent.quota.runs import RUNNING_STATES, Run, Stamp
+from launch_agent.quota.runs import RUNNING_STATES, Run, RunState, Stamp
 from launch_agent.quota.tree import COUNT_RESOURCES
+
+_NO_STAMP: Stamp = (Fraction(0), 0)
+_ADMITTED, _READY = RunState.ADMITTED, RunState.READY
 
 
 def first_victim(runs: Iterable[Run]) -> Run | None:
     """`min(runs, key=victim_order)` without building a key (and negating a Fraction) per
     run: this is the innermost loop of victim selection."""
     best: Run | None = None
-    best_stamp: Stamp = (Fraction(0), 0)
+    best_stamp: Stamp = _NO_STAMP
     for run in runs:
-        stamp = run.admitted or (Fraction(0), 0)
+        stamp = run.admitted or _NO_STAMP
         if (
             best is None
             or run.priority < best.priority
             or (
                 run.priority == best.priority
-                and (stamp > best_stamp or (stamp == best_stamp and run.id < best.id))
+                and (_later(stamp, best_stamp) or (stamp == best_stamp and run.id < best.id))
             )
         ):
             best, best_stamp = run, stamp
     return best
+
+
+def _later(a: Stamp, b: Stamp) -> bool:
+    """`a > b` for stamps. Stamps made at one clock value share the clock's Fraction, and
+    then only the sequence numbers are compared: a Fraction comparison runs Python code."""
+    if a[0] is b[0]:
+        return a[1] > b[1]
+    return a > b
 
 
 def victim_order(run: Run) -> tuple[object, ...]:
@@ -83,6 +94,8 @@ class _Plan:
         self.x = x
         self.path = ledger.paths[x.leaf]
         self.policy = policy
+        self.any_policy = policy == "Any"
+        self.priority = x.spec.priority
         self.wanted = frozenset(
             r for r, q in x.request.items() if q > 0 and r not in COUNT_RESOURCES
         )
@@ -102,21 +115,40 @@ class _Plan:
         self.ledger.shift(self.ledger.paths[run.leaf], run.request, +1)
         self.removed.discard(run.id)
 
-    def eligible_in_leaf(self, leaf: int) -> Iterable[Run]:
-        ledger = self.ledger
-        borrowed = frozenset(
-            r for r in self.wanted if ledger.effective(leaf, r) > ledger.mins[leaf].get(r, 0)
-        )
+    def borrowed_in(self, leaf: int) -> list[str]:
+        """The resources x wants on which `leaf` borrows: a victim there must request one."""
+        effective, minima = self.ledger.eff[leaf], self.ledger.mins[leaf]
+        return [r for r in self.wanted if effective.get(r, 0) > minima.get(r, 0)]
+
+    def eligible(self, run: Run, borrowed: list[str]) -> bool:
+        state = run.state
+        if state is not _ADMITTED and state is not _READY:
+            return False
+        if run.spec.id in self.removed:
+            return False
+        if not self.any_policy and run.spec.priority >= self.priority:
+            return False
+        request = run.request
+        # mypyc compiles any() over a generator to a plain loop.
+        return any(request.get(resource, 0) > 0 for resource in borrowed)
+
+    def eligible_in_leaf(self, leaf: int) -> list[Run]:
+        borrowed = self.borrowed_in(leaf)
         if not borrowed:
-            return ()
-        return (
-            run
-            for run in self.admitted[leaf].values()
-            if run.state in RUNNING_STATES
-            and run.id not in self.removed
-            and (self.policy == "Any" or run.priority < self.x.priority)
-            and any(run.request.get(r, 0) > 0 for r in borrowed)
-        )
+            return []
+        return [run for run in self.admitted[leaf].values() if self.eligible(run, borrowed)]
+
+    def latest_in_leaf(self, leaf: int) -> Stamp | None:
+        """The latest admission among the eligible runs of `leaf`, or None."""
+        borrowed = self.borrowed_in(leaf)
+        if not borrowed:
+            return None
+        best: Stamp | None = None
+        for run in self.admitted[leaf].values():
+            stamp = run.admitted
+            if stamp and (best is None or _later(stamp, best)) and self.eligible(run, borrowed):
+                best = stamp
+        return best
 
     def latest_eligible(self, node: int) -> Stamp | None:
         """The latest admission among eligible runs reachable from `node` through borrowing
@@ -125,38 +157,46 @@ class _Plan:
         if not ledger.borrows_on(node, self.wanted):
             return None
         if not ledger.children[node]:
-            stamps = [run.admitted for run in self.eligible_in_leaf(node) if run.admitted]
-            return max(stamps) if stamps else None
-        found = [self.latest_eligible(c) for c in ledger.children[node]]
-        stamps = [s for s in found if s is not None]
-        return max(stamps) if stamps else None
+            return self.latest_in_leaf(node)
+        best: Stamp | None = None
+        for child in ledger.children[node]:
+            stamp = self.latest_eligible(child)
+            if stamp is not None and (best is None or _later(stamp, best)):
+                best = stamp
+        return best
 
     def has_eligible(self, node: int) -> bool:
         """`latest_eligible(node) is not None`, stopping at the first eligible run found."""
         ledger = self.ledger
         if not ledger.borrows_on(node, self.wanted):
             return False
-        if not ledger.children[node]:
-            return next(iter(self.eligible_in_leaf(node)), None) is not None
-        return any(self.has_eligible(c) for c in ledger.children[node])
+        children = ledger.children[node]
+        if not children:
+            borrowed = self.borrowed_in(node)
+            if not borrowed:
+                return False
+            return any(self.eligible(run, borrowed) for run in self.admitted[node].values())
+        return any(self.has_eligible(child) for child in children)
 
-    def pick_child(self, children: Iterable[int]) -> int | None:
+    def pick_child(self, children: list[int]) -> int | None:
         """Highest share first; among equal shares the most recent eligible admission, then
         the smaller name. Only ties need the (costlier) latest-admission search."""
         ledger = self.ledger
-        options = sorted(
-            ((ledger.share(c), c) for c in children if ledger.borrows_on(c, self.wanted)),
-            key=lambda option: option[0],
-            reverse=True,
-        )
-        start = 0
-        while start < len(options):
-            share = options[start][0]
-            end = start
-            while end < len(options) and options[end][0] == share:
-                end += 1
-            group = [child for _, child in options[start:end]]
-            start = end
+        wanted = self.wanted
+        shares: list[int] = []
+        options: list[int] = []
+        for child in children:
+            if ledger.borrows_on(child, wanted):
+                shares.append(ledger.share(child))
+                options.append(child)
+        # Groups of equal share, highest first: a plain scan per group instead of a sort (a
+        # node has a handful of children and the first group nearly always decides).
+        while options:
+            share = max(shares)
+            group = [options[i] for i in range(len(options)) if shares[i] == share]
+            keep = [i for i in range(len(options)) if shares[i] != share]
+            options = [options[i] for i in keep]
+            shares = [shares[i] for i in keep]
             if len(group) == 1:
                 if self.has_eligible(group[0]):
                     return group[0]
@@ -185,36 +225,43 @@ class _Plan:
         assert self.latest is not None
         latest = self.latest
         ledger = self.ledger
-        heap: list[tuple[Fraction, int, int, int]] = []
+        # Max-heap on the bounds by negation. Bounds made at one clock value share its
+        # Fraction: negate it once, so the heap's tuple comparisons find the times identical
+        # and compare sequence numbers only (a Fraction comparison runs Python code).
+        last_time: Fraction | None = None
+        last_negated = _NO_STAMP[0]
+        heap: list[tuple[Fraction, int, int, int, Stamp]] = []
         for child in group:
             bound = latest[child]
             if bound is not None:
-                heap.append((-bound[0], -bound[1], child, child))
+                if bound[0] is not last_time:
+                    last_time, last_negated = bound[0], -bound[0]
+                heap.append((last_negated, -bound[1], child, child, bound))
         heapq.heapify(heap)
         best: Stamp | None = None
         chosen = None
         while heap:
-            negtime, negseq, top, node = heapq.heappop(heap)
-            if best is not None and (-negtime, -negseq) <= best:
+            _, _, top, node, bound = heapq.heappop(heap)
+            if best is not None and not _later(bound, best):
                 break  # every bound left is lower than the stamp in hand
             if not ledger.borrows_on(node, self.wanted):
                 continue
             children = ledger.children[node]
             if children:
                 for child in children:
-                    bound = latest[child]
-                    if bound is not None:
-                        heapq.heappush(heap, (-bound[0], -bound[1], top, child))
+                    below = latest[child]
+                    if below is not None:
+                        if below[0] is not last_time:
+                            last_time, last_negated = below[0], -below[0]
+                        heapq.heappush(heap, (last_negated, -below[1], top, child, below))
                 continue
-            stamps = [run.admitted for run in self.eligible_in_leaf(node) if run.admitted]
-            if stamps:
-                stamp = max(stamps)
-                if best is None or stamp > best:
-                    best, chosen = stamp, top
+            stamp = self.latest_in_leaf(node)
+            if stamp is not None and (best is None or _later(stamp, best)):
+                best, chosen = stamp, top
         return chosen
 
     def victim_at_level(self, level: int, on_path: int) -> Run | None:
-        node = self.pick_child(c for c in self.ledger.children[level] if c != on_path)
+        node = self.pick_child([c for c in self.ledger.children[level] if c != on_path])
         while node is not None and self.ledger.children[node]:
             node = self.pick_child(self.ledger.children[node])
         if node is None:
