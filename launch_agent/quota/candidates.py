@@ -366,12 +366,9 @@ class CandidateIndex:
                     tokens = self._hope_tokens[floor - 2]
                     if token != tokens[leaf]:
                         continue
-                    # Cleared here, but the same condition may hold elsewhere (another
-                    # resource or node): then the entry only moves there.
-                    again = self._hope_obstacle(leaf, floor=floor == 3)
-                    if again is not None:
-                        self._push(again[0], again[1], token, seq, floor)
-                        continue
+                    # Woken without checking whether the same condition still holds
+                    # elsewhere (another resource or node): it almost never does, and the
+                    # node is judged again (`_hopeless`) only if the tournament reaches it.
                     tokens[leaf] += 1  # this side must be checked again; the other stands
                     self._hope_woken.add(leaf)
                     continue
