@@ -108,6 +108,11 @@ class CandidateIndex:
             for below in self._leaves_below
         ]
         self._bounds: dict[int, tuple[int, int] | None] = {}
+        # Per node, the run it offered last and that offer's key: the key reads only the
+        # node's usage (R4, R5) and the run, so it holds until usage there changes (dropped
+        # with the node's bound in `_settle`). A resolve that re-picks the same winner below a
+        # node whose usage did not move then costs no share computation.
+        self._keys: dict[int, tuple[Run, Key]] = {}
         # Lazy resolution: nodes whose winner must be recomputed before it is used, the
         # restart point of each stale leaf's scan, and per node a lower bound on every request
         # pending below it (None: nothing is pending there); exact for a leaf (what is pending
@@ -450,9 +455,10 @@ class CandidateIndex:
                 reached.add(ancestor)
                 stale[ancestor] = True
                 sure[ancestor] = False
-        bounds = self._bounds
+        bounds, keys = self._bounds, self._keys
         for node in self._dirty_nodes:
             bounds.pop(node, None)  # its usage changed
+            keys.pop(node, None)
             for ancestor in paths[node]:
                 if ancestor in reached:
                     break
@@ -894,8 +900,9 @@ class CandidateIndex:
             run = self._cand[node]
             kind = self._cand_kind[node]
             self._best[node] = run
-            self._fitmax[node] = dict(run.request) if run and kind == _FITS else {}
-            self._guarmax[node] = dict(run.request) if run and kind == _GUARANTEED else {}
+            # The run's own request, shared: these tables are replaced, never updated in place.
+            self._fitmax[node] = run.request if run and kind == _FITS else {}
+            self._guarmax[node] = run.request if run and kind == _GUARANTEED else {}
         else:
             best_key: Key | None = None
             best_run = None
@@ -923,7 +930,15 @@ class CandidateIndex:
             self._fitmax[node] = fitmax
             self._guarmax[node] = guarmax
         run = self._best[node]
-        self._offer[node] = None if run is None or node == 0 else self._key(node, run)
+        if run is None or node == 0:
+            self._offer[node] = None
+            return
+        known = self._keys.get(node)
+        if known is not None and known[0] is run:
+            self._offer[node] = known[1]
+            return
+        key = self._offer[node] = self._key(node, run)
+        self._keys[node] = run, key
 
     def _key(self, node: int, run: Run) -> Key:
         """R6.2: (0 if within the node's min else 1, b(node) with the request added, -p, tq, id)."""
