@@ -385,6 +385,11 @@ class CandidateIndex:
                 candidate = self._cand[run.leaf]
                 if candidate is not None and candidate.rank < run.rank:
                     continue
+                # The leaf's scan already restarts before this run (an earlier run woke it),
+                # so the scan re-examines it and records its obstacle again if it still has one.
+                known = wake.get(run.leaf)
+                if known is not None and known < run.rank:
+                    continue
                 if not floor:
                     # Cleared here, but the run may still not fit elsewhere (another resource
                     # or node): then it only moves to that obstacle, and its leaf sleeps on.
@@ -395,9 +400,7 @@ class CandidateIndex:
                         where, what = still
                         self._block(run, still, ledger.maxs[where][what] - run.request[what])
                         continue
-                known = wake.get(run.leaf)
-                if known is None or run.rank < known:
-                    wake[run.leaf] = run.rank
+                wake[run.leaf] = run.rank
         self._decreased.clear()
 
     def _settle(self) -> None:
