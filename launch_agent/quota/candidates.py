@@ -41,6 +41,30 @@ Order = tuple[int, int, str]  # `Run.rank`
 _NONE, _FITS, _GUARANTEED, _LOCAL, _PLANNED = 0, 1, 2, 3, 4
 
 
+def _before(a: Key, b: Key) -> bool:
+    """`a < b`, field by field. Compiled, a comparison of two whole tuples boxes both into
+    new Python tuples first; offers are compared tens of times per decision, and the first
+    two fields (within-min flag, share) almost always decide."""
+    if a[0] != b[0]:
+        return a[0] < b[0]
+    if a[1] != b[1]:
+        return a[1] < b[1]
+    if a[2] != b[2]:
+        return a[2] < b[2]
+    if a[3] != b[3]:
+        return a[3] < b[3]
+    return a[4] < b[4]
+
+
+def _rank_before(a: Order, b: Order) -> bool:
+    """`a < b` for two `Run.rank`s, field by field (see `_before`)."""
+    if a[0] != b[0]:
+        return a[0] < b[0]
+    if a[1] != b[1]:
+        return a[1] < b[1]
+    return a[2] < b[2]
+
+
 class CandidateIndex:
     """Runs per leaf, each leaf's candidate and each node's winner, kept current."""
 
@@ -383,12 +407,12 @@ class CandidateIndex:
                 # Runs after the leaf's candidate were not scanned since it became the
                 # candidate: their entries may be old, and they cannot matter.
                 candidate = self._cand[run.leaf]
-                if candidate is not None and candidate.rank < run.rank:
+                if candidate is not None and _rank_before(candidate.rank, run.rank):
                     continue
                 # The leaf's scan already restarts before this run (an earlier run woke it),
                 # so the scan re-examines it and records its obstacle again if it still has one.
                 known = wake.get(run.leaf)
-                if known is not None and known < run.rank:
+                if known is not None and _rank_before(known, run.rank):
                     continue
                 if not floor:
                     # Cleared here, but the run may still not fit elsewhere (another resource
@@ -416,7 +440,11 @@ class CandidateIndex:
             # no earlier, and needs no comparison.
             if leaf in starts:
                 old = starts[leaf]
-                if old is not None and old is not start and (start is None or start < old):
+                if (
+                    old is not None
+                    and old is not start
+                    and (start is None or _rank_before(start, old))
+                ):
                     starts[leaf] = start
             else:
                 starts[leaf] = start
@@ -514,15 +542,16 @@ class CandidateIndex:
                 waiting.append((bound, child))
                 continue
             key = self._offer[child]
-            if key is not None and (best_key is None or key < best_key):
+            if key is not None and (best_key is None or _before(key, best_key)):
                 best_key = key
         waiting.sort()
         for bound, child in waiting:
             if not self.exhaustive:
                 if best_key is not None:
-                    if bound > best_key[:2]:
+                    inside, share = bound
+                    if inside > best_key[0] or (inside == best_key[0] and share > best_key[1]):
                         break  # the rest are bounded higher still
-                    if bound == best_key[:2]:
+                    if inside == best_key[0] and share == best_key[1]:
                         tail = self._tail_bound(child)
                         if tail is not None and tail > best_key[2:]:
                             continue
@@ -530,7 +559,7 @@ class CandidateIndex:
                     continue
             self._resolve(child)
             key = self._offer[child]
-            if key is not None and (best_key is None or key < best_key):
+            if key is not None and (best_key is None or _before(key, best_key)):
                 best_key = key
         stale[node] = False
         self._recompute(node)
@@ -916,7 +945,11 @@ class CandidateIndex:
                 key = offers[child]
                 # A stale child left unresolved cannot win (`_resolve`); its old offer is
                 # void, but its bounds still over-approximate what lies below.
-                if key is not None and not stale[child] and (best_key is None or key < best_key):
+                if (
+                    key is not None
+                    and not stale[child]
+                    and (best_key is None or _before(key, best_key))
+                ):
                     best_key, best_run = key, self._best[child]
                 # Most children have no fitting or guaranteed candidate: skip their empty tables.
                 table = fitmaxs[child]
