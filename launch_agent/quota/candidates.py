@@ -132,11 +132,11 @@ class CandidateIndex:
             for below in self._leaves_below
         ]
         self._bounds: dict[int, tuple[int, int] | None] = {}
-        # Per node, the run it offered last and that offer's key: the key reads only the
-        # node's usage (R4, R5) and the run, so it holds until usage there changes (dropped
-        # with the node's bound in `_settle`). A resolve that re-picks the same winner below a
-        # node whose usage did not move then costs no share computation.
-        self._keys: dict[int, tuple[Run, Key]] = {}
+        # Per node, the run whose key `_offer` holds (when it holds one): the key reads only
+        # the node's usage (R4, R5) and the run, so it stays valid until usage there changes
+        # (forgotten with the node's bound in `_settle`). A resolve that re-picks the same
+        # winner below a node whose usage did not move then costs no share computation.
+        self._keyed: list[Run | None] = [None] * count
         # Lazy resolution: nodes whose winner must be recomputed before it is used, the
         # restart point of each stale leaf's scan, and per node a lower bound on every request
         # pending below it (None: nothing is pending there); exact for a leaf (what is pending
@@ -486,10 +486,10 @@ class CandidateIndex:
                 reached.add(ancestor)
                 stale[ancestor] = True
                 sure[ancestor] = False
-        bounds, keys = self._bounds, self._keys
+        bounds, keyed = self._bounds, self._keyed
         for node in self._dirty_nodes:
             bounds.pop(node, None)  # its usage changed
-            keys.pop(node, None)
+            keyed[node] = None
             for ancestor in paths[node]:
                 if ancestor in reached:
                     break
@@ -529,7 +529,7 @@ class CandidateIndex:
             return
         stale, bounds = self._stale, self._bounds
         best_key: Key | None = None
-        waiting: list[tuple[tuple[int, int], int]] = []
+        waiting: list[tuple[int, int, int]] = []  # (within-min flag, share) bound, child
         for child in children:
             if stale[child]:
                 # `_bound`, with its cache read inline: tens of stale children per change.
@@ -539,16 +539,15 @@ class CandidateIndex:
                     self._start.pop(child, None)
                     self._best[child] = self._offer[child] = None
                     continue
-                waiting.append((bound, child))
+                waiting.append((bound[0], bound[1], child))
                 continue
             key = self._offer[child]
             if key is not None and (best_key is None or _before(key, best_key)):
                 best_key = key
         waiting.sort()
-        for bound, child in waiting:
+        for inside, share, child in waiting:
             if not self.exhaustive:
                 if best_key is not None:
-                    inside, share = bound
                     if inside > best_key[0] or (inside == best_key[0] and share > best_key[1]):
                         break  # the rest are bounded higher still
                     if inside == best_key[0] and share == best_key[1]:
@@ -969,12 +968,10 @@ class CandidateIndex:
         if run is None or node == 0:
             self._offer[node] = None
             return
-        known = self._keys.get(node)
-        if known is not None and known[0] is run:
-            self._offer[node] = known[1]
-            return
-        key = self._offer[node] = self._key(node, run)
-        self._keys[node] = run, key
+        if self._keyed[node] is run and self._offer[node] is not None:
+            return  # the same run, and usage at the node did not change: the same key
+        self._offer[node] = self._key(node, run)
+        self._keyed[node] = run
 
     def _key(self, node: int, run: Run) -> Key:
         """R6.2: (0 if within the node's min else 1, b(node) with the request added, -p, tq, id)."""
