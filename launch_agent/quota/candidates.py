@@ -41,6 +41,30 @@ Order = tuple[int, int, str]  # `Run.rank`
 _NONE, _FITS, _GUARANTEED, _LOCAL, _PLANNED = 0, 1, 2, 3, 4
 
 
+def _before(a: Key, b: Key) -> bool:
+    """`a < b`, field by field. Compiled, a comparison of two whole tuples boxes both into
+    new Python tuples first; offers are compared tens of times per decision, and the first
+    two fields (within-min flag, share) almost always decide."""
+    if a[0] != b[0]:
+        return a[0] < b[0]
+    if a[1] != b[1]:
+        return a[1] < b[1]
+    if a[2] != b[2]:
+        return a[2] < b[2]
+    if a[3] != b[3]:
+        return a[3] < b[3]
+    return a[4] < b[4]
+
+
+def _rank_before(a: Order, b: Order) -> bool:
+    """`a < b` for two `Run.rank`s, field by field (see `_before`)."""
+    if a[0] != b[0]:
+        return a[0] < b[0]
+    if a[1] != b[1]:
+        return a[1] < b[1]
+    return a[2] < b[2]
+
+
 class CandidateIndex:
     """Runs per leaf, each leaf's candidate and each node's winner, kept current."""
 
@@ -108,6 +132,11 @@ class CandidateIndex:
             for below in self._leaves_below
         ]
         self._bounds: dict[int, tuple[int, int] | None] = {}
+        # Per node, the run whose key `_offer` holds (when it holds one): the key reads only
+        # the node's usage (R4, R5) and the run, so it stays valid until usage there changes
+        # (forgotten with the node's bound in `_settle`). A resolve that re-picks the same
+        # winner below a node whose usage did not move then costs no share computation.
+        self._keyed: list[Run | None] = [None] * count
         # Lazy resolution: nodes whose winner must be recomputed before it is used, the
         # restart point of each stale leaf's scan, and per node a lower bound on every request
         # pending below it (None: nothing is pending there); exact for a leaf (what is pending
@@ -366,12 +395,9 @@ class CandidateIndex:
                     tokens = self._hope_tokens[floor - 2]
                     if token != tokens[leaf]:
                         continue
-                    # Cleared here, but the same condition may hold elsewhere (another
-                    # resource or node): then the entry only moves there.
-                    again = self._hope_obstacle(leaf, floor=floor == 3)
-                    if again is not None:
-                        self._push(again[0], again[1], token, seq, floor)
-                        continue
+                    # Woken without checking whether the same condition still holds
+                    # elsewhere (another resource or node): it almost never does, and the
+                    # node is judged again (`_hopeless`) only if the tournament reaches it.
                     tokens[leaf] += 1  # this side must be checked again; the other stands
                     self._hope_woken.add(leaf)
                     continue
@@ -381,7 +407,12 @@ class CandidateIndex:
                 # Runs after the leaf's candidate were not scanned since it became the
                 # candidate: their entries may be old, and they cannot matter.
                 candidate = self._cand[run.leaf]
-                if candidate is not None and candidate.rank < run.rank:
+                if candidate is not None and _rank_before(candidate.rank, run.rank):
+                    continue
+                # The leaf's scan already restarts before this run (an earlier run woke it),
+                # so the scan re-examines it and records its obstacle again if it still has one.
+                known = wake.get(run.leaf)
+                if known is not None and _rank_before(known, run.rank):
                     continue
                 if not floor:
                     # Cleared here, but the run may still not fit elsewhere (another resource
@@ -393,9 +424,7 @@ class CandidateIndex:
                         where, what = still
                         self._block(run, still, ledger.maxs[where][what] - run.request[what])
                         continue
-                known = wake.get(run.leaf)
-                if known is None or run.rank < known:
-                    wake[run.leaf] = run.rank
+                wake[run.leaf] = run.rank
         self._decreased.clear()
 
     def _settle(self) -> None:
@@ -411,7 +440,11 @@ class CandidateIndex:
             # no earlier, and needs no comparison.
             if leaf in starts:
                 old = starts[leaf]
-                if old is not None and old is not start and (start is None or start < old):
+                if (
+                    old is not None
+                    and old is not start
+                    and (start is None or _rank_before(start, old))
+                ):
                     starts[leaf] = start
             else:
                 starts[leaf] = start
@@ -453,9 +486,10 @@ class CandidateIndex:
                 reached.add(ancestor)
                 stale[ancestor] = True
                 sure[ancestor] = False
-        bounds = self._bounds
+        bounds, keyed = self._bounds, self._keyed
         for node in self._dirty_nodes:
             bounds.pop(node, None)  # its usage changed
+            keyed[node] = None
             for ancestor in paths[node]:
                 if ancestor in reached:
                     break
@@ -495,7 +529,7 @@ class CandidateIndex:
             return
         stale, bounds = self._stale, self._bounds
         best_key: Key | None = None
-        waiting: list[tuple[tuple[int, int], int]] = []
+        waiting: list[tuple[int, int, int]] = []  # (within-min flag, share) bound, child
         for child in children:
             if stale[child]:
                 # `_bound`, with its cache read inline: tens of stale children per change.
@@ -505,18 +539,18 @@ class CandidateIndex:
                     self._start.pop(child, None)
                     self._best[child] = self._offer[child] = None
                     continue
-                waiting.append((bound, child))
+                waiting.append((bound[0], bound[1], child))
                 continue
             key = self._offer[child]
-            if key is not None and (best_key is None or key < best_key):
+            if key is not None and (best_key is None or _before(key, best_key)):
                 best_key = key
         waiting.sort()
-        for bound, child in waiting:
+        for inside, share, child in waiting:
             if not self.exhaustive:
                 if best_key is not None:
-                    if bound > best_key[:2]:
+                    if inside > best_key[0] or (inside == best_key[0] and share > best_key[1]):
                         break  # the rest are bounded higher still
-                    if bound == best_key[:2]:
+                    if inside == best_key[0] and share == best_key[1]:
                         tail = self._tail_bound(child)
                         if tail is not None and tail > best_key[2:]:
                             continue
@@ -524,7 +558,7 @@ class CandidateIndex:
                     continue
             self._resolve(child)
             key = self._offer[child]
-            if key is not None and (best_key is None or key < best_key):
+            if key is not None and (best_key is None or _before(key, best_key)):
                 best_key = key
         stale[node] = False
         self._recompute(node)
@@ -897,8 +931,9 @@ class CandidateIndex:
             run = self._cand[node]
             kind = self._cand_kind[node]
             self._best[node] = run
-            self._fitmax[node] = dict(run.request) if run and kind == _FITS else {}
-            self._guarmax[node] = dict(run.request) if run and kind == _GUARANTEED else {}
+            # The run's own request, shared: these tables are replaced, never updated in place.
+            self._fitmax[node] = run.request if run and kind == _FITS else {}
+            self._guarmax[node] = run.request if run and kind == _GUARANTEED else {}
         else:
             best_key: Key | None = None
             best_run = None
@@ -909,7 +944,11 @@ class CandidateIndex:
                 key = offers[child]
                 # A stale child left unresolved cannot win (`_resolve`); its old offer is
                 # void, but its bounds still over-approximate what lies below.
-                if key is not None and not stale[child] and (best_key is None or key < best_key):
+                if (
+                    key is not None
+                    and not stale[child]
+                    and (best_key is None or _before(key, best_key))
+                ):
                     best_key, best_run = key, self._best[child]
                 # Most children have no fitting or guaranteed candidate: skip their empty tables.
                 table = fitmaxs[child]
@@ -926,7 +965,13 @@ class CandidateIndex:
             self._fitmax[node] = fitmax
             self._guarmax[node] = guarmax
         run = self._best[node]
-        self._offer[node] = None if run is None or node == 0 else self._key(node, run)
+        if run is None or node == 0:
+            self._offer[node] = None
+            return
+        if self._keyed[node] is run and self._offer[node] is not None:
+            return  # the same run, and usage at the node did not change: the same key
+        self._offer[node] = self._key(node, run)
+        self._keyed[node] = run
 
     def _key(self, node: int, run: Run) -> Key:
         """R6.2: (0 if within the node's min else 1, b(node) with the request added, -p, tq, id)."""
