@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 from launch_agent.quota.ledger import Ledger
-from launch_agent.quota.preemption import plan_preemption
+from launch_agent.quota.preemption import _later, plan_preemption
 from launch_agent.quota.runs import Run, RunState, Stamp
 from launch_agent.quota.tree import COUNT_RESOURCES, QuotaTree
 
@@ -726,20 +726,36 @@ class CandidateIndex:
         latest = self._latest
         for node in self.ledger.paths[run.leaf]:
             known = latest[node]
-            if known is not None and known >= stamp:
+            # `known >= stamp`, with the same-clock shortcut of `_later`.
+            if known is not None and not _later(stamp, known):
                 return
             latest[node] = stamp
 
     def _note_released(self, leaf: int) -> None:
         """A run left `leaf`'s admitted set: recompute the stamps up its path."""
         latest = self._latest
-        stamps = [run.admitted for run in self._admitted[leaf].values() if run.admitted]
-        latest[leaf] = max(stamps) if stamps else None
+        # The latest stamps by `_later`, not max(): whole-tuple comparisons compare the
+        # Fractions, while stamps of one clock value share theirs and differ by sequence.
+        value: Stamp | None = None
+        for run in self._admitted[leaf].values():
+            stamp = run.admitted
+            if stamp and (value is None or _later(stamp, value)):
+                value = stamp
+        latest[leaf] = value
         children = self.ledger.children
         for node in self.ledger.paths[leaf][1:]:
-            found = [latest[c] for c in children[node]]
-            value = max((f for f in found if f is not None), default=None)
-            if value == latest[node]:
+            value = None
+            for child in children[node]:
+                stamp = latest[child]
+                if stamp is not None and (value is None or _later(stamp, value)):
+                    value = stamp
+            known = latest[node]
+            if value is known or (
+                value is not None
+                and known is not None
+                and not _later(value, known)
+                and not _later(known, value)
+            ):
                 return
             latest[node] = value
 
@@ -874,10 +890,11 @@ class CandidateIndex:
                 blocked = None
                 # Runs of one leaf are usually stopped by the same (node, resource): try the
                 # obstacles found so far before walking the whole path.
-                for where, resource in seen:
+                for pair in seen:
+                    where, resource = pair
                     amount = request.get(resource, 0)
                     if amount and amount > rooms[where][resource]:
-                        blocked = (where, resource)
+                        blocked = pair
                         break
                 else:
                     blocked = ledger.blocking(path, request)

@@ -72,6 +72,13 @@ class Ledger:
         # the hottest predicate, and one lookup per resource there instead of two is a
         # measurable share of a decision on a full tree.
         self.room: list[Vector] = [dict(limits) for limits in self.maxs]
+        # The (node, resource) pairs `blocking` returns, made once: a new tuple per call was
+        # a measurable share of the garbage collector's work (it is called tens of times per
+        # decision), and callers that keep a pair compare it by identity first.
+        self.pairs: list[dict[str, tuple[int, str]]] = [
+            {resource: (node, resource) for resource in limits}
+            for node, limits in enumerate(self.maxs)
+        ]
         # Per node, its share with nothing added and the resources it borrows: preemption
         # asks for them of every sibling at each level, while usage changes on one path at a
         # time. Dropped for the nodes of a path whenever usage on it changes.
@@ -135,7 +142,7 @@ class Ledger:
             room = rooms[node]
             for resource, amount in items:
                 if resource in room and amount > room[resource]:
-                    return node, resource
+                    return self.pairs[node][resource]
         return None
 
     def fits(self, path: tuple[int, ...], request: Mapping[str, int]) -> bool:
