@@ -56,6 +56,26 @@ def _before(a: Key, b: Key) -> bool:
     return a[4] < b[4]
 
 
+# A heap entry of `_blocked_at`, (-threshold, token, seq, kind), packed into one int:
+# -threshold · 2^128 + token · 2^64 + (seq + 2^61) · 4 + kind. Each field fills its own bit
+# range (tokens count scans, far below 2^64; |seq| is below 2^61; kind is 0-3), so the ints
+# order exactly as the tuples did, and `_unpack` recovers the fields.
+_ENTRY_SHIFT = 128
+_LOW_MASK = (1 << _ENTRY_SHIFT) - 1
+_SEQ_OFFSET = 1 << 61
+_SEQ_MASK = (1 << 62) - 1
+
+
+def _entry(threshold: int, token: int, seq: int, kind: int) -> int:
+    return (-threshold << _ENTRY_SHIFT) + (token << 64) + ((seq + _SEQ_OFFSET) << 2) + kind
+
+
+def _unpack(entry: int) -> tuple[int, int, int]:
+    """(token, seq, kind) of a packed entry."""
+    low = entry & _LOW_MASK
+    return low >> 64, ((low >> 2) & _SEQ_MASK) - _SEQ_OFFSET, low & 3
+
+
 def _rank_before(a: Order, b: Order) -> bool:
     """`a < b` for two `Run.rank`s, field by field (see `_before`)."""
     if a[0] != b[0]:
@@ -102,11 +122,12 @@ class CandidateIndex:
         self._local_rise: dict[tuple[int, str], list[tuple[int, int, int]]] = {}
         self._local_fall: list[dict[int, int]] = [{} for _ in range(count)]
         self._local_broken: set[int] = set()
-        # Skipped runs, by the (node, resource) that blocks them: heaps of
-        # (-usage threshold, token, seq, run); an entry is stale once its run is scanned again.
-        # Entries hold only ints (the run by its enqueue sequence number): the garbage collector
-        # stops tracking such tuples, which matters with hundreds of thousands of them.
-        self._blocked_at: dict[tuple[int, str], list[tuple[int, int, int, int]]] = {}
+        # Skipped runs, by the (node, resource) that blocks them: heaps of entries
+        # (-usage threshold, token, seq, kind), each packed into one int (`_entry`); an entry
+        # is stale once its run is scanned again. One int, not a tuple of four: no object the
+        # garbage collector tracks (tens are made per decision), and the heap compares ints
+        # directly instead of tuples field by field.
+        self._blocked_at: dict[tuple[int, str], list[int]] = {}
         self._by_seq: dict[int, Run] = {}
         self._wake_from: dict[int, Order] = {}
         self._decreased: set[tuple[int, str]] = set()
@@ -387,9 +408,10 @@ class CandidateIndex:
             heap = self._blocked_at.get((node, resource))
             if not heap:
                 continue
-            used = ledger.effective(node, resource)
-            while heap and -heap[0][0] >= used:
-                _, token, seq, floor = heapq.heappop(heap)
+            # threshold >= used, for the packed entries: their top part is -threshold.
+            limit = (1 - ledger.effective(node, resource)) << _ENTRY_SHIFT
+            while heap and heap[0] < limit:
+                token, seq, floor = _unpack(heapq.heappop(heap))
                 if seq < 0:  # a hopeless leaf's entry (see `_hopeless`)
                     leaf = -seq - 1
                     tokens = self._hope_tokens[floor - 2]
@@ -832,17 +854,18 @@ class CandidateIndex:
         self, where: tuple[int, str], threshold: int, token: int, seq: int, kind: int
     ) -> None:
         heap = self._blocked_at.setdefault(where, [])
-        heapq.heappush(heap, (-threshold, token, seq, kind))
+        heapq.heappush(heap, _entry(threshold, token, seq, kind))
         if len(heap) > 2 * len(self.runs) + 64:
             # Entries of runs scanned again since, or no longer pending, are stale.
             heap[:] = [e for e in heap if self._entry_valid(e)]
             heapq.heapify(heap)
 
-    def _entry_valid(self, entry: tuple[int, int, int, int]) -> bool:
-        if entry[2] < 0:
-            return entry[1] == self._hope_tokens[entry[3] - 2][-entry[2] - 1]
-        run = self._by_seq.get(entry[2])
-        return run is not None and entry[1] == run.block_token and run.state is RunState.PENDING
+    def _entry_valid(self, entry: int) -> bool:
+        token, seq, kind = _unpack(entry)
+        if seq < 0:
+            return token == self._hope_tokens[kind - 2][-seq - 1]
+        run = self._by_seq.get(seq)
+        return run is not None and token == run.block_token and run.state is RunState.PENDING
 
     def _examine_leaf(self, leaf: int, start: Order | None) -> None:
         """R6.1: the first feasible pending run in order, or only the head in Strict mode;
