@@ -458,9 +458,17 @@ class KubeClient:
         path = resource.path(namespace)
         sent = self._credential()
         response = await self._open("GET", path, query, None, content_type=None, limits=limits)
-        if response.status == 401 and await self._renew(sent):
-            response.close()
-            response = await self._open("GET", path, query, None, content_type=None, limits=limits)
+        if response.status == 401:
+            try:
+                renewed = await self._renew(sent)
+            except BaseException:
+                response.close()
+                raise
+            if renewed:
+                response.close()
+                response = await self._open(
+                    "GET", path, query, None, content_type=None, limits=limits
+                )
         try:
             if response.status != 200:
                 data = await response.read()
