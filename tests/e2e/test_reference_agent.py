@@ -204,7 +204,12 @@ async def test_reference_agent_runs_a_docker_image_job_to_completion(
     )
     assert kube.log.count("GET jobs") == 0
     assert kube.log.count("LIST jobs") == 0
-    assert world.wandb.log.count("RunState") >= 1
+    # Its thread then asks W&B whether the run was inited (`finish_thread_id` →
+    # `_check_run_exists_and_inited`), which may come after the secret's deletion.
+    await eventually(
+        "the agent to ask W&B for the run's state",
+        lambda: world.wandb.log.count("RunState") >= 1,
+    )
     assert item.state is ItemState.CLAIMED  # success needs no report: no failRunQueueItem
     assert world.wandb.log.count("failRunQueueItem") == 0
     await stop_agent(world, agent)
