@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 PLUGIN = """\
 import json, pathlib, sys
 token_file, runs_file = map(pathlib.Path, sys.argv[1:3])
@@ -40,22 +38,6 @@ class Credentials:
             return 0
         text = await asyncio.to_thread(self.runs.read_text)
         return len(text.splitlines())
-
-
-def write_kubeconfig(
-    path: Path, url: str, user: dict[str, object], namespace: str = "default"
-) -> None:
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": url}}],
-        "users": [{"name": "u", "user": user}],
-        "contexts": [
-            {"name": "c", "context": {"cluster": "c", "user": "u", "namespace": namespace}}
-        ],
-        "current-context": "c",
-    }
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
 
 
 def exec_user(credentials: Credentials) -> dict[str, Any]:

@@ -12,14 +12,17 @@ import logging
 
 import pytest
 
+from launch_agent.sandbox.kube import write_kubeconfig
 from launch_agent.sandbox.wandb import ItemState
 from tests.e2e.conftest import Env, run_spec, until
-from tests.exec_credentials import exec_user, install, write_kubeconfig
+from tests.exec_credentials import exec_user, install
 
 
 async def test_runs_are_created_across_a_token_rotation(env: Env) -> None:
     credentials = await install(env.kubeconfig.parent, "token-1")
-    await asyncio.to_thread(write_kubeconfig, env.kubeconfig, env.kube.url, exec_user(credentials))
+    await asyncio.to_thread(
+        write_kubeconfig, env.kubeconfig, env.kube.url, "default", exec_user(credentials)
+    )
     env.kube.accept_tokens("token-1")
     first = env.push(run_spec("r1"))
     async with env.running():

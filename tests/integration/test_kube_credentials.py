@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from launch_agent.adapters.kube import KubeClient, KubeUnauthorized, Resource, RetryPolicy
-from launch_agent.sandbox.kube import KubeApiServer
-from tests.exec_credentials import Credentials, exec_user, install, write_kubeconfig
+from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
+from tests.exec_credentials import Credentials, exec_user, install
 
 NS = "default"
 JOBS = Resource("batch", "v1", "Job", "jobs")
@@ -33,7 +33,9 @@ async def kube() -> AsyncIterator[KubeApiServer]:
 async def credentials(kube: KubeApiServer, tmp_path: Path) -> Credentials:
     creds = await install(tmp_path, "first")
     kube.accept_tokens("first")
-    await asyncio.to_thread(write_kubeconfig, tmp_path / "kubeconfig", kube.url, exec_user(creds))
+    await asyncio.to_thread(
+        write_kubeconfig, tmp_path / "kubeconfig", kube.url, NS, exec_user(creds)
+    )
     return creds
 
 
@@ -80,7 +82,7 @@ async def test_a_credential_that_is_simply_wrong_fails_after_one_reload(
     kube: KubeApiServer, tmp_path: Path
 ) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    await asyncio.to_thread(write_kubeconfig, kubeconfig, kube.url, {"token": "wrong"})
+    await asyncio.to_thread(write_kubeconfig, kubeconfig, kube.url, NS, {"token": "wrong"})
     kube.accept_tokens("right")
     client = await KubeClient.from_kubeconfig(str(kubeconfig), policy=FAST)
     async with client:
@@ -96,7 +98,7 @@ async def test_a_credential_that_is_simply_wrong_fails_after_one_reload(
 
 async def test_authentication_is_off_unless_asked_for(kube: KubeApiServer, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    await asyncio.to_thread(write_kubeconfig, kubeconfig, kube.url, {"token": "anything"})
+    await asyncio.to_thread(write_kubeconfig, kubeconfig, kube.url, NS, {"token": "anything"})
     client = await KubeClient.from_kubeconfig(str(kubeconfig), policy=FAST)
     async with client:
         await client.list(JOBS, NS)

@@ -214,7 +214,7 @@ class KubeClient:
         if self._reload is None:
             return False
         async with self._renewing:
-            current = self._configuration.api_key.get("BearerToken")
+            current = self._credential()
             if current != sent:
                 return True
             now = asyncio.get_running_loop().time()

@@ -183,13 +183,17 @@ class KubeApiServer:
         return len(watchers)
 
 
-def write_kubeconfig(path: str | Path, url: str, namespace: str = "default") -> Path:
-    """Write a kubeconfig (context `sandbox`) pointing kubectl and clients at `url`."""
+def write_kubeconfig(
+    path: str | Path, url: str, namespace: str = "default", user: dict[str, Any] | None = None
+) -> Path:
+    """Write a kubeconfig (context `sandbox`) pointing kubectl and clients at `url`; `user` is
+    the kubeconfig user's credentials (default: a static token, which the server accepts
+    unless `accept_tokens` says otherwise; an `exec` plugin, for instance)."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "sandbox", "cluster": {"server": url}}],
-        "users": [{"name": "sandbox", "user": {"token": "sandbox-token"}}],
+        "users": [{"name": "sandbox", "user": user or {"token": "sandbox-token"}}],
         "contexts": [
             {
                 "name": "sandbox",
