@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from launch_agent.quota import AdmissionEngine, PodSet, RunSpec, RunState, parse_tree
 from tests.unit.quota.helpers import ack_tree_within
 from tests.unit.quota.reference.engine import AdmissionEngine as ReferenceEngine
-from tests.unit.quota.test_differential import play, same_state
-from tests.unit.quota.test_properties import Event, run_specs, trees
+from tests.unit.quota.test_differential import draw_step, outcome, play, same_state
+from tests.unit.quota.test_properties import run_specs, trees
 
 
 def lockstep_with_adoption(tree_data: dict[str, Any], data: st.DataObject) -> None:
@@ -47,21 +47,10 @@ def lockstep_with_adoption(tree_data: dict[str, Any], data: st.DataObject) -> No
                 ready = data.draw(st.booleans(), label="ready")
                 fast.adopt(spec, Fraction(seconds), ready)
                 slow.adopt(spec, Fraction(seconds), ready)
-            assert [(d.action, d.run, d.reason) for d in fast.cycle()] == [
-                (d.action, d.run, d.reason) for d in slow.cycle()
-            ]
+            assert outcome(fast.cycle()) == outcome(slow.cycle())
         else:
-            step: Event
-            if kind == "submit":
-                specs = data.draw(run_specs(tree, submitted), label="runs")
-                submitted += len(specs)
-                step = ("submit", specs)
-            elif kind == "advance":
-                seconds = data.draw(st.sampled_from([1, 30, 60]), label="seconds")
-                step = ("advance", Fraction(seconds))
-            else:
-                pool = {"finish": live, "terminated": evicting}[kind]
-                step = (kind, data.draw(st.sampled_from(pool), label="run"))
+            pools = {"finish": live, "terminated": evicting}
+            step, submitted = draw_step(data, tree, kind, submitted, pools, [1, 30, 60])
             assert play(fast, step) == play(slow, step), step
         same_state(fast, slow)
 

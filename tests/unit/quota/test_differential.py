@@ -78,19 +78,29 @@ def lockstep(tree: QuotaTree, data: st.DataObject) -> None:
         kinds += ["finish"] * bool(live) + ["ready"] * bool(admitted)
         kinds += ["terminated", "terminated"] * bool(evicting)
         kind = data.draw(st.sampled_from(kinds), label="kind")
-        step: Event
-        if kind == "submit":
-            specs = data.draw(run_specs(tree, submitted), label="runs")
-            submitted += len(specs)
-            step = ("submit", specs)
-        elif kind == "advance":
-            seconds = data.draw(st.sampled_from([1, 30, 60, 200]), label="seconds")
-            step = ("advance", Fraction(seconds))
-        else:
-            pool = {"finish": live, "ready": admitted, "terminated": evicting}[kind]
-            step = (kind, data.draw(st.sampled_from(pool), label="run"))
+        pools = {"finish": live, "ready": admitted, "terminated": evicting}
+        step, submitted = draw_step(data, tree, kind, submitted, pools, [1, 30, 60, 200])
         assert play(fast, step) == play(slow, step), step
         same_state(fast, slow)
+
+
+def draw_step(
+    data: st.DataObject,
+    tree: QuotaTree,
+    kind: str,
+    submitted: int,
+    pools: dict[str, list[str]],
+    seconds: list[int],
+) -> tuple[Event, int]:
+    """An event of `kind` (submit, advance, or one naming a run from `pools[kind]`) and the
+    number of runs submitted so far once it is applied."""
+    if kind == "submit":
+        specs = data.draw(run_specs(tree, submitted), label="runs")
+        return ("submit", specs), submitted + len(specs)
+    if kind == "advance":
+        waited = data.draw(st.sampled_from(seconds), label="seconds")
+        return ("advance", Fraction(waited)), submitted
+    return (kind, data.draw(st.sampled_from(pools[kind]), label="run")), submitted
 
 
 @settings(
