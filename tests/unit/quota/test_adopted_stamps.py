@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from launch_agent.quota import AdmissionEngine, PodSet, RunSpec, RunState, parse_tree
 from tests.unit.quota.helpers import ack_tree_within
 from tests.unit.quota.reference.engine import AdmissionEngine as ReferenceEngine
-from tests.unit.quota.test_differential import draw_step, outcome, play, same_state
-from tests.unit.quota.test_properties import run_specs, trees
+from tests.unit.quota.test_differential import outcome, play, same_state
+from tests.unit.quota.test_properties import draw_step, run_specs, trees
 
 
 def lockstep_with_adoption(tree_data: dict[str, Any], data: st.DataObject) -> None:

@@ -19,7 +19,7 @@ from launch_agent.commands import bench_quota
 from launch_agent.quota import AdmissionEngine, Decision, QuotaTree, RunState, parse_tree
 from tests.unit.quota.helpers import ack_tree_within
 from tests.unit.quota.reference.engine import AdmissionEngine as ReferenceEngine
-from tests.unit.quota.test_properties import Event, run_specs, trees
+from tests.unit.quota.test_properties import Event, draw_step, trees
 
 Outcome = list[tuple[str, str, str]]
 
@@ -82,25 +82,6 @@ def lockstep(tree: QuotaTree, data: st.DataObject) -> None:
         step, submitted = draw_step(data, tree, kind, submitted, pools, [1, 30, 60, 200])
         assert play(fast, step) == play(slow, step), step
         same_state(fast, slow)
-
-
-def draw_step(
-    data: st.DataObject,
-    tree: QuotaTree,
-    kind: str,
-    submitted: int,
-    pools: dict[str, list[str]],
-    seconds: list[int],
-) -> tuple[Event, int]:
-    """An event of `kind` (submit, advance, or one naming a run from `pools[kind]`) and the
-    number of runs submitted so far once it is applied."""
-    if kind == "submit":
-        specs = data.draw(run_specs(tree, submitted), label="runs")
-        return ("submit", specs), submitted + len(specs)
-    if kind == "advance":
-        waited = data.draw(st.sampled_from(seconds), label="seconds")
-        return ("advance", Fraction(waited)), submitted
-    return (kind, data.draw(st.sampled_from(pools[kind]), label="run")), submitted
 
 
 @settings(

@@ -217,19 +217,8 @@ def run_and_check(tree: QuotaTree, data: st.DataObject) -> None:
             + ["terminated", "terminated"] * bool(evicting)
         )
         kind = data.draw(st.sampled_from(kinds), label="kind")
-        step: Event
-        if kind == "submit":
-            specs = data.draw(run_specs(tree, submitted), label="runs")
-            submitted += len(specs)
-            step = ("submit", specs)
-        elif kind == "advance":
-            step = (
-                "advance",
-                Fraction(data.draw(st.sampled_from([1, 30, 60, 200]), label="seconds")),
-            )
-        else:
-            pool = {"finish": live, "ready": admitted, "terminated": evicting}[kind]
-            step = (kind, data.draw(st.sampled_from(sorted(pool)), label="run"))
+        pools = {"finish": sorted(live), "ready": sorted(admitted), "terminated": sorted(evicting)}
+        step, submitted = draw_step(data, tree, kind, submitted, pools, [1, 30, 60, 200])
         decisions = apply(engine, step)
         events.append(step)
         outcomes.append(decisions)
@@ -279,3 +268,22 @@ def test_incremental_bookkeeping_matches_the_exhaustive_engine_at_scale(
         return outcome
 
     assert play(False) == play(True)
+
+
+def draw_step(
+    data: st.DataObject,
+    tree: QuotaTree,
+    kind: str,
+    submitted: int,
+    pools: dict[str, list[str]],
+    seconds: list[int],
+) -> tuple[Event, int]:
+    """An event of `kind` (submit, advance, or one naming a run from `pools[kind]`) and the
+    number of runs submitted so far once it is applied."""
+    if kind == "submit":
+        specs = data.draw(run_specs(tree, submitted), label="runs")
+        return ("submit", specs), submitted + len(specs)
+    if kind == "advance":
+        waited = data.draw(st.sampled_from(seconds), label="seconds")
+        return ("advance", Fraction(waited)), submitted
+    return (kind, data.draw(st.sampled_from(pools[kind]), label="run")), submitted
