@@ -33,7 +33,6 @@ from typing import Any
 
 import aiohttp
 
-from launch_agent.adapters.kube.backoff import Backoff
 from launch_agent.adapters.kube.cache import (
     CacheEvent,
     Key,
@@ -45,6 +44,7 @@ from launch_agent.adapters.kube.cache import (
 from launch_agent.adapters.kube.client import KubeClient
 from launch_agent.adapters.kube.errors import KubeApiError, KubeError, KubeGone, error_from_response
 from launch_agent.adapters.kube.kinds import Resource
+from launch_agent.adapters.retry import Backoff
 
 log = logging.getLogger(__name__)
 
