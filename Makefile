@@ -33,13 +33,13 @@ $(BIN)/helm: $(STAMP) scripts/install_helm.py
 lint: $(STAMP) $(BIN)/helm
 	$(BIN)/ruff check launch_agent tests
 	$(BIN)/ruff format --check launch_agent tests
-	$(BIN)/mypy launch_agent
+	$(BIN)/mypy launch_agent tests
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/yamllint --strict .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy launch_agent
+	$(BIN)/mypy launch_agent tests
 
 contracts: $(STAMP)
 	$(BIN)/lint-imports

@@ -51,7 +51,8 @@ def _timed_run(self: asyncio.Handle) -> None:
 
 
 def _describe(handle: asyncio.Handle) -> str:
-    owner = getattr(handle._callback, "__self__", None)  # a task's step method
+    # A task's step method; `_callback` is private to asyncio, so typeshed does not declare it.
+    owner = getattr(handle._callback, "__self__", None)  # type: ignore[attr-defined]
     if isinstance(owner, asyncio.Task):
         coro = owner.get_coro()
         return f"task {owner.get_name()!r} running {getattr(coro, '__qualname__', coro)}"

@@ -36,6 +36,7 @@ def _serve(argv: Sequence[str], port: int, name: str) -> Iterator[str]:
         deadline = time.monotonic() + 30
         while True:
             if proc.poll() is not None:
+                assert proc.stderr is not None  # stderr=PIPE
                 raise RuntimeError(f"{name} exited with {proc.returncode}: {proc.stderr.read()}")
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:

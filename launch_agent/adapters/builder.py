@@ -74,6 +74,7 @@ from launch_agent.tracking.build_pods import (
     job_outcome,
     unschedulable_pods,
 )
+from launch_agent.tracking.views import Meta
 
 __all__ = [
     "JOBS",
@@ -454,15 +455,13 @@ class ImageBuilder:
 
 def owner_job(pod: Mapping[str, Any]) -> str | None:
     """The name of the Job that owns `pod` (its controller reference, else `job-name`)."""
-    meta = pod.get("metadata") or {}
-    for ref in meta.get("ownerReferences") or ():
-        if ref.get("kind") == "Job" and ref.get("controller"):
-            return str(ref.get("name"))
-    labels_ = meta.get("labels") or {}
-    name = labels_.get("batch.kubernetes.io/job-name") or labels_.get("job-name")
-    return str(name) if name else None
+    meta = Meta(pod)
+    return (
+        meta.controller("Job")
+        or meta.label("batch.kubernetes.io/job-name")
+        or meta.label("job-name")
+    )
 
 
 def _name(obj: Mapping[str, Any]) -> str | None:
-    name = (obj.get("metadata") or {}).get("name")
-    return str(name) if name else None
+    return Meta(obj).name or None

@@ -7,10 +7,10 @@ connector or thread per call or per run. Each request is `POST {base_url}/graphq
 some launch access on that user agent.
 
 Documents come from `wandb_documents` (equal to the real client's, batched where that saves
-requests), answers are read by `wandb_results`, the retry rules are `wandb_retry`; this module
-only does the I/O. Per call: an attempt timeout, jittered exponential backoff on network errors,
-5xx, 408 and 429 (honouring `Retry-After`), then `WandbUnavailable`. The caller pauses and tries
-again later: an outage never ends the process.
+requests), answers are read by `wandb_results`, the retry engine and its rules are `retry`;
+this module only does the I/O. Per call: an attempt timeout, jittered exponential backoff on
+network errors, 5xx, 408 and 429 (honouring `Retry-After`), then `WandbUnavailable`. The caller
+pauses and tries again later: an outage never ends the process.
 
 Request economy (the agent targets at most 4 W&B requests per run): `pop` asks every queue in
 one mutation, `run_stopped` checks many runs in one query (chunked to `stop_check_batch` runs
@@ -24,7 +24,6 @@ server and the retry answers `success: false`, the first attempt may have won, s
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
@@ -39,6 +38,16 @@ import aiohttp
 
 from launch_agent.adapters import wandb_documents as docs
 from launch_agent.adapters import wandb_results as results
+from launch_agent.adapters.retry import (
+    NETWORK_ERRORS,
+    WANDB_RETRY,
+    GaveUp,
+    Retryable,
+    RetryPolicy,
+    call_with_retries,
+    parse_retry_after,
+    wandb_verdict,
+)
 from launch_agent.adapters.wandb_errors import (
     WandbAckUncertain,
     WandbAuthError,
@@ -54,12 +63,6 @@ from launch_agent.adapters.wandb_results import (
     RunQueueItem,
     RunRef,
     Viewer,
-)
-from launch_agent.adapters.wandb_retry import (
-    WANDB_RETRY,
-    RetryPolicy,
-    classify,
-    parse_retry_after,
 )
 from launch_agent.model.config import AgentConfig
 
@@ -332,57 +335,60 @@ class WandbClient:
             raise RuntimeError("WandbClient is used outside `async with`")
         payload = {"query": request.document, "variables": request.variables}
         timeout = aiohttp.ClientTimeout(total=self.retry.timeout)
+        session = self._session
         maybe_applied = False
-        last_error = ""
-        for attempt in range(self.retry.attempts):
-            retry_after: float | None = None
+
+        async def attempt() -> tuple[dict[str, Any], bool]:
+            nonlocal maybe_applied
             started = time.monotonic()
             self.stats["requests"] += 1
             self.stats[f"requests:{request.operation}"] += 1
             status: int | None = None
             try:
-                async with self._session.post(self.url, json=payload, timeout=timeout) as resp:
+                async with session.post(self.url, json=payload, timeout=timeout) as resp:
                     status = resp.status
-                    verdict = classify(status)
+                    verdict = wandb_verdict(status)
                     if verdict == "retry":
-                        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-                        last_error = f"HTTP {status}"
                         # 429 means "not processed"; a 5xx may come after the work was done.
                         maybe_applied |= status != 429
-                    else:
-                        raw = await resp.read()
-                        return self._decode(request, verdict, status, raw), maybe_applied
+                        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+                        raise Retryable(f"HTTP {status}", retry_after)
+                    raw = await resp.read()
+                    return self._decode(request, verdict, status, raw), maybe_applied
             except aiohttp.ClientConnectorError as exc:
-                last_error = f"cannot connect: {exc}"
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                raise Retryable(f"cannot connect: {exc}") from exc
+            except NETWORK_ERRORS as exc:
                 maybe_applied = True
+                text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                raise Retryable(text) from exc
             finally:
                 if self._observer is not None:
                     self._observer(request.operation, status, time.monotonic() - started)
-            if attempt + 1 == self.retry.attempts:
-                break
-            wait = self.retry.delay(attempt, self._rng.random(), retry_after)
-            if wait is None:
-                last_error += f" with Retry-After {retry_after:.0f}s"
-                break
+
+        def on_retry(number: int, failure: Retryable, wait: float) -> None:
             self.stats["retries"] += 1
             log.info(
-                "W&B %s failed (%s), attempt %d of %d; retrying in %.2fs",
+                "W&B %s failed (%s), attempt %d of %s; retrying in %.2fs",
                 request.operation,
-                last_error,
-                attempt + 1,
+                failure,
+                number + 1,
                 self.retry.attempts,
                 wait,
             )
-            await asyncio.sleep(wait)
-        self.stats["unavailable"] += 1
-        raise WandbUnavailable(
-            f"W&B at {self.base_url} is unavailable: {request.operation} failed"
-            f" {attempt + 1} time(s), last: {last_error}",
-            attempts=attempt + 1,
-            last_error=last_error,
-        )
+
+        try:
+            return await call_with_retries(attempt, self.retry, rng=self._rng, on_retry=on_retry)
+        except GaveUp as gave_up:
+            last_error = str(gave_up.last)
+            if gave_up.reason == "retry-after":
+                last_error += f" with Retry-After {gave_up.last.retry_after:.0f}s"
+            self.stats["unavailable"] += 1
+            raise WandbUnavailable(
+                f"W&B at {self.base_url} is unavailable: {request.operation} failed"
+                f" {gave_up.attempts} time(s), last: {last_error}",
+                attempts=gave_up.attempts,
+                last_error=last_error,
+            ) from None
 
     def _decode(
         self, request: docs.Request, verdict: str, status: int, raw: bytes

@@ -41,11 +41,10 @@ from launch_agent import __version__
 from launch_agent.adapters.kube import (
     InformerSettings,
     KubeClient,
-    RetryPolicy,
     load_configuration,
 )
+from launch_agent.adapters.retry import RetryPolicy
 from launch_agent.adapters.wandb_client import WandbClient
-from launch_agent.adapters.wandb_retry import RetryPolicy as WandbRetryPolicy
 from launch_agent.model.config import AgentConfig
 from launch_agent.render.settings import RenderSettings
 from launch_agent.runtime.builds import check_builder, open_builds
@@ -83,7 +82,7 @@ class Agent:
         now: Callable[[], datetime] | None = None,
         hostname: str | None = None,
         admission: Admission | None = None,
-        wandb_retry: WandbRetryPolicy | None = None,
+        wandb_retry: RetryPolicy | None = None,
         kube_retry: RetryPolicy | None = None,
         informer_settings: InformerSettings | None = None,
         agent_check_seconds: float = 30.0,

@@ -30,10 +30,11 @@ import logging
 from typing import Any
 
 from launch_agent.adapters.kube import KubeClient, KubeError, KubeForbidden
+from launch_agent.aio import wait_event
 from launch_agent.model.config import TrackingConfig
 from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.reporter import Reporter, wait_event
+from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import REPORTED, RUN_SPEC, RunRecord, RunTable
 from launch_agent.tracking import Assessment
 from launch_agent.tracking.workloads import Phase, workload_status

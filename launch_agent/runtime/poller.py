@@ -29,12 +29,12 @@ from typing import Protocol
 
 from launch_agent.adapters.wandb_client import AgentStatus, RunQueueItem, WandbClient
 from launch_agent.adapters.wandb_errors import WandbAuthError, WandbError
+from launch_agent.aio import wait_event
 from launch_agent.model.config import PollConfig
 from launch_agent.runtime.dispatcher import Dispatcher
 from launch_agent.runtime.health import Readiness
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.poll_policy import PollInterval, PopPlan, capacity
-from launch_agent.runtime.reporter import wait_event
 from launch_agent.runtime.runs import RunTable
 
 log = logging.getLogger(__name__)

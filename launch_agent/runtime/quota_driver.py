@@ -31,12 +31,13 @@ import logging
 from typing import Any
 
 from launch_agent.adapters.kube import KubeClient, KubeError, KubeNotFound
+from launch_agent.aio import wait_event
 from launch_agent.quota import AdmissionEngine, Decision
 from launch_agent.quota import RunState as QState
 from launch_agent.quota.requests import ADMITTED
 from launch_agent.render.pipeline import suspend, unsuspend
 from launch_agent.runtime.quota_admission import QuotaAdmission
-from launch_agent.runtime.reporter import Reporter, wait_event
+from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RunRecord, RunTable
 from launch_agent.runtime.specs import SpecStore
 

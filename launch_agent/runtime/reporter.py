@@ -1,10 +1,11 @@
 """Everything the agent tells W&B about an item: failures, warnings and requeues.
 
 Nothing is dropped on a W&B outage. `fail` and `requeue` are awaited by the task that owns the
-run (a dispatch or a finisher) and retry `WandbUnavailable` with a capped backoff until W&B
-answers or the agent stops, so a run's slot is released only once W&B knows. Warnings are not
-worth holding a task for: `warn` queues them (deduplicated per run by the tracker) and one
-worker sends them in order, pausing while W&B is unavailable.
+run (a dispatch or a finisher) and retry `WandbUnavailable` with a capped backoff (the retry
+engine, `adapters/retry.py`) until W&B answers or the agent stops, so a run's slot is released
+only once W&B knows. Warnings are not worth holding a task for: `warn` queues them
+(deduplicated per run by the tracker) and one worker sends them in order, pausing while W&B is
+unavailable.
 
 Messages are written for the person reading the W&B UI and are cut to `MAX_MESSAGE` characters:
 a log tail must not make the mutation itself fail.
@@ -20,8 +21,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from launch_agent.adapters.retry import GaveUp, Retryable, RetryPolicy, call_with_retries
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.adapters.wandb_errors import WandbError, WandbUnavailable
+from launch_agent.aio import wait_event
 from launch_agent.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -61,25 +64,32 @@ class Reporter:
         self.wandb = wandb
         self.metrics = metrics
         self.stopping = stopping
-        self.retry_base = retry_base
-        self.retry_cap = retry_cap
+        # Until W&B answers or the agent stops; plain doubling, one task per report.
+        self.policy = RetryPolicy(
+            attempts=None, base_delay=retry_base, max_delay=retry_cap, jitter=0.0
+        )
         self._warnings: deque[Warning_] = deque()
         self._wake = asyncio.Event()
         self.dropped_warnings = 0
         self.sent = {"fail": 0, "warn": 0, "requeue": 0}
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T | None:
-        delay = self.retry_base
-        while True:
+        async def attempt() -> T:
             try:
                 return await call()
             except WandbUnavailable as exc:
-                if self.stopping.is_set():
-                    log.warning("%s not sent, the agent is stopping: %s", what, exc)
-                    return None
-                log.warning("%s: W&B unavailable (%s); retrying in %.1fs", what, exc, delay)
-            await wait_event(self.stopping, delay)
-            delay = min(self.retry_cap, delay * 2)
+                raise Retryable(exc) from exc
+
+        def on_retry(_: int, failure: Retryable, delay: float) -> None:
+            log.warning("%s: W&B unavailable (%s); retrying in %.1fs", what, failure, delay)
+
+        try:
+            return await call_with_retries(
+                attempt, self.policy, stop=self.stopping, on_retry=on_retry
+            )
+        except GaveUp as gave_up:
+            log.warning("%s not sent, the agent is stopping: %s", what, gave_up.last)
+            return None
 
     async def fail(self, item_id: str, message: str, stage: str, reason: str) -> bool:
         """`failRunQueueItem`; True once W&B accepted it."""
@@ -152,15 +162,3 @@ class Reporter:
             self._wake.clear()
             # A short wait instead of a second task racing two events: cheap and always owned.
             await wait_event(self._wake, 0.5)
-
-
-async def wait_event(event: asyncio.Event, seconds: float) -> bool:
-    """Wait for `event` at most `seconds`; True if it is set."""
-    if event.is_set():
-        return True
-    try:
-        async with asyncio.timeout(seconds):
-            await event.wait()
-    except TimeoutError:
-        return False
-    return True

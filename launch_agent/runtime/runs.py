@@ -21,6 +21,7 @@ from typing import Any
 from launch_agent.model import labels as L
 from launch_agent.model.run_state import RunState
 from launch_agent.render.naming import label_value
+from launch_agent.tracking.views import Meta
 
 # Annotations the runtime adds to what render produced.
 RUN_SPEC = L.PREFIX + "run-spec"  # the item's runSpec as JSON, for requeues after a restart
@@ -67,7 +68,7 @@ class RunRecord:
             self.label = label_value(self.rqi_id)
 
     def pod_gone(self, pod: Mapping[str, Any]) -> None:
-        name = str((pod.get("metadata") or {}).get("name") or "")
+        name = Meta(pod).name
         self.gone_pods.pop(name, None)
         self.gone_pods[name] = pod
         while len(self.gone_pods) > GONE_PODS:
@@ -80,22 +81,18 @@ class RunRecord:
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> RunRecord | None:
         """Rebuild a record from a workload the agent created; None if it is not one."""
-        meta = obj.get("metadata")
-        if not isinstance(meta, Mapping):
-            return None
-        ann = meta.get("annotations") or {}
-        labels = meta.get("labels") or {}
-        rqi = ann.get(L.RUN_QUEUE_ITEM_ID)
-        if not isinstance(rqi, str) or not rqi:
+        meta = Meta(obj)
+        rqi = meta.annotation(L.RUN_QUEUE_ITEM_ID)
+        if rqi is None:
             return None
         return cls(
             rqi_id=rqi,
-            queue=str(ann.get(L.QUEUE_NAME) or labels.get(L.QUEUE) or ""),
-            entity=str(ann.get(L.ENTITY) or ""),
-            project=str(ann.get(L.PROJECT) or ""),
-            run_id=str(labels.get(L.RUN_ID) or ""),
-            namespace=str(meta.get("namespace") or ""),
-            name=str(meta.get("name") or ""),
+            queue=meta.annotation(L.QUEUE_NAME) or meta.label(L.QUEUE) or "",
+            entity=meta.annotation(L.ENTITY) or "",
+            project=meta.annotation(L.PROJECT) or "",
+            run_id=meta.label(L.RUN_ID) or "",
+            namespace=meta.namespace,
+            name=meta.name,
             api_version=str(obj.get("apiVersion") or ""),
             kind=str(obj.get("kind") or ""),
             acked=True,
@@ -106,16 +103,11 @@ class RunRecord:
 
 def item_of(obj: Mapping[str, Any]) -> str | None:
     """The run-queue-item id of a workload the agent created (its exact annotation)."""
-    meta = obj.get("metadata")
-    ann = meta.get("annotations") if isinstance(meta, Mapping) else None
-    value = ann.get(L.RUN_QUEUE_ITEM_ID) if isinstance(ann, Mapping) else None
-    return value if isinstance(value, str) and value else None
+    return Meta(obj).annotation(L.RUN_QUEUE_ITEM_ID)
 
 
 def reported(obj: Mapping[str, Any]) -> bool:
-    meta = obj.get("metadata")
-    ann = meta.get("annotations") if isinstance(meta, Mapping) else None
-    return isinstance(ann, Mapping) and REPORTED in ann
+    return REPORTED in Meta(obj).annotations
 
 
 class RunTable:

@@ -34,9 +34,9 @@ from launch_agent.adapters.kube import (
 )
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.adapters.wandb_errors import WandbNotFound, WandbUnavailable
+from launch_agent.aio import wait_event
 from launch_agent.model import labels as L
 from launch_agent.model.config import LAUNCH_PROJECT, AgentConfig
-from launch_agent.runtime.reporter import wait_event
 
 log = logging.getLogger(__name__)
 

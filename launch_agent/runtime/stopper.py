@@ -20,7 +20,7 @@ from collections.abc import Callable
 from launch_agent.adapters.kube import KubeClient, KubeError
 from launch_agent.adapters.wandb_client import RunRef, WandbClient
 from launch_agent.adapters.wandb_errors import WandbError
-from launch_agent.runtime.reporter import wait_event
+from launch_agent.aio import wait_event
 from launch_agent.runtime.runs import RunTable
 
 log = logging.getLogger(__name__)

@@ -37,12 +37,13 @@ from launch_agent.adapters.kube import (
     Resource,
 )
 from launch_agent.adapters.kube.cache import tracking_view
+from launch_agent.aio import wait_event
 from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import QueueSpec
 from launch_agent.model.run_state import Reason, RunState
 from launch_agent.runtime.health import Readiness
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.reporter import Reporter, wait_event
+from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RunRecord, RunTable, item_of, reported
 from launch_agent.tracking import (
     Assessment,

@@ -2,6 +2,7 @@
 
 `assess(workload, pods, now)` is the entry point; `assess_deleted` for a workload that is gone;
 `pod_warnings` for every warning the pods show and `new_warnings` to report each once per run.
+The shapes of the objects read, and the one `metadata` reader every layer uses, are `views.py`.
 """
 
 from __future__ import annotations

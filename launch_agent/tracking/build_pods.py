@@ -34,6 +34,7 @@ from typing import Any
 from launch_agent.model.run_state import Diagnosis, Reason
 from launch_agent.tracking.fields import dig, mappings, name_of, text
 from launch_agent.tracking.pods import diagnose_pod
+from launch_agent.tracking.views import creation_order
 
 # `diagnose_pod` needs a clock for its own unschedulable deadline, which is not used here
 # (unschedulable is judged on `waited`); any fixed instant gives the same other diagnoses.
@@ -115,9 +116,7 @@ def assess_build(
     outcome = job_outcome(job)
     if outcome == "succeeded":
         return BuildStatus(BuildState.SUCCEEDED)
-    ordered = sorted(
-        pods, key=lambda p: (text(p, "metadata", "creationTimestamp") or "", name_of(p))
-    )
+    ordered = sorted(pods, key=creation_order)
     oom: BuildStatus | None = None
     for pod in ordered:
         for diag in diagnose(pod):

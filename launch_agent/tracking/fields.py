@@ -5,6 +5,9 @@ we do not own: a field can be missing, `null`, or of another type than its schem
 without `status` validation, an older controller). These helpers never raise: a missing or
 mistyped value reads as "absent", so the tracker falls back to a weaker signal instead of
 crashing the informer that called it.
+
+These are the primitives; the typed views of whole objects (TypedDicts and the `Meta` reader of
+`metadata`, used by tracking, the runtime and the adapters) are built on them in `views.py`.
 """
 
 from __future__ import annotations

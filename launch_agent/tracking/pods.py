@@ -25,6 +25,7 @@ from typing import Any
 
 from launch_agent.model.run_state import Diagnosis, Reason, Severity
 from launch_agent.tracking.fields import dig, mappings, name_of, optional_int, text, timestamp
+from launch_agent.tracking.views import creation_order
 
 # Waiting reasons the kubelet retries forever without a chance of success: fail the run now.
 STUCK_WAITING = {
@@ -72,10 +73,7 @@ class PodSummary:
 
 
 def _sorted_pods(pods: Iterable[object]) -> list[Mapping[str, Any]]:
-    def key(pod: Mapping[str, Any]) -> tuple[str, str]:
-        return (text(pod, "metadata", "creationTimestamp") or "", name_of(pod))
-
-    return sorted((p for p in pods if isinstance(p, Mapping)), key=key)
+    return sorted((p for p in pods if isinstance(p, Mapping)), key=creation_order)
 
 
 def _container_statuses(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:

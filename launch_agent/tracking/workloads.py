@@ -29,6 +29,7 @@ from enum import Enum
 from typing import Any
 
 from launch_agent.tracking.fields import condition, dig, flag, integer, mappings, text
+from launch_agent.tracking.views import Meta
 
 
 class Phase(Enum):
@@ -225,7 +226,7 @@ def workload_status(obj: Mapping[str, Any]) -> WorkloadStatus:
     status = READERS.get(group_kind(obj), generic)(obj)
     if status.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED):
         return status
-    if text(obj, "metadata", "deletionTimestamp"):
+    if Meta(obj).deletion_timestamp:
         # Being deleted (foreground propagation or finalizers) before it finished.
         return WorkloadStatus(Phase.STOPPED, "Deleting", "the workload is being deleted")
     return status

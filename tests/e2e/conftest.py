@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 
 from launch_agent.adapters.kube import InformerSettings
-from launch_agent.adapters.kube import RetryPolicy as KubeRetry
-from launch_agent.adapters.wandb_retry import RetryPolicy as WandbRetry
+from launch_agent.adapters.retry import RetryPolicy
 from launch_agent.model.config import AgentConfig
 from launch_agent.render.naming import label_value
 from launch_agent.runtime.agent import Agent
@@ -121,8 +120,8 @@ class Env:
 
     def agent(self, config: AgentConfig | None = None, **options: Any) -> Agent:
         options.setdefault("now", self.clock.now)
-        options.setdefault("wandb_retry", WandbRetry(attempts=2, base_delay=0.05, timeout=5))
-        options.setdefault("kube_retry", KubeRetry(attempts=3, base_delay=0.05, timeout=5))
+        options.setdefault("wandb_retry", RetryPolicy(attempts=2, base_delay=0.05, timeout=5))
+        options.setdefault("kube_retry", RetryPolicy(attempts=3, base_delay=0.05, timeout=5))
         options.setdefault(
             "informer_settings", InformerSettings(backoff_base=0.05, backoff_cap=0.5)
         )

@@ -78,7 +78,7 @@ async def test_an_unpullable_kaniko_image_fails_the_item_naming_the_image(
     b = s3_builds
     b.env.cluster.script(IMAGE_TAG, "imagepullbackoff after=2s")
     item = await push_job(b, tmp_path, "pull")
-    message = await failed_build(b, item, config(b, **{"kaniko-image": MISSING_EXECUTOR}))
+    message = await failed_build(b, item, config(b, **{"kaniko-image": MISSING_EXECUTOR}))  # type: ignore[arg-type]
     assert f"the Kaniko executor image {MISSING_EXECUTOR} cannot be pulled" in message
     assert "builder.kaniko-image" in message
     assert "--- build log (tail) ---" not in message  # the executor never ran

@@ -35,7 +35,7 @@ async def test_two_agents_on_one_queue_never_start_an_item_twice(env: Env) -> No
     two = env.agent(env.config(agent_name="agent-two"))
     async with env.running(one), env.running(two):
         for item in items:
-            await until(lambda i=item: i.state is ItemState.CLAIMED, message="claimed")
+            await until(lambda i=item: i.state is ItemState.CLAIMED, message="claimed")  # type: ignore[misc]
     jobs = env.jobs()
     assert len(jobs) == len(items)
     assert (

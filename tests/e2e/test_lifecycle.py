@@ -6,7 +6,7 @@ import asyncio
 import heapq
 
 from launch_agent.sandbox.faults import FaultRule
-from launch_agent.sandbox.wandb import ItemState
+from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 from tests.e2e.conftest import Env, run_spec, until
 
 
@@ -80,7 +80,7 @@ async def test_preempted_run_is_requeued_with_the_same_run_id(env: Env) -> None:
         await until(lambda: item.state is ItemState.CLAIMED, message="ack")
         env.advance(30)
 
-        def requeued() -> list:
+        def requeued() -> list[RunQueueItem]:
             return [i for i in env.state.items.values() if i.id != item.id]
 
         again = await until(requeued, message="requeued item")

@@ -124,7 +124,7 @@ async def test_hold_admit_reclaim_readmit_and_restart(env: Env) -> None:
         await until(lambda: all(running(env, i) for i in a[:4]), message="a0-a3 admitted")
         await until(lambda: all(suspended(env, i) for i in a[4:6]), message="a4, a5 held")
         for item in a[4:6]:
-            await until(lambda i=item: i.warnings, message="waiting warning")
+            await until(lambda i=item: i.warnings, message="waiting warning")  # type: ignore[misc]
             assert item.warnings[0].message == "waiting for quota: a.1 uses 4/4 cpu"
         await asyncio.sleep(0.5)
         assert a[6].pops == 0, "never more than max_pending_per_leaf pending runs per leaf"
@@ -138,7 +138,7 @@ async def test_hold_admit_reclaim_readmit_and_restart(env: Env) -> None:
         assert all(running(env, i) for i in a[:2])
         for victim in a[2:4]:
             await until(
-                lambda v=victim: any(w.message == WAITING_ROOT for w in v.warnings),
+                lambda v=victim: any(w.message == WAITING_ROOT for w in v.warnings),  # type: ignore[misc]
                 message="waiting warning after the eviction",
             )
             messages = [w.message for w in victim.warnings]
@@ -150,7 +150,7 @@ async def test_hold_admit_reclaim_readmit_and_restart(env: Env) -> None:
         assert usage(agent)["a.1"] == {"cpu": 2 * CPU}
         assert usage(agent)["b.1"] == {"cpu": 2 * CPU}
         # The evicted runs keep their original enqueue time: they come back before a4, a5.
-        stamps = [QuotaStamp.load(job_of(env, i)["metadata"]["annotations"][STAMP]) for i in a[:6]]
+        stamps = [QuotaStamp.load(job_of(env, i)["metadata"]["annotations"][STAMP]) for i in a[:6]]  # type: ignore[index]
         assert [s.enqueued for s in stamps] == sorted(s.enqueued for s in stamps)
 
         # b's runs finish: a2, a3 (not a4, a5) are admitted again.
@@ -161,7 +161,7 @@ async def test_hold_admit_reclaim_readmit_and_restart(env: Env) -> None:
         before = usage(agent)
         assert before["a.1"] == {"cpu": 4 * CPU} and before["b.1"] == {}
         pending_before = pending(agent)
-        admitted_at = {i.id: job_of(env, i)["metadata"]["annotations"][ADMITTED] for i in a[:4]}
+        admitted_at = {i.id: job_of(env, i)["metadata"]["annotations"][ADMITTED] for i in a[:4]}  # type: ignore[index]
 
     # A new agent on the same cluster rebuilds the same usage and the same waiting runs.
     async with env.running(quota_agent(env)) as again:
@@ -171,9 +171,13 @@ async def test_hold_admit_reclaim_readmit_and_restart(env: Env) -> None:
         await asyncio.sleep(0.5)
         assert all(running(env, i) for i in a[:4]) and all(suspended(env, i) for i in a[4:6])
         assert a[6].pops == 0
-        assert {
-            i.id: job_of(env, i)["metadata"]["annotations"][ADMITTED] for i in a[:4]
-        } == admitted_at, "admission times are kept across the restart"
+        assert (
+            {
+                i.id: job_of(env, i)["metadata"]["annotations"][ADMITTED]  # type: ignore[index]
+                for i in a[:4]
+            }
+            == admitted_at
+        ), "admission times are kept across the restart"
 
 
 async def test_refused_runs_and_a_bad_tree(env: Env) -> None:

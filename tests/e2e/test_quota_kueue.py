@@ -256,7 +256,7 @@ async def test_a_restarted_agent_does_not_repeat_what_it_reported(env: Env) -> N
     async with env.running(env.agent(config)) as agent:
         assert isinstance(agent.admission, KueueWatch)
         await until(lambda: len(agent.runs) == 2, message="adopted")
-        await until(lambda: agent.admission.waiting() == {("default", "lq"): 1}, message="state")
+        await until(lambda: agent.admission.waiting() == {("default", "lq"): 1}, message="state")  # type: ignore[attr-defined]
         await asyncio.sleep(0.5)
         assert [len(i.warnings) for i in items] == before
         # The adopted waiting run fills the LocalQueue's cap: the new item stays in W&B.

@@ -54,7 +54,7 @@ async def test_kubernetes_5xx_and_429_storm(env: Env) -> None:
     items = [env.push(run_spec(f"s{i}")) for i in range(5)]
     async with env.running() as agent:
         for item in items:
-            await until(lambda i=item: i.state is ItemState.CLAIMED, within=60, message="claimed")
+            await until(lambda i=item: i.state is ItemState.CLAIMED, within=60, message="claimed")  # type: ignore[misc]
         env.kube.faults.clear()
         env.advance(10)
         await until(lambda: len(agent.runs) == 0, within=30, message="all finished")
@@ -72,7 +72,7 @@ async def test_dropped_watches_and_410s_miss_no_terminal_state(env: Env) -> None
         items.append(env.push(run_spec(f"w{code}")))
     async with env.running() as agent:
         for item in items:
-            await until(lambda i=item: i.state is ItemState.CLAIMED, message="claimed")
+            await until(lambda i=item: i.state is ItemState.CLAIMED, message="claimed")  # type: ignore[misc]
         for step in range(8):
             if step % 2:
                 env.kube.compact()
@@ -80,7 +80,7 @@ async def test_dropped_watches_and_410s_miss_no_terminal_state(env: Env) -> None
             env.advance(1)
             await asyncio.sleep(0.1)
         for item in items:
-            await until(lambda i=item: i.state is ItemState.FAILED, within=20, message="reported")
+            await until(lambda i=item: i.state is ItemState.FAILED, within=20, message="reported")  # type: ignore[misc]
         for code, item in zip(codes, items, strict=True):
             assert item.failure is not None
             assert f"exited with code {code}" in item.failure.message

@@ -40,7 +40,7 @@ async def test_valid_edit_applies_and_invalid_edit_keeps_the_previous_version(
         # A valid edit: the spec now serves q2 as well; no restart.
         _publish(specs, "v2", {"basic.yaml": BASIC_SPEC.replace("[q1]", "[q1, q2]")})
         assert agent.specs is not None
-        await until(lambda: agent.specs.for_queue("q2") is not None, message="reload")
+        await until(lambda: agent.specs.for_queue("q2") is not None, message="reload")  # type: ignore[union-attr]
         second = env.push(run_spec("v2"), queue="q2")
         await until(lambda: second.state is ItemState.CLAIMED, message="q2 served")
 
@@ -54,4 +54,4 @@ async def test_valid_edit_applies_and_invalid_edit_keeps_the_previous_version(
         # Fixing the file clears the metric.
         _publish(specs, "v4", {"basic.yaml": BASIC_SPEC})
         await until(lambda: agent.metrics.registry.get_sample_value(*sample) == 0, message="fixed")
-        await until(lambda: agent.specs.for_queue("q2") is None, message="q2 no longer served")
+        await until(lambda: agent.specs.for_queue("q2") is None, message="q2 no longer served")  # type: ignore[union-attr]

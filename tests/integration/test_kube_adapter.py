@@ -28,8 +28,8 @@ from launch_agent.adapters.kube import (
     KubeInvalid,
     KubeUnavailable,
     Resource,
-    RetryPolicy,
 )
+from launch_agent.adapters.retry import RetryPolicy
 from launch_agent.model.run_state import RunState
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from launch_agent.adapters.kube import KubeClient, KubeUnauthorized, Resource, RetryPolicy
+from launch_agent.adapters.kube import KubeClient, KubeUnauthorized, Resource
+from launch_agent.adapters.retry import RetryPolicy
 from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
 from tests.exec_credentials import Credentials, exec_user, install
 

@@ -23,8 +23,8 @@ from launch_agent.adapters.kube import (
     InformerSettings,
     KubeClient,
     Resource,
-    RetryPolicy,
 )
+from launch_agent.adapters.retry import RetryPolicy
 from launch_agent.model.run_state import Reason, RunState
 from launch_agent.sandbox.cluster import ANNOTATION, SimulatedCluster
 from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig

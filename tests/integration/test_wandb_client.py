@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
+from launch_agent.adapters.retry import RetryPolicy
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.adapters.wandb_errors import (
     WandbAckUncertain,
@@ -26,7 +27,6 @@ from launch_agent.adapters.wandb_errors import (
     WandbUnavailable,
 )
 from launch_agent.adapters.wandb_results import RunRef
-from launch_agent.adapters.wandb_retry import RetryPolicy
 from launch_agent.model.config import AgentConfig
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState, LaunchState, WandbServer

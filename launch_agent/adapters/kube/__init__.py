@@ -1,7 +1,8 @@
 """The Kubernetes side of the agent, over kubernetes_asyncio.
 
 - `KubeClient` (`client.py`): the one client per process; create-or-adopt with strict field
-  validation, delete with background propagation, list, patch, pod log tail, retries.
+  validation, delete with background propagation, list, patch, pod log tail, retries (the
+  engine and its `RetryPolicy` are `adapters/retry.py`).
 - `load_configuration` (`connect.py`): kubeconfig or in-cluster configuration, off the loop.
 - `KindRegistry` / `Resource` (`kinds.py`): kinds resolved by discovery, cached.
 - `Informer` / `InformerSet` (`informer.py`): list-then-watch per (kind, namespace) with a local
@@ -11,7 +12,6 @@
 
 from __future__ import annotations
 
-from launch_agent.adapters.kube.backoff import RetryPolicy
 from launch_agent.adapters.kube.client import Created, KubeClient, Listed
 from launch_agent.adapters.kube.connect import load_configuration
 from launch_agent.adapters.kube.errors import (
@@ -62,6 +62,5 @@ __all__ = [
     "KubeUnavailable",
     "Listed",
     "Resource",
-    "RetryPolicy",
     "load_configuration",
 ]

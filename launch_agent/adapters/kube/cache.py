@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from launch_agent.tracking.views import Meta
+
 Obj = dict[str, Any]
 Key = tuple[str, str]
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -34,15 +36,12 @@ class CacheEvent:
 
 
 def key_of(obj: Mapping[str, Any]) -> Key:
-    meta = obj.get("metadata")
-    if not isinstance(meta, Mapping):
-        return ("", "")
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    meta = Meta(obj)
+    return (meta.namespace, meta.name)
 
 
 def version_of(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata")
-    return str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
+    return Meta(obj).resource_version
 
 
 def apply_event(cache: dict[Key, Obj], etype: str, obj: Obj) -> CacheEvent | None:

@@ -20,7 +20,8 @@ Operations are what the dispatcher and tracker need, and each has one policy:
 - `watch_stream`: one watch request, yielding raw events; `informer.py` owns reconnects.
 
 Every request has a timeout and is retried on 429/5xx/network errors with jittered backoff
-(`backoff.py`); when retries run out the caller gets `KubeUnavailable`.
+(`adapters/retry.py`, the engine shared with the W&B client); when retries run out the caller
+gets `KubeUnavailable`.
 
 Credentials expire. In a pod the projected service-account token is re-read every minute. With
 a kubeconfig, a credential from an exec plugin (`aws eks get-token` tokens last 15 minutes) is
@@ -33,6 +34,7 @@ got the 401 share one renewal, and the kubeconfig is loaded at most every
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
@@ -47,7 +49,6 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.config import ConfigException
 
-from launch_agent.adapters.kube.backoff import RETRY_STATUSES, RetryPolicy, parse_retry_after
 from launch_agent.adapters.kube.connect import (
     SERVICE_ACCOUNT_TOKEN,
     build_api_client,
@@ -63,12 +64,20 @@ from launch_agent.adapters.kube.errors import (
     error_from_response,
 )
 from launch_agent.adapters.kube.kinds import KindRegistry, Resource
+from launch_agent.adapters.retry import (
+    NETWORK_ERRORS,
+    GaveUp,
+    Retryable,
+    RetryPolicy,
+    call_with_retries,
+    kube_retryable,
+    parse_retry_after,
+)
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 Query = Sequence[tuple[str, str]]
-NETWORK_ERRORS = (aiohttp.ClientError, TimeoutError, ConnectionError)
 FIELD_MANAGER = "launch-agent"
 RENEW_INTERVAL = 10.0  # seconds between two reloads of the kubeconfig after a 401
 
@@ -274,38 +283,40 @@ class KubeClient:
     ) -> Any:
         """One API call with retries; the parsed JSON answer (the text if `raw`), or a typed
         `KubeError`."""
-        attempts = self.policy.attempts if retry else 1
-        last: BaseException | None = None
-        for attempt in range(attempts):
-            retry_after: float | None = None
+        policy = self.policy if retry else dataclasses.replace(self.policy, attempts=1)
+
+        async def attempt() -> Any:
             try:
                 status, data, retry_after_header = await self._once(
                     method, path, query, body, content_type
                 )
             except NETWORK_ERRORS as exc:
-                last = exc
-            else:
-                if 200 <= status < 300:
-                    return data.decode("utf-8", "replace") if raw else _parse(data, method, path)
-                retry_after = parse_retry_after(retry_after_header)
-                error = error_from_response(
-                    status, data, method=method, path=path, retry_after=retry_after
-                )
-                if status not in RETRY_STATUSES:
-                    raise error
-                last = error
-            if attempt + 1 >= attempts:
-                break
-            delay = self.policy.delay(attempt, self._rng.random(), retry_after)
-            if delay is None:
-                break
+                raise Retryable(exc) from exc
+            if 200 <= status < 300:
+                return data.decode("utf-8", "replace") if raw else _parse(data, method, path)
+            retry_after = parse_retry_after(retry_after_header)
+            error = error_from_response(
+                status, data, method=method, path=path, retry_after=retry_after
+            )
+            if not kube_retryable(status):
+                raise error
+            raise Retryable(error, retry_after)
+
+        def on_retry(_: int, failure: Retryable, delay: float) -> None:
             self.retries += 1
-            log.debug("kubernetes %s %s failed (%s); retry in %.2fs", method, path, last, delay)
-            await asyncio.sleep(delay)
-        assert last is not None
-        if isinstance(last, KubeApiError) and not retry:
-            raise last
-        raise KubeUnavailable(method, path, attempts, last) from last
+            log.debug(
+                "kubernetes %s %s failed (%s); retry in %.2fs", method, path, failure.cause, delay
+            )
+
+        try:
+            return await call_with_retries(attempt, policy, rng=self._rng, on_retry=on_retry)
+        except GaveUp as gave_up:
+            last = gave_up.last.cause
+            assert isinstance(last, BaseException)
+            if isinstance(last, KubeApiError) and not retry:
+                raise last from None
+            # The message counts the attempts the policy allows, as it always has.
+            raise KubeUnavailable(method, path, policy.attempts or gave_up.attempts, last) from last
 
     async def _discover(self, path: str) -> Mapping[str, Any] | None:
         try:

@@ -26,14 +26,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
 
 import aiohttp
 
-from launch_agent.adapters.kube.backoff import Backoff
 from launch_agent.adapters.kube.cache import (
     CacheEvent,
     Key,
@@ -41,10 +39,12 @@ from launch_agent.adapters.kube.cache import (
     apply_event,
     reconcile_list,
     strip_managed_fields,
+    version_of,
 )
 from launch_agent.adapters.kube.client import KubeClient
 from launch_agent.adapters.kube.errors import KubeApiError, KubeError, KubeGone, error_from_response
 from launch_agent.adapters.kube.kinds import Resource
+from launch_agent.adapters.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ class Informer:
                 self.healthy = True
                 self._progress = True
                 self._backoff.reset()
-                version = _version(obj)
+                version = version_of(obj)
                 if version:
                     self.resource_version = version
                 if etype == "BOOKMARK":
@@ -235,11 +235,6 @@ class Informer:
         except Exception:
             # The watch must go on for every other run; the handler owns its own failures.
             log.exception("%s: handler failed on %s", self.name, event.type)
-
-
-def _version(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata")
-    return str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
 
 
 @dataclass

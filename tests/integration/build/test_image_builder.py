@@ -24,9 +24,10 @@ from launch_agent.adapters.builder import (
     ImageBuilder,
     job_outcome,
 )
-from launch_agent.adapters.kube import KubeClient, RetryPolicy
+from launch_agent.adapters.kube import KubeClient
 from launch_agent.adapters.object_store import ObjectStore
 from launch_agent.adapters.registry import RegistryClient
+from launch_agent.adapters.retry import RetryPolicy
 from launch_agent.model.build import SourceKind, parse_destination
 from launch_agent.model.config import BuilderConfig
 from launch_agent.render.kaniko import IMAGE_TAG, KanikoSettings

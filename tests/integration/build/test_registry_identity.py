@@ -106,7 +106,7 @@ async def google_token_service(
             return web.json_response({"error": "invalid_grant"}, status=400)
         try:
             # google-auth addresses the assertion to Google's token service, wherever it posts it.
-            claims = jwt.decode(str(form.get("assertion")), certs=public[0], verify=True,
+            claims = jwt.decode(str(form.get("assertion")), certs=public[0], verify=True,  # type: ignore[no-untyped-call]
                                 audience="https://oauth2.googleapis.com/token")  # fmt: skip
         except ValueError as exc:
             return web.json_response({"error": "invalid_grant", "detail": str(exc)}, status=400)

@@ -91,12 +91,12 @@ def test_ca(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(autouse=True)
 def _small_default_ca(test_ca: str) -> Iterator[None]:
     """`watch.Watch()` builds its own ApiClient from the default configuration: same fix."""
-    saved = client.Configuration._default
+    saved = client.Configuration._default  # type: ignore[attr-defined]  # private, untyped
     default = client.Configuration()
     default.ssl_ca_cert = test_ca
     client.Configuration.set_default(default)
     yield
-    client.Configuration._default = saved
+    client.Configuration._default = saved  # type: ignore[attr-defined]
 
 
 def client_config(url: str, ca: str) -> client.Configuration:

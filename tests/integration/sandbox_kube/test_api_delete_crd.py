@@ -40,7 +40,8 @@ async def test_finalizers_hold_deletion_until_removed(
     kube: KubeApiServer, core: client.CoreV1Api
 ) -> None:
     await core.create_namespaced_config_map(
-        "default", {"metadata": {"name": "cm", "finalizers": ["example.com/hold"]}}
+        "default",
+        {"metadata": {"name": "cm", "finalizers": ["example.com/hold"]}},  # type: ignore[arg-type]
     )
     listed = await core.list_namespaced_config_map("default")
     w = watch.Watch()
@@ -92,7 +93,7 @@ async def test_propagation_policies(
     kube.objects.create("pods", _pod("p1", job))
     kube.objects.create("pods", _pod("p2", job))
     body = client.V1DeleteOptions(propagation_policy=policy) if policy else None
-    await batch.delete_namespaced_job("job-a", "default", body=body)
+    await batch.delete_namespaced_job("job-a", "default", body=body)  # type: ignore[arg-type]
     assert kube.objects.find("jobs", "job-a") is None
     pods = kube.objects.list("pods")
     assert len(pods) == pods_left
@@ -144,7 +145,7 @@ async def test_gc_keeps_dependents_with_another_live_owner(
 async def test_delete_preconditions_and_responses(
     kube: KubeApiServer, core: client.CoreV1Api, batch: client.BatchV1Api
 ) -> None:
-    await batch.create_namespaced_job("default", job_body())
+    await batch.create_namespaced_job("default", job_body())  # type: ignore[arg-type]
     with pytest.raises(ApiException) as err:
         await batch.delete_namespaced_job(
             "job-a",
@@ -154,7 +155,7 @@ async def test_delete_preconditions_and_responses(
     assert err.value.status == 409
     status = await batch.delete_namespaced_job("job-a", "default")
     assert status.status == "Success" and status.details.name == "job-a"
-    await core.create_namespaced_pod("default", _pod("p"))
+    await core.create_namespaced_pod("default", _pod("p"))  # type: ignore[arg-type]
     deleted = await core.delete_namespaced_pod("p", "default")
     assert deleted.metadata.name == "p"  # pods answer with the deleted object
 
@@ -162,7 +163,8 @@ async def test_delete_preconditions_and_responses(
 async def test_deletecollection_with_selector(kube: KubeApiServer, core: client.CoreV1Api) -> None:
     for i in range(4):
         await core.create_namespaced_pod(
-            "default", _pod(f"p{i}", labels={"job-name": "x" if i < 3 else "y"})
+            "default",
+            _pod(f"p{i}", labels={"job-name": "x" if i < 3 else "y"}),  # type: ignore[arg-type]
         )
     await core.delete_collection_namespaced_pod("default", label_selector="job-name=x")
     assert [p["metadata"]["name"] for p in kube.objects.list("pods")] == ["p3"]
@@ -171,9 +173,10 @@ async def test_deletecollection_with_selector(kube: KubeApiServer, core: client.
 async def test_deleting_a_namespace_deletes_its_objects(
     kube: KubeApiServer, core: client.CoreV1Api
 ) -> None:
-    await core.create_namespace({"metadata": {"name": "tmp"}})
+    await core.create_namespace({"metadata": {"name": "tmp"}})  # type: ignore[arg-type]
     await core.create_namespaced_secret(
-        "tmp", {"metadata": {"name": "s"}, "stringData": {"k": "v"}}
+        "tmp",
+        {"metadata": {"name": "s"}, "stringData": {"k": "v"}},  # type: ignore[arg-type]
     )
     await core.delete_namespace("tmp")
     assert kube.objects.list("secrets", "tmp") == []
@@ -233,7 +236,8 @@ async def test_missing_crd_is_404_until_posted(
             "kubeflow.org", "v1", "default", "pytorchjobs", "pt", status
         )
     assert err.value.status == 400
-    patched = await custom.patch_namespaced_custom_object_status(
+    # `_content_type` is a keyword the generated signature does not declare (it takes **kwargs).
+    patched = await custom.patch_namespaced_custom_object_status(  # type: ignore[call-arg]
         "kubeflow.org",
         "v1",
         "default",

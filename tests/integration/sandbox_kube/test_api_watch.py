@@ -29,7 +29,7 @@ async def _collect(stream: Any, until: int | None = None) -> list[tuple[str, str
 async def test_watch_from_list_rv_sees_only_later_events(
     kube: KubeApiServer, batch: client.BatchV1Api
 ) -> None:
-    await batch.create_namespaced_job("default", job_body("old"))
+    await batch.create_namespaced_job("default", job_body("old"))  # type: ignore[arg-type]
     listed = await batch.list_namespaced_job("default")
     w = watch.Watch()
     stream = w.stream(
@@ -41,7 +41,7 @@ async def test_watch_from_list_rv_sees_only_later_events(
     async with asyncio.TaskGroup() as tg:
         collector = tg.create_task(_collect(stream, until=3), name="collect-watch")
         await asyncio.sleep(0.05)
-        await batch.create_namespaced_job("default", job_body("new"))
+        await batch.create_namespaced_job("default", job_body("new"))  # type: ignore[arg-type]
         await batch.patch_namespaced_job_status("new", "default", {"status": {"active": 1}})
         await batch.delete_namespaced_job("new", "default")
     assert collector.result() == [("ADDED", "new"), ("MODIFIED", "new"), ("DELETED", "new")]
@@ -50,13 +50,13 @@ async def test_watch_from_list_rv_sees_only_later_events(
 
 async def test_watch_without_rv_replays_current_state_then_live(batch: client.BatchV1Api) -> None:
     for name in ("a", "b"):
-        await batch.create_namespaced_job("default", job_body(name))
+        await batch.create_namespaced_job("default", job_body(name))  # type: ignore[arg-type]
     w = watch.Watch()
     stream = w.stream(batch.list_namespaced_job, "default", timeout_seconds=2)
     async with asyncio.TaskGroup() as tg:
         collector = tg.create_task(_collect(stream, until=3), name="collect-watch")
         await asyncio.sleep(0.05)
-        await batch.create_namespaced_job("default", job_body("c"))
+        await batch.create_namespaced_job("default", job_body("c"))  # type: ignore[arg-type]
     assert collector.result() == [("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c")]
     await w.close()
 
@@ -84,7 +84,7 @@ async def test_bookmarks_and_timeout(kube: KubeApiServer, batch: client.BatchV1A
 
 async def test_compacted_rv_answers_410(kube: KubeApiServer, batch: client.BatchV1Api) -> None:
     listed = await batch.list_namespaced_job("default")
-    await batch.create_namespaced_job("default", job_body("x"))
+    await batch.create_namespaced_job("default", job_body("x"))  # type: ignore[arg-type]
     kube.compact()
     w = watch.Watch()
     with pytest.raises(ApiException) as err:
@@ -106,9 +106,9 @@ async def test_event_log_is_bounded_and_old_rvs_expire(test_ca: str) -> None:
         client.ApiClient(client_config(kube.url, test_ca)) as api,
     ):
         batch = client.BatchV1Api(api)
-        first = await batch.create_namespaced_job("default", job_body("j0"))
+        first = await batch.create_namespaced_job("default", job_body("j0"))  # type: ignore[arg-type]
         for i in range(1, 10):
-            await batch.create_namespaced_job("default", job_body(f"j{i}"))
+            await batch.create_namespaced_job("default", job_body(f"j{i}"))  # type: ignore[arg-type]
         w = watch.Watch()
         with pytest.raises(ApiException) as err:
             await _collect(
@@ -144,10 +144,12 @@ async def test_selectors_apply_to_events(kube: KubeApiServer, batch: client.Batc
         collector = tg.create_task(_collect(stream, until=3), name="collect-watch")
         await asyncio.sleep(0.05)
         await batch.create_namespaced_job(
-            "default", job_body("other", labels={"wandb.ai/monitor": "false"})
+            "default",
+            job_body("other", labels={"wandb.ai/monitor": "false"}),  # type: ignore[arg-type]
         )
         await batch.create_namespaced_job(
-            "default", job_body("mine", labels={"wandb.ai/monitor": "true"})
+            "default",
+            job_body("mine", labels={"wandb.ai/monitor": "true"}),  # type: ignore[arg-type]
         )
         # Relabelling in and out of the selector shows up as ADDED and DELETED.
         await batch.patch_namespaced_job(
@@ -164,7 +166,7 @@ async def test_field_selector_on_pod_phase_events(
     kube: KubeApiServer, core: client.CoreV1Api
 ) -> None:
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "m", "image": "i"}]}}
-    await core.create_namespaced_pod("default", pod)
+    await core.create_namespaced_pod("default", pod)  # type: ignore[arg-type]
     listed = await core.list_namespaced_pod("default")
     w = watch.Watch()
     stream = w.stream(
@@ -212,7 +214,7 @@ async def test_no_gap_between_replay_and_live_events(
 async def test_cluster_wide_watch_and_namespaced_isolation(
     kube: KubeApiServer, core: client.CoreV1Api
 ) -> None:
-    await core.create_namespace({"metadata": {"name": "other"}})
+    await core.create_namespace({"metadata": {"name": "other"}})  # type: ignore[arg-type]
     listed = await core.list_config_map_for_all_namespaces()
     w = watch.Watch()
     stream = w.stream(
@@ -231,8 +233,8 @@ async def test_cluster_wide_watch_and_namespaced_isolation(
         everything = tg.create_task(_collect(stream, until=2), name="all")
         only_other = tg.create_task(_collect(ns_stream, until=1), name="other")
         await asyncio.sleep(0.05)
-        await core.create_namespaced_config_map("default", {"metadata": {"name": "a"}})
-        await core.create_namespaced_config_map("other", {"metadata": {"name": "b"}})
+        await core.create_namespaced_config_map("default", {"metadata": {"name": "a"}})  # type: ignore[arg-type]
+        await core.create_namespaced_config_map("other", {"metadata": {"name": "b"}})  # type: ignore[arg-type]
     assert everything.result() == [("ADDED", "a"), ("ADDED", "b")]
     assert only_other.result() == [("ADDED", "b")]
     await w.close()

@@ -27,7 +27,8 @@ def pods(kube: KubeApiServer, job: str = "job-a") -> list[dict[str, Any]]:
 
 
 def state(pod: dict[str, Any]) -> dict[str, Any]:
-    return pod["status"]["containerStatuses"][0]["state"]
+    current: dict[str, Any] = pod["status"]["containerStatuses"][0]["state"]
+    return current
 
 
 def conditions(obj: dict[str, Any]) -> dict[str, tuple[str, str | None]]:
@@ -44,7 +45,7 @@ async def test_successful_job_timeline(
     kube: KubeApiServer, cluster: SimulatedCluster, batch: client.BatchV1Api
 ) -> None:
     cluster.script("run=ok", "succeed after=30s log='epoch 1'")
-    created = await batch.create_namespaced_job("default", job_body(labels={"run": "ok"}))
+    created = await batch.create_namespaced_job("default", job_body(labels={"run": "ok"}))  # type: ignore[arg-type]
     cluster.step()
     [pod] = pods(kube)
     assert pod["metadata"]["name"].startswith("job-a-")
@@ -286,7 +287,7 @@ async def test_active_deadline(kube: KubeApiServer, cluster: SimulatedCluster) -
 async def test_suspend_and_resume(
     kube: KubeApiServer, cluster: SimulatedCluster, batch: client.BatchV1Api
 ) -> None:
-    await batch.create_namespaced_job("default", job_body(suspend=True))
+    await batch.create_namespaced_job("default", job_body(suspend=True))  # type: ignore[arg-type]
     cluster.advance(5)
     assert pods(kube) == []
     assert conditions(job(kube))["Suspended"] == ("True", "JobSuspended")
@@ -367,7 +368,7 @@ async def test_real_time_mode_runs_by_itself(kube: KubeApiServer, batch: client.
         kube, clock=RealClock(), default_outcome="succeed after=0.2s start=0.1s"
     ):
         listed = await batch.list_namespaced_job("default")
-        await batch.create_namespaced_job("default", job_body())
+        await batch.create_namespaced_job("default", job_body())  # type: ignore[arg-type]
         w = watch.Watch()
         async for event in w.stream(
             batch.list_namespaced_job,

@@ -122,7 +122,7 @@ async def test_workload_is_built_like_kueue_and_admitted_when_quota_fits(
     crds: Path,
 ) -> None:
     await setup_queues(custom)
-    job = await batch.create_namespaced_job("default", queued_job("a", "2", parallelism=3))
+    job = await batch.create_namespaced_job("default", queued_job("a", "2", parallelism=3))  # type: ignore[arg-type]
     cluster.step()
     wl = await workload_of(custom, job.metadata.uid)
     assert wl["metadata"]["name"].startswith("job-a-")
@@ -177,9 +177,9 @@ async def test_fifo_pending_message_and_release_when_a_job_finishes(
 ) -> None:
     await setup_queues(custom, cpu="16")
     cluster.script("job-name=first", "succeed after=10s")
-    first = await batch.create_namespaced_job("default", queued_job("first", "10"))
+    first = await batch.create_namespaced_job("default", queued_job("first", "10"))  # type: ignore[arg-type]
     cluster.step()
-    second = await batch.create_namespaced_job("default", queued_job("second", "9"))
+    second = await batch.create_namespaced_job("default", queued_job("second", "9"))  # type: ignore[arg-type]
     cluster.step()
     wl = await workload_of(custom, second.metadata.uid)
     assert conditions(wl)["QuotaReserved"] == (
@@ -206,12 +206,12 @@ async def test_request_over_the_nominal_quota_and_uncovered_resources(
     cluster: SimulatedCluster, batch: client.BatchV1Api, custom: client.CustomObjectsApi
 ) -> None:
     await setup_queues(custom, cpu="16")
-    big = await batch.create_namespaced_job("default", queued_job("big", "24"))
+    big = await batch.create_namespaced_job("default", queued_job("big", "24"))  # type: ignore[arg-type]
     gpu = queued_job("gpu", "1")
     gpu["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = (
         "1"
     )
-    gpu_job = await batch.create_namespaced_job("default", gpu)
+    gpu_job = await batch.create_namespaced_job("default", gpu)  # type: ignore[arg-type]
     cluster.step()
     assert conditions(await workload_of(custom, big.metadata.uid))["QuotaReserved"][2] == (
         "couldn't assign flavors to pod set main: insufficient quota for cpu in flavor"
@@ -227,7 +227,7 @@ async def test_missing_local_queue_is_inadmissible_until_created(
     cluster: SimulatedCluster, batch: client.BatchV1Api, custom: client.CustomObjectsApi
 ) -> None:
     await setup_queues(custom)
-    job = await batch.create_namespaced_job("default", queued_job("x", "1", queue="nope"))
+    job = await batch.create_namespaced_job("default", queued_job("x", "1", queue="nope"))  # type: ignore[arg-type]
     cluster.step()
     wl = await workload_of(custom, job.metadata.uid)
     assert conditions(wl)["QuotaReserved"] == (
@@ -262,7 +262,7 @@ async def test_best_effort_fifo_lets_a_small_job_pass_and_strict_fifo_does_not(
         ("s3", "1", "slq"),
     ):
         ids[name] = (
-            await batch.create_namespaced_job("default", queued_job(name, cpu, queue))
+            await batch.create_namespaced_job("default", queued_job(name, cpu, queue))  # type: ignore[arg-type]
         ).metadata.uid
         cluster.step()
     admitted = {
@@ -281,7 +281,7 @@ async def test_eviction_suspends_the_job_and_the_workload_is_requeued(
     crds: Path,
 ) -> None:
     await setup_queues(custom, cpu="4")
-    job = await batch.create_namespaced_job("default", queued_job("e", "3"))
+    job = await batch.create_namespaced_job("default", queued_job("e", "3"))  # type: ignore[arg-type]
     cluster.step()
     # Another tenant takes the quota back: the ClusterQueue shrinks, then Kueue preempts.
     cq = await custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", "cq")
@@ -309,7 +309,7 @@ async def test_off_unless_enabled(
         await kube.load_crd_file(crds / name)
     async with SimulatedCluster(kube) as sim:
         await setup_queues(custom)
-        await batch.create_namespaced_job("default", queued_job("off", "1"))
+        await batch.create_namespaced_job("default", queued_job("off", "1"))  # type: ignore[arg-type]
         sim.step()
         assert kube.objects.list("workloads.kueue.x-k8s.io", "default") == []
         assert (await batch.read_namespaced_job("off", "default")).spec.suspend is True

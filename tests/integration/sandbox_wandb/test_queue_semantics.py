@@ -29,7 +29,8 @@ async def push(client: Client, spec: dict[str, Any], **extra: Any) -> dict[str, 
         "runSpec": json.dumps(spec),
         **extra,
     }
-    return (await client.data(PUSH, variables))["pushToRunQueueByName"]
+    pushed: dict[str, Any] = (await client.data(PUSH, variables))["pushToRunQueueByName"]
+    return pushed
 
 
 async def pop(client: Client, queue: str = "q1") -> dict[str, Any] | None:

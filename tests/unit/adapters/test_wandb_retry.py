@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from launch_agent.adapters.wandb_retry import RetryPolicy, classify, parse_retry_after
+from launch_agent.adapters.retry import RetryPolicy, parse_retry_after, wandb_verdict
 
 
 @pytest.mark.parametrize(
@@ -30,7 +30,7 @@ from launch_agent.adapters.wandb_retry import RetryPolicy, classify, parse_retry
     ],
 )
 def test_classify(status: int, verdict: str) -> None:
-    assert classify(status) == verdict
+    assert wandb_verdict(status) == verdict
 
 
 POLICY = RetryPolicy(attempts=5, base_delay=1.0, max_delay=8.0, max_retry_after=30.0)

@@ -50,7 +50,7 @@ def args(job: dict[str, Any]) -> dict[str, str]:
     return dict(a.split("=", 1) for a in container(job)["args"] if not a.startswith("--build-arg"))
 
 
-CASES = {
+CASES: dict[str, dict[str, Any]] = {
     "generic": {"dest": GENERIC},
     "generic-docker-secret": {"dest": GENERIC, "docker_secret": "push-creds"},
     "ecr-irsa": {"dest": ECR},

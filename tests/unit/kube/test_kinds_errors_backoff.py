@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from launch_agent.adapters.kube.backoff import Backoff, RetryPolicy, parse_retry_after
 from launch_agent.adapters.kube.errors import (
     KindNotInstalled,
     KubeApiError,
@@ -22,6 +21,7 @@ from launch_agent.adapters.kube.errors import (
     error_from_response,
 )
 from launch_agent.adapters.kube.kinds import Resource, parse_resource_list
+from launch_agent.adapters.retry import Backoff, RetryPolicy, parse_retry_after
 
 VOLCANO = {
     "kind": "APIResourceList",

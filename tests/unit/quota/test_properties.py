@@ -152,7 +152,7 @@ def check_invariants(engine: AdmissionEngine, decisions: list[tuple[str, str, st
         reclaimed_by[victim] = preemptor
     # I7: no leaf outside Strict has an eligible pending run that fits (reserved quota counts).
     for leaf in ledger.leaves:
-        node = ledger.nodes[leaf]
+        leaf_node = ledger.nodes[leaf]
         eligible = [
             run
             for run in engine.in_state(RunState.PENDING)
@@ -163,7 +163,8 @@ def check_invariants(engine: AdmissionEngine, decisions: list[tuple[str, str, st
         if not eligible:
             continue
         head = min(eligible, key=lambda r: r.order)
-        if node.strict_after is not None and engine.now - head.enqueued[0] >= node.strict_after:
+        strict_after = leaf_node.strict_after
+        if strict_after is not None and engine.now - head.enqueued[0] >= strict_after:
             continue
         for run in eligible:
             assert not ledger.fits(ledger.paths[leaf], run.request), (

@@ -21,11 +21,13 @@ def edit(change: Any) -> dict[str, Any]:
 
 
 def a(tree: dict[str, Any]) -> dict[str, Any]:
-    return tree["root"]["children"][0]
+    node: dict[str, Any] = tree["root"]["children"][0]
+    return node
 
 
 def a1(tree: dict[str, Any]) -> dict[str, Any]:
-    return a(tree)["children"][0]
+    node: dict[str, Any] = a(tree)["children"][0]
+    return node
 
 
 @pytest.mark.parametrize(
@@ -198,12 +200,17 @@ def test_count_resources_need_no_root_declaration() -> None:
 
 
 def test_the_agent_configuration_tree_is_validated_with_the_same_rules() -> None:
-    config = AgentConfig(
-        quota={"mode": "agent", "tree": edit(lambda t: a1(t)["min"].update(cpu=30))}
+    config = AgentConfig.model_validate(
+        {"quota": {"mode": "agent", "tree": edit(lambda t: a1(t)["min"].update(cpu=30))}}
     )
     problems = validate_tree(config.quota.tree)
     assert {p.path for p in problems} == {
         "root.children[0].children[0].min.cpu",  # min 30 > max 20 on a.1
         "root.children[0].min.cpu",  # and a's children now guarantee more than a's min
     }
-    assert validate_tree(AgentConfig(quota={"mode": "agent", "tree": ack_tree()}).quota.tree) == []
+    assert (
+        validate_tree(
+            AgentConfig.model_validate({"quota": {"mode": "agent", "tree": ack_tree()}}).quota.tree
+        )
+        == []
+    )

@@ -58,7 +58,7 @@ def _pod(obj: dict[str, Any], path: list[Any]) -> dict[str, Any]:
 
 
 # (example, path to a container, fault, expected path fragment, expected message fragment)
-FAULTS = [
+FAULTS: list[tuple[str, list[str | int], dict[str, Any], str, str]] = [
     (
         "job.yaml",
         ["spec", "template", "spec", "containers", 0],

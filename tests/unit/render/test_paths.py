@@ -91,7 +91,7 @@ C = Item("main")
     ],
 )
 def test_glob_matches_prefix(glob: str, path: tuple[object, ...], matches: bool) -> None:
-    assert glob_matches_prefix(parse_glob(glob), path) is matches  # type: ignore[arg-type]
+    assert glob_matches_prefix(parse_glob(glob), path) is matches
 
 
 def test_find_uses_names_and_indexes() -> None:

@@ -230,7 +230,7 @@ def test_args_and_entry_point_replace_the_main_containers() -> None:
             "runSpec.overrides.run_config",
             "must be a mapping",
         ),
-        (make_item([]), "runSpec.resource_args.kubernetes", "must be a mapping"),
+        (make_item([]), "runSpec.resource_args.kubernetes", "must be a mapping"),  # type: ignore[arg-type]
         (make_item(_resume_count=-1), "runSpec._resume_count", "non-negative"),
         (make_item(docker={}), "runSpec.docker.docker_image", "names no image"),
         (

@@ -193,7 +193,7 @@ async def test_runs_are_submitted_in_stamp_order_whatever_order_their_creates_en
         workload["metadata"]["annotations"]["launch-agent.io/run-queue-item-id"] = rqi
         assert admission.prepare("qa1", spec, {}, workload) is None
         records.append(runs.add(record_for(rqi, workload)))
-    stamps = [QuotaStamp.load(r.last["metadata"]["annotations"][STAMP]) for r in records]
+    stamps = [QuotaStamp.load(r.last["metadata"]["annotations"][STAMP]) for r in records]  # type: ignore[index]
     assert stamps[0].enqueued < stamps[1].enqueued < stamps[2].enqueued
     slots = admission.queue_caps(["qa1"])["qa1"]
     with admission.holding("qa1", "third"):

@@ -1,0 +1,91 @@
+"""The reporter's retries, through the one retry engine, against the sandbox's W&B server.
+
+A report is retried until W&B answers (each try is a whole retry budget of the W&B client), and
+the agent's stop event wakes the reporter's wait and ends the retries after one last try.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from launch_agent.adapters.retry import RetryPolicy
+from launch_agent.adapters.wandb_client import WandbClient
+from launch_agent.runtime.metrics import Metrics
+from launch_agent.runtime.reporter import Reporter
+from launch_agent.sandbox.faults import FaultRule
+from launch_agent.sandbox.wandb import ItemState, LaunchState, WandbServer
+
+ATTEMPTS = 2  # per try of the W&B client
+FAST = RetryPolicy(attempts=ATTEMPTS, base_delay=0.01, max_delay=0.02, timeout=2.0)
+SPEC: dict[str, Any] = {"resource": "kubernetes", "docker": {"docker_image": "busybox:latest"}}
+
+
+@pytest.fixture
+def idle_server() -> WandbServer:
+    state = LaunchState(entity="ent")
+    state.add_queue("q1")
+    return WandbServer(state)
+
+
+@pytest.fixture
+async def wb(idle_server: WandbServer) -> AsyncIterator[WandbServer]:
+    async with idle_server as server:
+        yield server
+
+
+@pytest.fixture
+async def client(wb: WandbServer) -> AsyncIterator[WandbClient]:
+    async with WandbClient(wb.url, wb.api_key, retry=FAST) as wandb:
+        yield wandb
+
+
+async def popped_item(wb: WandbServer, client: WandbClient) -> str:
+    wb.state.push(wb.state.queue("ent", "model-registry", "q1"), SPEC)
+    item = (await client.pop("ent", ["q1"], None))["q1"]
+    assert item is not None
+    return item.id
+
+
+async def test_a_failure_report_outlasts_several_client_budgets(
+    wb: WandbServer, client: WandbClient
+) -> None:
+    item = await popped_item(wb, client)
+    # Three whole client budgets (2 attempts each) fail before W&B answers.
+    wb.faults.add(FaultRule("failRunQueueItem", status=503, times=6))
+    reporter = Reporter(client, Metrics(), asyncio.Event(), retry_base=0.01, retry_cap=0.02)
+    assert await reporter.fail(item, "OOMKilled in container main", "run", "OOMKilled") is True
+    assert wb.log.count("failRunQueueItem") == 7
+    assert reporter.sent["fail"] == 1
+    assert wb.state.items[item].state is ItemState.FAILED
+
+
+async def test_stopping_wakes_the_wait_and_gives_up_after_one_last_try(wb: WandbServer) -> None:
+    budget_spent = asyncio.Event()
+    tries: list[int | None] = []
+
+    def observe(operation: str, status: int | None, _: float) -> None:
+        if operation == "failRunQueueItem":
+            tries.append(status)
+            if len(tries) == ATTEMPTS:
+                budget_spent.set()
+
+    async with WandbClient(wb.url, wb.api_key, retry=FAST, observer=observe) as client:
+        item = await popped_item(wb, client)
+        wb.faults.add(FaultRule("failRunQueueItem", status=503))
+        stopping = asyncio.Event()
+        # An hour between two tries: only the stop event can end this wait within the timeout.
+        reporter = Reporter(client, Metrics(), stopping, retry_base=3600.0, retry_cap=3600.0)
+        async with asyncio.timeout(10):
+            report = asyncio.create_task(reporter.fail(item, "lost", "run", "ExitCode"))
+            await budget_spent.wait()  # the first try (a whole client budget) failed
+            stopping.set()
+            assert await report is False
+    # One more budget after the wake-up, then nothing: the next start reports the run.
+    assert tries == [503] * (2 * ATTEMPTS)
+    assert wb.log.count("failRunQueueItem") == 2 * ATTEMPTS
+    assert reporter.sent["fail"] == 0
+    assert wb.state.items[item].state is not ItemState.FAILED
