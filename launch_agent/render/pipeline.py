@@ -27,9 +27,9 @@ from launch_agent.model.run_item import RunItem, parse_run_item
 from launch_agent.render import naming
 from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, known_kinds, lookup
 from launch_agent.render.macros import macro_values, substitute
-from launch_agent.render.merge import merge, normalise
+from launch_agent.render.merge import normalise
 from launch_agent.render.paths import Glob, find, format_path, parse_glob
-from launch_agent.render.policy import LAYER_PREFIX, check_layer, check_overrides
+from launch_agent.render.policy import LAYER_PREFIX, apply_layer, check_overrides
 from launch_agent.render.security import enforce_pod_template
 from launch_agent.render.settings import RenderResult, RenderSettings
 from launch_agent.render.wandb_env import payloads, set_env, wandb_env
@@ -119,8 +119,12 @@ def render(
                 problems.append(
                     Problem(f"{LAYER_PREFIX}.{key}", f"is {got!r}; the queue spec runs {want!r}")
                 )
-        problems += check_layer(layer, spec.template, _globs(spec), spec.name, spec.overridable)
-    problems += check_overrides(run, _globs(spec), spec.name, spec.overridable)
+    # The merge reports each change it makes and the policy decides on those: checked == applied.
+    merged, refused = apply_layer(layer, spec, _globs(spec)) if layer else (spec.template, [])
+    problems += refused
+    problems += check_overrides(
+        run, _globs(spec), spec.name, spec.overridable, info=info, manifest=merged
+    )
 
     payload = payloads(run)
     size = sum(len(v) for v in payload.values())
@@ -139,7 +143,6 @@ def render(
     assert image is not None
 
     run_id = run.run_id or naming.derived_run_id(run.run_queue_item_id)
-    merged = merge(spec.template, layer) if layer else spec.template
     values = macro_values(
         run_id=run_id,
         image_uri=image,
