@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -190,3 +191,296 @@ def test_granted_override_is_applied() -> None:
     out = render(spec, make_item(containers(resources={"limits": {"cpu": "8"}})), None, SETTINGS)
     c = out.workload["spec"]["template"]["spec"]["containers"][0]
     assert c["resources"] == {"limits": {"cpu": "8"}}
+
+
+MAIN = "runSpec.resource_args.kubernetes.spec.template.spec.containers[main]"
+POD = "runSpec.resource_args.kubernetes.spec.template.spec"
+ARGS_TEMPLATE = job_template(image="${image_uri}", args=["--epochs", "1"])
+
+STRUCTURE = [
+    # (what, submitter layer, path refused, reason substring) with nothing overridable
+    ("a mapping where the image is", containers(image={}), f"{MAIN}.image", "is a mapping"),
+    ("a list where the image is", containers(image=[]), f"{MAIN}.image", "is a list"),
+    ("an empty image", containers(image=""), f"{MAIN}.image", "is empty"),
+    (
+        "a mapping where the containers are",
+        {"spec": {"template": {"spec": {"containers": {}}}}},
+        f"{POD}.containers",
+        "is a mapping where the template has a list",
+    ),
+    ("a mapping where env is", containers(env={}), f"{MAIN}.env", "is a mapping"),
+    ("a scalar where env is", containers(env="x"), f"{MAIN}.env", "is a scalar"),
+    ("a null env", containers(env=None), f"{MAIN}.env", "removes the template's value"),
+    (
+        "a new empty mapping",
+        containers(securityContext={}),
+        f"{MAIN}.securityContext",
+        "adds an empty mapping",
+    ),
+    ("a new empty list", containers(command=[]), f"{MAIN}.command", "adds an empty list"),
+    ("a new empty string", containers(workingDir=""), f"{MAIN}.workingDir", "adds an empty"),
+    ("a null for a key the template lacks", containers(stdin=None), f"{MAIN}.stdin", "null"),
+    (
+        "a list replaced by a longer one",
+        {"spec": {"template": {"spec": {"tolerations": [{"key": "a"}, {"key": "b"}]}}}},
+        f"{POD}.tolerations",
+        "",
+    ),
+    (
+        "a renamed container is a new item",
+        {"spec": {"template": {"spec": {"containers": [{"name": "other"}]}}}},
+        f"{POD}.containers[other]",
+        "adds a list item",
+    ),
+    (
+        "a mapping where a pod template is",
+        {"spec": {"template": []}},
+        "runSpec.resource_args.kubernetes.spec.template",
+        "is a list where the template has a mapping",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "layer", "path", "reason"), STRUCTURE, ids=[c[0] for c in STRUCTURE]
+)
+def test_structural_changes_are_overrides(
+    what: str, layer: dict[str, Any], path: str, reason: str
+) -> None:
+    template = {**TEMPLATE}
+    template["spec"] = {
+        "template": {
+            "spec": {
+                "containers": TEMPLATE["spec"]["template"]["spec"]["containers"],
+                "tolerations": [{"key": "a"}],
+            }
+        }
+    }
+    spec = make_spec(template, overridable=[])
+    with pytest.raises(InvalidInput) as exc:
+        render(spec, make_item(layer), None, SETTINGS)
+    found = {p.path: p.reason for p in exc.value.problems}
+    assert path in found, found
+    assert reason in found[path]
+    assert "may not be overridden" in found[path]
+
+
+def test_an_echo_of_the_template_with_every_type_is_no_change() -> None:
+    spec = make_spec(TEMPLATE, overridable=[])
+    render(spec, make_item(copy.deepcopy(dict(spec.template))), None, SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("template", "args", "refused"),
+    [
+        (ARGS_TEMPLATE, [], True),  # [] clears the admin's args: an override
+        (ARGS_TEMPLATE, ["--epochs", "1"], False),  # an echo
+        (ARGS_TEMPLATE, ["--epochs", "2"], True),
+        (TEMPLATE, [], False),  # [] where there are none changes nothing
+    ],
+)
+def test_overrides_args_are_checked_when_they_change_what_runs(
+    template: dict[str, Any], args: list[str], refused: bool
+) -> None:
+    spec = make_spec(template, overridable=[])
+    item = make_item(None, overrides={"args": args})
+    if not refused:
+        out = render(spec, item, None, SETTINGS)
+        assert out.workload["spec"]["template"]["spec"]["containers"][0].get("args", []) == args
+        return
+    with pytest.raises(InvalidInput) as exc:
+        render(spec, item, None, SETTINGS)
+    assert [p.path for p in exc.value.problems] == ["runSpec.overrides.args"]
+
+
+SECRET_TEMPLATE = job_template(
+    image="${image_uri}",
+    env=[{"name": "DB", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}],
+)
+
+
+def env(*entries: dict[str, Any]) -> dict[str, Any]:
+    return containers(env=list(entries))
+
+
+def pod(**fields: Any) -> dict[str, Any]:
+    return {"spec": {"template": {"spec": fields}}}
+
+
+GRANT_PROOF = [
+    # (what, submitter layer, refused path, reason substring) under `**`
+    (
+        "env secretKeyRef to another Secret",
+        env({"name": "X", "valueFrom": {"secretKeyRef": {"name": "prod-db", "key": "k"}}}),
+        f"{MAIN}.env[X].valueFrom.secretKeyRef.name",
+        "names Secret 'prod-db'",
+    ),
+    (
+        "the template's Secret ref renamed",
+        env({"name": "DB", "valueFrom": {"secretKeyRef": {"name": "prod-db"}}}),
+        f"{MAIN}.env[DB].valueFrom.secretKeyRef.name",
+        "security.secrets (listed: team-a)",
+    ),
+    (
+        "envFrom secretRef",
+        containers(envFrom=[{"secretRef": {"name": "prod-db"}}]),
+        f"{MAIN}.envFrom[0].secretRef.name",
+        "names Secret 'prod-db'",
+    ),
+    (
+        "a secret volume",
+        pod(volumes=[{"name": "s", "secret": {"secretName": "prod-db"}}]),
+        f"{POD}.volumes[s].secret.secretName",
+        "names Secret 'prod-db'",
+    ),
+    (
+        "a projected secret",
+        pod(volumes=[{"name": "p", "projected": {"sources": [{"secret": {"name": "prod-db"}}]}}]),
+        f"{POD}.volumes[p].projected.sources[0].secret.name",
+        "names Secret 'prod-db'",
+    ),
+    (
+        "imagePullSecrets",
+        pod(imagePullSecrets=[{"name": "prod-db"}]),
+        f"{POD}.imagePullSecrets[prod-db]",
+        "names Secret 'prod-db'",
+    ),
+    (
+        "a CSI nodePublishSecretRef",
+        pod(
+            volumes=[
+                {"name": "c", "csi": {"driver": "d", "nodePublishSecretRef": {"name": "prod-db"}}}
+            ]
+        ),
+        f"{POD}.volumes[c].csi.nodePublishSecretRef.name",
+        "names Secret 'prod-db'",
+    ),
+    (
+        "a projected service-account token",
+        pod(
+            volumes=[
+                {
+                    "name": "t",
+                    "projected": {"sources": [{"serviceAccountToken": {"audience": "vault"}}]},
+                }
+            ]
+        ),
+        f"{POD}.volumes[t].projected.sources[0].serviceAccountToken",
+        "audience 'vault'",
+    ),
+    (
+        "a nested namespace",
+        {"spec": {"template": {"metadata": {"namespace": "kube-system"}}}},
+        "runSpec.resource_args.kubernetes.spec.template.metadata.namespace",
+        "names a namespace",
+    ),
+    (
+        "a namespaceSelector in affinity",
+        pod(
+            affinity={
+                "podAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": "k", "namespaceSelector": {}}
+                    ]
+                }
+            }
+        ),
+        f"{POD}.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+        ".namespaceSelector",
+        "names a namespace",
+    ),
+    (
+        "a Kueue queue label",
+        {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "other-team"}}},
+        'runSpec.resource_args.kubernetes.metadata.labels["kueue.x-k8s.io/queue-name"]',
+        "reserved",
+    ),
+    (
+        "a Kueue priority label on the pod template",
+        {"spec": {"template": {"metadata": {"labels": {"kueue.x-k8s.io/priority-class": "p"}}}}},
+        'runSpec.resource_args.kubernetes.spec.template.metadata.labels["kueue.x-k8s.io/priority-class"]',
+        "reserved",
+    ),
+    (
+        "the agent's own annotation",
+        {"metadata": {"annotations": {"launch-agent.io/queue-spec": "other"}}},
+        'runSpec.resource_args.kubernetes.metadata.annotations["launch-agent.io/queue-spec"]',
+        "reserved",
+    ),
+    (
+        "a nested kind",
+        pod(
+            volumes=[
+                {
+                    "name": "e",
+                    "ephemeral": {
+                        "volumeClaimTemplate": {
+                            "spec": {"dataSource": {"kind": "VolumeSnapshot", "name": "x"}}
+                        }
+                    },
+                }
+            ]
+        ),
+        f"{POD}.volumes[e].ephemeral.volumeClaimTemplate.spec.dataSource.kind",
+        "sets an object's kind",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "layer", "path", "reason"), GRANT_PROOF, ids=[c[0] for c in GRANT_PROOF]
+)
+def test_refused_even_under_a_full_grant(
+    what: str, layer: dict[str, Any], path: str, reason: str
+) -> None:
+    spec = make_spec(SECRET_TEMPLATE, overridable=["**"], security={"secrets": ["team-a"]})
+    with pytest.raises(InvalidInput) as exc:
+        render(spec, make_item(layer), None, SETTINGS)
+    found = {p.path: p.reason for p in exc.value.problems}
+    assert path in found, found
+    assert reason in found[path]
+    assert "refused even where the queue spec grants overrides" in found[path]
+
+
+GRANT_PROOF_OK = [
+    (
+        "a listed Secret",
+        env({"name": "X", "valueFrom": {"secretKeyRef": {"name": "team-a", "key": "k"}}}),
+    ),
+    (
+        "the template's Secret with another key",
+        env({"name": "DB", "valueFrom": {"secretKeyRef": {"key": "user"}}}),
+    ),
+    (
+        "a downward-API fieldRef with its apiVersion",
+        env(
+            {
+                "name": "N",
+                "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
+            }
+        ),
+    ),
+    ("ordinary labels", {"metadata": {"labels": {"team": "a", "namespace": "x"}}}),
+    (
+        "a granted token audience",
+        pod(
+            volumes=[
+                {
+                    "name": "t",
+                    "projected": {"sources": [{"serviceAccountToken": {"audience": "sts"}}]},
+                }
+            ]
+        ),
+    ),
+    ("shareProcessNamespace is not a namespace", pod(shareProcessNamespace=True)),
+]
+
+
+@pytest.mark.parametrize(("what", "layer"), GRANT_PROOF_OK, ids=[c[0] for c in GRANT_PROOF_OK])
+def test_granted_values_that_are_safe(what: str, layer: dict[str, Any]) -> None:
+    spec = make_spec(
+        SECRET_TEMPLATE,
+        overridable=["**"],
+        security={"secrets": ["team-a"], "serviceAccountTokenAudiences": ["sts"]},
+    )
+    render(spec, make_item(layer), None, SETTINGS)
