@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
@@ -484,3 +485,38 @@ def test_granted_values_that_are_safe(what: str, layer: dict[str, Any]) -> None:
         security={"secrets": ["team-a"], "serviceAccountTokenAudiences": ["sts"]},
     )
     render(spec, make_item(layer), None, SETTINGS)
+
+
+class CountingDict(dict[str, Any]):
+    """An env entry that counts how often the render reads from it."""
+
+    reads = 0
+
+    def get(self, key: str, default: Any = None) -> Any:
+        CountingDict.reads += 1
+        return super().get(key, default)
+
+
+def _render_reads(n: int) -> int:
+    loaded = make_spec(
+        job_template(image="${image_uri}", env=[{"name": "V0", "value": "a"}]),
+        overridable=["**.containers[*].env"],
+    )
+    # The template's entries count too: the old walks scanned the template's list.
+    template = job_template(
+        image="${image_uri}", env=[CountingDict(name=f"V{i}", value="a") for i in range(n)]
+    )
+    spec = dataclasses.replace(loaded, template=template, cache={})
+    entries = [CountingDict(name=f"V{i}", value="b") for i in reversed(range(n))]
+    item = make_item(containers(env=entries))
+    CountingDict.reads = 0
+    out = render(spec, item, None, SETTINGS)
+    assert out.workload["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"] == "b"
+    return CountingDict.reads
+
+
+def test_checking_and_merging_a_long_env_is_linear() -> None:
+    # Reads, not seconds: 8x the entries must cost about 8x the reads (the old policy walk and
+    # merge scanned the template's list for each entry: 64x).
+    small, large = _render_reads(500), _render_reads(4000)
+    assert large <= 8 * small * 1.2, (small, large)
