@@ -114,14 +114,13 @@ def _merge_map(
     out = dict(base)
     for key, value in overlay.items():
         current = out.get(key, MISSING)
+        if current is value or current == value:
+            continue  # W&B echoes the queue config: most of the layer equals the base
         if value is None:
             if current is not MISSING:
                 del out[key]
-            if current is not None:  # removing a `null` the base wrote changes nothing
-                changes.append(Change((*path, key), REMOVED, current))
+            changes.append(Change((*path, key), REMOVED, current))
             continue
-        if current is value or current == value:
-            continue  # W&B echoes the queue config: most of the layer equals the base
         if isinstance(value, dict) and isinstance(current, dict):
             out[key] = _merge_map(current, value, (*path, key), changes)
         elif (

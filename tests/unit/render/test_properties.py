@@ -285,3 +285,55 @@ def test_overrides_never_break_the_profile_or_leak(
     again = render(spec, copy.deepcopy(item), None, SETTINGS)
     assert json.dumps(again.objects) == json.dumps(out.objects)
     assert json.dumps(item, sort_keys=True) == frozen
+
+
+# Values shaped like manifests: mappings with a few keys (some of them named lists), lists of
+# named or unnamed items, scalars, empties and nulls -- the type changes the allow-list missed.
+_keys = st.sampled_from(["a", "b", "env", "containers", "image", "name"])
+_scalars = st.one_of(st.none(), st.booleans(), st.sampled_from(["", "x", "y", "main"]), st.just(0))
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.dictionaries(_keys, inner, max_size=3),
+        st.lists(inner, max_size=3),
+        st.lists(st.dictionaries(_keys, inner, max_size=3), max_size=3),
+    ),
+    max_leaves=12,
+)
+_manifests = st.dictionaries(_keys, _values, max_size=4)
+
+
+def _at(node: Any, path: tuple[Any, ...]) -> Any:
+    from launch_agent.render.merge import MISSING
+    from launch_agent.render.paths import Item, item_label
+
+    for seg in path:
+        if isinstance(seg, Item):
+            if not isinstance(node, list):
+                return MISSING
+            node = next((v for i, v in enumerate(node) if item_label(v, i) == seg.label), MISSING)
+        elif isinstance(node, dict) and seg in node:
+            node = node[seg]
+        else:
+            return MISSING
+    return node
+
+
+@settings(max_examples=300, deadline=None)
+@given(base=_manifests, overlay=_manifests)
+def test_the_merge_reports_exactly_what_it_changes(
+    base: dict[str, Any], overlay: dict[str, Any]
+) -> None:
+    from launch_agent.render.merge import MISSING, REMOVED, merge_changes
+
+    merged, changes = merge_changes(base, overlay)
+    # No reported change means the result is the template: nothing slips past the policy.
+    if not changes:
+        assert merged == base
+    for change in changes:
+        got = _at(merged, change.path)
+        if change.value is REMOVED:
+            assert got is MISSING or change.base is MISSING
+        else:
+            assert got == change.value or isinstance(got, dict)
+        assert _at(base, change.path) == change.base or change.base is MISSING
