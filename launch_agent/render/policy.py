@@ -27,6 +27,7 @@ each exactly when the pipeline would apply it.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -344,7 +345,16 @@ def _args_unchanged(
         return False
     args = list(item.args)
     if info.entry_target == "rayjob":
-        return not args  # appended to the entrypoint: only [] adds nothing
+        if item.entry_point:
+            return not args  # the entrypoint is replaced anyway (and checked on its own)
+        # The pipeline re-joins the template's entrypoint with the args: even `[]` changes it
+        # when re-quoting does (`a && b` becomes `a '&&' b`).
+        spec = manifest.get("spec")
+        current = spec.get("entrypoint", "") if isinstance(spec, dict) else ""
+        try:
+            return shlex.join([*shlex.split(str(current)), *args]) == str(current)
+        except ValueError:
+            return False
     if info.entry_target == "trainer":
         spec = manifest.get("spec")
         trainer = spec.get("trainer") if isinstance(spec, dict) else None
@@ -367,6 +377,9 @@ def _args_unchanged(
 def _same_args(current: Any, args: list[str]) -> bool:
     if current is None:
         return not args
+    # The args are written after macro substitution: an echo of `${run_id}` would be literal.
+    if any("${" in str(a) for a in args):
+        return False
     return isinstance(current, list) and [str(a) for a in current] == args
 
 
