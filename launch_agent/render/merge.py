@@ -6,13 +6,16 @@ Rules (written out as tables in docs/queue-specs.md and tested as tables):
 | --- | --- | --- |
 | mapping | mapping | merged key by key, recursively |
 | `null` | anything | the key is removed (JSON merge patch) |
+| equal to the base | | no change (W&B echoes the queue config) |
 | list, key in `NAMED_LISTS` | list | merged item by item: same `name` merges, new names append |
 | list item without a name | item at the same index | merged (W&B's UI writes unnamed containers) |
 | any other list (`command`, `args`, `tolerations`, ...) | anything | replaced |
 | scalar | anything | replaced |
 
-The merge never mutates its inputs and shares unchanged subtrees of the base; the render
-pipeline copies the result once (during macro substitution) before it edits anything.
+`merge_changes` also returns every place where the result differs from the base, which is
+what the override policy checks. The merge never mutates its inputs and shares unchanged
+subtrees of the base; the render pipeline copies the result once (during macro substitution)
+before it edits anything.
 """
 
 from __future__ import annotations

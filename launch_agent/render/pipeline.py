@@ -3,9 +3,10 @@
 The stages, in order (each one pure; none reaches back):
 
 1. parse the item (`model.run_item`), normalise the submitter's `resource_args.kubernetes`;
-2. check the submitter's layer and `overrides` against `overridable` (all violations at once);
-3. merge the layer onto the template (`merge.py`), then substitute allow-listed macros, which
-   also makes the one deep copy the later stages edit in place;
+2. merge the layer onto the template; the merge reports each change and `policy.py` checks
+   those, and `overrides`, against `overridable` (all violations at once);
+3. substitute allow-listed macros in the merged workload, which also makes the one deep copy
+   the later stages edit in place;
 4. name, namespace, labels, annotations, image, entry point, W&B environment, kind defaults,
    Kueue and diagnostics labels, per the kind's row in `kinds.py`;
 5. enforced security, last, on every pod template (`security.py`).

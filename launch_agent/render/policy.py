@@ -40,6 +40,7 @@ from launch_agent.render.paths import (
     Glob,
     Item,
     Path,
+    PrefixMatcher,
     format_path,
     glob_matches_prefix,
     item_label,
@@ -106,9 +107,10 @@ def check_changes(
             seen.add(p)
             problems.append(p)
 
+    grants = PrefixMatcher(globs)
     for change in changes:
         for path, value, base in _parts(change.path, change.value, change.base):
-            if not allowed(path, globs):
+            if not grants.allows(path):
                 add(path, _reason(spec.name, spec.overridable, _describe(path, value, base)))
         for path, reason in _refusals(change, spec.security):
             add(path, reason)
@@ -186,7 +188,7 @@ def _refusals(change: Change, sec: SecurityExceptions) -> Iterator[tuple[Path, s
     path, value = change.path, change.value
     on_path: list[tuple[Path, str, Any]] = []
     for i, seg in enumerate(path):
-        if isinstance(seg, str):
+        if isinstance(seg, str) and _notable(seg, path[i - 1] if i else None):
             on_path.append((path[: i + 1], seg, _at_rest(path[i + 1 :], value)))
     new = list(_keys(value, path)) if value is not REMOVED else []
     for where, key, v in on_path + new:
@@ -229,6 +231,21 @@ _REST_UNKNOWN: Any = object()
 def _at_rest(rest: Path, value: Any) -> Any:
     """The new value at the end of `rest` when the change is that deep, else unknown."""
     return value if not rest else _REST_UNKNOWN
+
+
+def _notable(key: str, parent: Any) -> bool:
+    """Whether a key on a change's path can trigger a refusal (most keys cannot)."""
+    if parent in ("labels", "annotations"):
+        return _reserved(key)
+    if parent in FREE_FORM:
+        return False
+    lower = key.lower()
+    return (
+        key in SWITCHES
+        or key == "serviceAccountToken"
+        or "secret" in lower
+        or ("namespace" in lower and key not in NOT_A_NAMESPACE)
+    )
 
 
 def _reserved(key: str) -> bool:
@@ -275,7 +292,8 @@ def _secret_names(
             name = value.get("name")
             if isinstance(name, str):
                 yield path, name
-    if on_path and _is_secret_key(on_path[-1][1], on_path[-1][0]):
+    if on_path and on_path[-1][0] == path and _is_secret_key(on_path[-1][1], path):
+        # The change *is* the reference (a new or retyped `secretKeyRef: {...}`).
         yield from _names_in(on_path[-1][1], value, path)
     for where, key, v in _keys(value, path):
         if _is_secret_key(key, where):
