@@ -148,7 +148,9 @@ def _describe(path: Path, value: Any, base: Any) -> str | None:
     if base is MISSING:
         if isinstance(path[-1], Item):
             return "adds a list item"
-        if value in ({}, [], "", None):
+        if value is None:
+            return "null where the template has no value"
+        if value in ({}, [], ""):
             return f"adds an empty {_kind_of(value)} the template does not have"
         return None  # a new value: its path says it all
     if _kind_of(value) != _kind_of(base):
@@ -204,7 +206,7 @@ def _refusals(change: Change, sec: SecurityExceptions) -> Iterator[tuple[Path, s
         elif "namespace" in key.lower() and key not in NOT_A_NAMESPACE:
             yield where, f"names a namespace: workloads run only in the queue spec's; {_NO_GRANT}"
         elif key == "serviceAccountToken":
-            yield from _token(where, v, change.base, sec)
+            yield from _token(where, v, sec)
     # Secrets: the names the new value brings, less those the template's replaced value had.
     trusted = (
         {n for _w, n in _secret_names(change.base, (), [])} if change.base is not MISSING else set()
@@ -252,7 +254,7 @@ def _reserved(key: str) -> bool:
     return key in RESERVED_LABELS or key.startswith(RESERVED_LABEL_PREFIXES)
 
 
-def _token(where: Path, v: Any, base: Any, sec: SecurityExceptions) -> Iterator[tuple[Path, str]]:
+def _token(where: Path, v: Any, sec: SecurityExceptions) -> Iterator[tuple[Path, str]]:
     audience = v.get("audience") if isinstance(v, dict) else None
     if isinstance(audience, str) and audience in sec.service_account_token_audiences:
         return
