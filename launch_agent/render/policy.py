@@ -11,10 +11,11 @@ echo is no change. Everything else is:
   replaced by one of another length, a new item in a named list (a renamed item is a new one);
 - **inside a grant**, allowed, except what no grant can make safe (`_refusals`): Secrets the
   spec does not list in `security.secrets`, projected service-account tokens for audiences
-  not in `security.serviceAccountTokenAudiences`, nested `kind`/`apiVersion`, TrainJob
-  `runtimeRef`, RayJob `clusterSelector`, namespaces anywhere, and the labels and annotations
-  the agent and Kueue own. Values that break the restricted profile are left to enforcement
-  (`security.py`), which removes or corrects them with a warning.
+  not in `security.serviceAccountTokenAudiences`, projected pod certificates, nested
+  `kind`/`apiVersion`, TrainJob `runtimeRef`, RayJob `clusterSelector`, `managedBy`,
+  namespaces anywhere, and the labels and annotations the agent and Kueue own. Values that
+  break the restricted profile are left to enforcement (`security.py`), which removes or
+  corrects them with a warning.
 
 A change is allowed when a glob matches its path or a prefix of it. A new mapping is checked
 key by key (so `**.resources.limits` admits a new `resources: {limits: ...}`), a new named list
@@ -71,12 +72,14 @@ RESERVED_LABELS = frozenset(
 FREE_FORM = frozenset(
     {"labels", "annotations", "nodeSelector", "matchLabels", "limits", "requests", "rayStartParams"}
 )
-# Keys that switch what runs or where; no grant covers them.
+# Keys that switch what runs or where, or mint credentials; no grant covers them.
 SWITCHES = {
     "kind": "sets an object's kind, which switches what runs or what it reads",
     "apiVersion": "sets an object's API version, which switches what runs or what it reads",
     "runtimeRef": "switches the training runtime (and so the pods) of a TrainJob",
     "clusterSelector": "sends the RayJob to another (existing) Ray cluster",
+    "managedBy": "hands the workload to another controller (MultiKueue runs it in another cluster)",
+    "podCertificate": "mints a certificate for the pod's identity",
 }
 # `fieldRef.apiVersion` (the downward API's `v1`) names no object.
 SWITCH_EXEMPT_PARENTS = frozenset({"fieldRef"})
