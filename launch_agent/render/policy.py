@@ -299,10 +299,10 @@ def _secret_names(
                 yield path, name
     if on_path and on_path[-1][0] == path and _is_secret_key(on_path[-1][1], path):
         # The change *is* the reference (a new or retyped `secretKeyRef: {...}`).
-        yield from _names_in(on_path[-1][1], value, path)
+        yield from _names_in(value, path)
     for where, key, v in _keys(value, path):
         if _is_secret_key(key, where):
-            yield from _names_in(key, v, where)
+            yield from _names_in(v, where)
 
 
 def _is_secret_key(key: str, where: Path) -> bool:
@@ -310,7 +310,7 @@ def _is_secret_key(key: str, where: Path) -> bool:
     return "secret" in key.lower() and parent not in FREE_FORM
 
 
-def _names_in(key: str, v: Any, where: Path) -> Iterator[tuple[Path, str]]:
+def _names_in(v: Any, where: Path) -> Iterator[tuple[Path, str]]:
     if isinstance(v, str):
         yield where, v
     elif isinstance(v, dict):

@@ -520,3 +520,18 @@ def test_checking_and_merging_a_long_env_is_linear() -> None:
     # merge scanned the template's list for each entry: 64x).
     small, large = _render_reads(500), _render_reads(4000)
     assert large <= 8 * small * 1.2, (small, large)
+
+
+def test_removing_the_admins_reserved_labels_is_refused_under_a_full_grant() -> None:
+    # Dropping the admin's Kueue label takes the run out of its quota, as setting another would.
+    template = {**TEMPLATE, "metadata": {"labels": {"kueue.x-k8s.io/queue-name": "team-a"}}}
+    spec = make_spec(template, overridable=["**"])
+    for layer in ({"metadata": {"labels": None}}, {"metadata": {"labels": []}}):
+        with pytest.raises(InvalidInput) as exc:
+            render(spec, make_item(layer), None, SETTINGS)
+        assert [p.path for p in exc.value.problems] == [
+            'runSpec.resource_args.kubernetes.metadata.labels["kueue.x-k8s.io/queue-name"]'
+        ]
+        assert "reserved for the agent and Kueue" in exc.value.problems[0].reason
+    # Other labels stay the submitter's to change under the grant.
+    render(spec, make_item({"metadata": {"labels": {"team": "b"}}}), None, SETTINGS)
