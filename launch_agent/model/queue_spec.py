@@ -64,6 +64,13 @@ class SecurityExceptions:
     seccomp_unconfined: bool = False
     apparmor_unconfined: bool = False
     sysctls: frozenset[str] = frozenset()
+    # Secrets a submitter's layer may name (env, envFrom, volumes, imagePullSecrets, ...). The
+    # template may name any Secret: the admin wrote it. Nothing else the submitter names is
+    # allowed, even under a `**` grant, since any pod in the namespace can read any Secret.
+    secrets: frozenset[str] = frozenset()
+    # Audiences a submitter's projected `serviceAccountToken` volume source may ask for. A
+    # projection mints a token whatever `automountServiceAccountToken` says.
+    service_account_token_audiences: frozenset[str] = frozenset()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SecurityExceptions:
@@ -86,6 +93,8 @@ class SecurityExceptions:
             seccomp_unconfined=bool(data.get("seccompUnconfined", False)),
             apparmor_unconfined=bool(data.get("appArmorUnconfined", False)),
             sysctls=frozenset(data.get("sysctls", ())),
+            secrets=frozenset(data.get("secrets", ())),
+            service_account_token_audiences=frozenset(data.get("serviceAccountTokenAudiences", ())),
         )
 
 

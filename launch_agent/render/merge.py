@@ -6,22 +6,26 @@ Rules (written out as tables in docs/queue-specs.md and tested as tables):
 | --- | --- | --- |
 | mapping | mapping | merged key by key, recursively |
 | `null` | anything | the key is removed (JSON merge patch) |
+| equal to the base | | no change (W&B echoes the queue config) |
 | list, key in `NAMED_LISTS` | list | merged item by item: same `name` merges, new names append |
 | list item without a name | item at the same index | merged (W&B's UI writes unnamed containers) |
 | any other list (`command`, `args`, `tolerations`, ...) | anything | replaced |
 | scalar | anything | replaced |
 
-The merge never mutates its inputs and shares unchanged subtrees of the base; the render
-pipeline copies the result once (during macro substitution) before it edits anything.
+`merge_changes` also returns every place where the result differs from the base, which is
+what the override policy checks. The merge never mutates its inputs and shares unchanged
+subtrees of the base; the render pipeline copies the result once (during macro substitution)
+before it edits anything.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from launch_agent.model.queue_spec import Problem
-from launch_agent.render.paths import item_label
+from launch_agent.render.paths import Item, Path, item_label
 
 # Lists whose items are identified by `name` (Ray's worker groups: `groupName`).
 NAMED_LISTS = frozenset(
@@ -55,17 +59,33 @@ NON_MANIFEST_KEYS: Mapping[str, str] = {
 }
 
 
-def counterpart(base: Any, item: Any, index: int) -> Any:
-    """The item of `base` that overlay `item` (at `index`) merges with, or None."""
-    if not isinstance(base, list):
-        return None
-    label = item_label(item, index)
-    if label != str(index):  # named: find the same name
-        for i, b in enumerate(base):
-            if item_label(b, i) == label:
-                return b
-        return None
-    return base[index] if index < len(base) else None
+class _Sentinel:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+# The base has no value at a path (distinct from a base value of `null`).
+MISSING: Any = _Sentinel("MISSING")
+# The overlay's `null`: the key is removed from the result.
+REMOVED: Any = _Sentinel("REMOVED")
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One place where the overlay changed the base: what the merged result has instead.
+
+    `value` is the overlay's value (`REMOVED` for a `null`), `base` the base's (`MISSING` when
+    it had none). Changes are recorded where the merge *diverges* from the base: a mapping
+    merged into a mapping recurses, so a change is never a mapping over a mapping; a new key's
+    value and a new list item are recorded whole.
+    """
+
+    path: Path
+    value: Any
+    base: Any
 
 
 def is_named_list(key: str, value: Any) -> bool:
@@ -76,37 +96,70 @@ def is_named_list(key: str, value: Any) -> bool:
 
 def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
     """`overlay` merged onto `base` by the rules above; neither input is modified."""
+    return _merge_map(base, overlay, (), [])
+
+
+def merge_changes(
+    base: Mapping[str, Any], overlay: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[Change]]:
+    """The merge, and every place where it made the result differ from `base`.
+
+    The override policy decides on exactly this list, so what is checked is what is applied:
+    there is no second walk that could disagree with the merge about which item is which.
+    """
+    changes: list[Change] = []
+    return _merge_map(base, overlay, (), changes), changes
+
+
+def _merge_map(
+    base: Mapping[str, Any], overlay: Mapping[str, Any], path: Path, changes: list[Change]
+) -> dict[str, Any]:
     out = dict(base)
     for key, value in overlay.items():
-        if value is None:
-            out.pop(key, None)
-            continue
-        current = out.get(key)
+        current = out.get(key, MISSING)
         if current is value or current == value:
             continue  # W&B echoes the queue config: most of the layer equals the base
+        if value is None:
+            if current is not MISSING:
+                del out[key]
+            changes.append(Change((*path, key), REMOVED, current))
+            continue
         if isinstance(value, dict) and isinstance(current, dict):
-            out[key] = merge(current, value)
+            out[key] = _merge_map(current, value, (*path, key), changes)
         elif (
             isinstance(current, list) and is_named_list(key, value) and is_named_list(key, current)
         ):
-            out[key] = merge_named(current, value)
+            out[key] = _merge_named(current, value, (*path, key), changes)
         else:
             out[key] = value
+            changes.append(Change((*path, key), value, current))
     return out
 
 
-def merge_named(base: list[Any], overlay: list[Any]) -> list[Any]:
+def _merge_named(
+    base: list[Any], overlay: list[Any], path: Path, changes: list[Change]
+) -> list[Any]:
     out = list(base)
+    # One index by label, built once: looking each overlay item up by scanning the list made
+    # merging 20,000 env entries quadratic. The first item of a duplicated name wins, as before.
+    where: dict[str, int] = {}
+    for j, b in enumerate(out):
+        where.setdefault(item_label(b, j), j)
     for i, item in enumerate(overlay):
         label = item_label(item, i)
-        if label != str(i):
-            pos = next((j for j, b in enumerate(out) if item_label(b, j) == label), None)
-        else:
-            pos = i if i < len(base) else None
+        # An unnamed item merges with the base item at its index (W&B's UI writes unnamed
+        # containers); a named one with the base item of that name.
+        unnamed = label == str(i)
+        pos = (i if i < len(base) else None) if unnamed else where.get(label)
         if pos is None:
+            new_label = item_label(item, len(out))
+            where.setdefault(new_label, len(out))
+            changes.append(Change((*path, Item(new_label)), item, MISSING))
             out.append(item)
         else:
-            out[pos] = merge(out[pos], item)
+            # An unnamed item *is* the base item it merges with: paths name it that way.
+            target = Item(item_label(out[pos], pos))
+            out[pos] = _merge_map(out[pos], item, (*path, target), changes)
     return out
 
 

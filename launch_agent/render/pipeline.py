@@ -3,9 +3,10 @@
 The stages, in order (each one pure; none reaches back):
 
 1. parse the item (`model.run_item`), normalise the submitter's `resource_args.kubernetes`;
-2. check the submitter's layer and `overrides` against `overridable` (all violations at once);
-3. merge the layer onto the template (`merge.py`), then substitute allow-listed macros, which
-   also makes the one deep copy the later stages edit in place;
+2. merge the layer onto the template; the merge reports each change and `policy.py` checks
+   those, and `overrides`, against `overridable` (all violations at once);
+3. substitute allow-listed macros in the merged workload, which also makes the one deep copy
+   the later stages edit in place;
 4. name, namespace, labels, annotations, image, entry point, W&B environment, kind defaults,
    Kueue and diagnostics labels, per the kind's row in `kinds.py`;
 5. enforced security, last, on every pod template (`security.py`).
@@ -27,9 +28,9 @@ from launch_agent.model.run_item import RunItem, parse_run_item
 from launch_agent.render import naming
 from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, known_kinds, lookup
 from launch_agent.render.macros import macro_values, substitute
-from launch_agent.render.merge import merge, normalise
+from launch_agent.render.merge import normalise
 from launch_agent.render.paths import Glob, find, format_path, parse_glob
-from launch_agent.render.policy import LAYER_PREFIX, check_layer, check_overrides
+from launch_agent.render.policy import LAYER_PREFIX, apply_layer, check_overrides
 from launch_agent.render.security import enforce_pod_template
 from launch_agent.render.settings import RenderResult, RenderSettings
 from launch_agent.render.wandb_env import payloads, set_env, wandb_env
@@ -119,8 +120,12 @@ def render(
                 problems.append(
                     Problem(f"{LAYER_PREFIX}.{key}", f"is {got!r}; the queue spec runs {want!r}")
                 )
-        problems += check_layer(layer, spec.template, _globs(spec), spec.name, spec.overridable)
-    problems += check_overrides(run, _globs(spec), spec.name, spec.overridable)
+    # The merge reports each change it makes and the policy decides on those: checked == applied.
+    merged, refused = apply_layer(layer, spec, _globs(spec)) if layer else (spec.template, [])
+    problems += refused
+    problems += check_overrides(
+        run, _globs(spec), spec.name, spec.overridable, info=info, manifest=merged
+    )
 
     payload = payloads(run)
     size = sum(len(v) for v in payload.values())
@@ -139,7 +144,6 @@ def render(
     assert image is not None
 
     run_id = run.run_id or naming.derived_run_id(run.run_queue_item_id)
-    merged = merge(spec.template, layer) if layer else spec.template
     values = macro_values(
         run_id=run_id,
         image_uri=image,

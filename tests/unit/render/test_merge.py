@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from launch_agent.render.merge import merge, normalise
+from launch_agent.render.merge import MISSING, REMOVED, merge, merge_changes, normalise
+from launch_agent.render.paths import Item
 
 MERGE_CASES = [
     (
@@ -185,3 +186,72 @@ def test_submitter_layer_keeps_the_templates_kind() -> None:
     manifest, _ns, problems, _w = normalise({"spec": {"x": 1}}, "layer", infer_job=False)
     assert not problems
     assert "apiVersion" not in manifest and "kind" not in manifest
+
+
+CHANGE_CASES = [
+    # (what, base, overlay, [(path, value, base value)]) -- what the policy is asked about
+    ("an echo changes nothing", {"a": {"b": [1]}}, {"a": {"b": [1]}}, []),
+    ("{} over a mapping changes nothing", {"a": {"b": 1}}, {"a": {}}, []),
+    ("{} over a scalar is a change", {"a": "x"}, {"a": {}}, [(("a",), {}, "x")]),
+    ("[] over a named list adds nothing", {"env": [{"name": "A"}]}, {"env": []}, []),
+    ("null removes", {"a": 1}, {"a": None}, [(("a",), REMOVED, 1)]),
+    ("null of a missing key is reported", {}, {"a": None}, [(("a",), REMOVED, MISSING)]),
+    ("a new key", {}, {"a": {"b": 1}}, [(("a",), {"b": 1}, MISSING)]),
+    (
+        "a new named item, by its name",
+        {"env": [{"name": "A"}]},
+        {"env": [{"name": "B", "value": "1"}]},
+        [(("env", Item("B")), {"name": "B", "value": "1"}, MISSING)],
+    ),
+    (
+        "an unnamed item is the base item at its index",
+        {"containers": [{"name": "main", "image": "a"}]},
+        {"containers": [{"image": "b"}]},
+        [(("containers", Item("main"), "image"), "b", "a")],
+    ),
+    (
+        "a name set to null removes the name",
+        {"containers": [{"name": "main"}]},
+        {"containers": [{"name": None}]},
+        [(("containers", Item("main"), "name"), REMOVED, "main")],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "base", "overlay", "changes"), CHANGE_CASES, ids=[c[0] for c in CHANGE_CASES]
+)
+def test_merge_reports_every_change_it_makes(
+    what: str, base: dict[str, Any], overlay: dict[str, Any], changes: list[Any]
+) -> None:
+    merged, found = merge_changes(base, overlay)
+    assert merged == merge(base, overlay)
+    assert [(c.path, c.value, c.base) for c in found] == changes
+
+
+class CountingDict(dict[str, Any]):
+    """A list item that counts how often the merge reads its name."""
+
+    reads = 0
+
+    def get(self, key: str, default: Any = None) -> Any:
+        CountingDict.reads += 1
+        return super().get(key, default)
+
+
+def _name_reads(n: int) -> int:
+    base = {"env": [CountingDict(name=f"V{i}", value="a") for i in range(n)]}
+    # Reversed, so a scan from the front would read every base item not yet merged.
+    overlay = {"env": [CountingDict(name=f"V{i}", value="b") for i in reversed(range(n))]}
+    CountingDict.reads = 0
+    merged, changes = merge_changes(base, overlay)
+    assert len(changes) == n and merged["env"][-1]["value"] == "b"
+    return CountingDict.reads
+
+
+def test_merging_named_lists_is_linear() -> None:
+    # Counting name look-ups, not time: the old merge scanned the base for every overlay item
+    # (n² reads); an index by name reads each item a constant number of times.
+    small, large = _name_reads(500), _name_reads(4000)
+    assert large <= 8 * small * 1.1, (small, large)
+    assert large < 4000 * 10

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from launch_agent.render.paths import (
     AnyItem,
@@ -10,6 +14,7 @@ from launch_agent.render.paths import (
     Deep,
     Item,
     PathSyntaxError,
+    PrefixMatcher,
     find,
     format_path,
     glob_matches_prefix,
@@ -111,3 +116,44 @@ def test_format_path_quotes_keys_with_dots() -> None:
         'metadata.labels["kueue.x-k8s.io/queue-name"]'
     )
     assert format_path(("containers", Item("main")), "spec") == "spec.containers[main]"
+
+
+def _reference_match(glob: tuple[Any, ...], path: tuple[Any, ...]) -> bool:
+    """The matching rule read literally (the former recursive implementation)."""
+
+    def match(gi: int, pi: int) -> bool:
+        if gi == len(glob):
+            return True
+        if pi == len(path):
+            return all(isinstance(g, Deep) for g in glob[gi:])
+        g = glob[gi]
+        if isinstance(g, Deep):
+            return match(gi + 1, pi) or match(gi, pi + 1)
+        if isinstance(g, AnyKey):
+            ok = isinstance(path[pi], str)
+        elif isinstance(g, AnyItem):
+            ok = isinstance(path[pi], Item)
+        else:
+            ok = g == path[pi]
+        return ok and match(gi + 1, pi + 1)
+
+    return match(0, 0) if path else False
+
+
+_glob_segs = st.sampled_from([Deep(), AnyKey(), AnyItem(), "a", "b", Item("x"), Item("0")])
+_path_segs = st.sampled_from(["a", "b", "c", Item("x"), Item("0"), Item("y")])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    globs=st.lists(st.lists(_glob_segs, min_size=1, max_size=5).map(tuple), max_size=3),
+    paths=st.lists(st.lists(_path_segs, max_size=6).map(tuple), max_size=8),
+)
+def test_glob_matching_agrees_with_the_rule(
+    globs: list[tuple[Any, ...]], paths: list[tuple[Any, ...]]
+) -> None:
+    matcher = PrefixMatcher(globs)
+    for path in paths:
+        want = any(_reference_match(g, path) for g in globs)
+        assert any(glob_matches_prefix(g, path) for g in globs) == want, path
+        assert matcher.allows(path) == want, path

@@ -285,3 +285,178 @@ def test_overrides_never_break_the_profile_or_leak(
     again = render(spec, copy.deepcopy(item), None, SETTINGS)
     assert json.dumps(again.objects) == json.dumps(out.objects)
     assert json.dumps(item, sort_keys=True) == frozen
+
+
+# Values shaped like manifests: mappings with a few keys (some of them named lists), lists of
+# named or unnamed items, scalars, empties and nulls -- the type changes the allow-list missed.
+_keys = st.sampled_from(["a", "b", "env", "containers", "image", "name"])
+_scalars = st.one_of(st.none(), st.booleans(), st.sampled_from(["", "x", "y", "main"]), st.just(0))
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.dictionaries(_keys, inner, max_size=3),
+        st.lists(inner, max_size=3),
+        st.lists(st.dictionaries(_keys, inner, max_size=3), max_size=3),
+    ),
+    max_leaves=12,
+)
+_manifests = st.dictionaries(_keys, _values, max_size=4)
+
+
+def _at(node: Any, path: tuple[Any, ...]) -> Any:
+    from launch_agent.render.merge import MISSING
+    from launch_agent.render.paths import Item, item_label
+
+    for seg in path:
+        if isinstance(seg, Item):
+            if not isinstance(node, list):
+                return MISSING
+            node = next((v for i, v in enumerate(node) if item_label(v, i) == seg.label), MISSING)
+        elif isinstance(node, dict) and seg in node:
+            node = node[seg]
+        else:
+            return MISSING
+    return node
+
+
+@settings(max_examples=300, deadline=None)
+@given(base=_manifests, overlay=_manifests)
+def test_the_merge_reports_exactly_what_it_changes(
+    base: dict[str, Any], overlay: dict[str, Any]
+) -> None:
+    from launch_agent.render.merge import MISSING, REMOVED, merge_changes
+
+    merged, changes = merge_changes(base, overlay)
+    # No reported change means the result is the template: nothing slips past the policy.
+    if not changes:
+        assert merged == base
+    for change in changes:
+        got = _at(merged, change.path)
+        if change.value is REMOVED:
+            assert got is MISSING or change.base is MISSING
+        else:
+            assert got == change.value or isinstance(got, dict)
+        assert _at(base, change.path) == change.base or change.base is MISSING
+
+
+_secret_names_drawn = st.sampled_from(["team-a", "prod-db", "kube-root"])
+_secret_env = st.fixed_dictionaries(
+    {
+        "name": st.sampled_from(["S1", "S2", "WANDB_API_KEY"]),
+        "valueFrom": st.fixed_dictionaries(
+            {
+                "secretKeyRef": st.fixed_dictionaries(
+                    {"name": _secret_names_drawn, "key": st.just("k")}
+                )
+            }
+        ),
+    }
+)
+_secret_volumes = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "name": st.just("sv"),
+            "secret": st.fixed_dictionaries({"secretName": _secret_names_drawn}),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "name": st.just("pv"),
+            "projected": st.fixed_dictionaries(
+                {
+                    "sources": st.lists(
+                        st.one_of(
+                            st.fixed_dictionaries(
+                                {"secret": st.fixed_dictionaries({"name": _secret_names_drawn})}
+                            ),
+                            st.just({"serviceAccountToken": {"path": "t"}}),
+                        ),
+                        min_size=1,
+                        max_size=2,
+                    )
+                }
+            ),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "name": st.just("cv"),
+            "csi": st.fixed_dictionaries(
+                {
+                    "driver": st.just("d"),
+                    "nodePublishSecretRef": st.fixed_dictionaries({"name": _secret_names_drawn}),
+                }
+            ),
+        }
+    ),
+)
+_secret_pods = st.fixed_dictionaries(
+    {},
+    optional={
+        "containers": st.lists(
+            st.fixed_dictionaries(
+                {"name": st.sampled_from(["main", "pytorch", "leader", "ray-head", "side"])},
+                optional={
+                    "env": st.lists(_secret_env, max_size=2),
+                    "envFrom": st.lists(
+                        st.fixed_dictionaries(
+                            {"secretRef": st.fixed_dictionaries({"name": _secret_names_drawn})}
+                        ),
+                        max_size=1,
+                    ),
+                },
+            ),
+            max_size=2,
+        ),
+        "volumes": st.lists(_secret_volumes, max_size=2),
+        "imagePullSecrets": st.lists(
+            st.fixed_dictionaries({"name": _secret_names_drawn}), max_size=1
+        ),
+    },
+)
+
+
+def _secrets_and_tokens(tmpl: dict[str, Any]) -> tuple[set[str], int]:
+    """Secret names and token projections in a pod template, read at the PodSpec's fields."""
+    spec = tmpl.get("spec", {})
+    names = {s.get("name") for s in spec.get("imagePullSecrets", []) or []}
+    tokens = 0
+    for v in spec.get("volumes", []) or []:
+        names.add((v.get("secret") or {}).get("secretName"))
+        names.add(((v.get("csi") or {}).get("nodePublishSecretRef") or {}).get("name"))
+        for src in (v.get("projected") or {}).get("sources", []) or []:
+            names.add((src.get("secret") or {}).get("name"))
+            tokens += "serviceAccountToken" in src
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for c in spec.get(key, []) or []:
+            for e in c.get("env", []) or []:
+                names.add(((e.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name"))
+            for e in c.get("envFrom", []) or []:
+                names.add((e.get("secretRef") or {}).get("name"))
+    names.discard(None)
+    return names, tokens
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(file=st.sampled_from(KIND_FILES), pod=_secret_pods, which=st.integers(0, 3))
+def test_no_grant_lets_a_submitter_name_an_unlisted_secret_or_mint_a_token(
+    file: str, pod: dict[str, Any], which: int
+) -> None:
+    from launch_agent.model.queue_spec import InvalidInput
+
+    spec = spec_for(file, {"secrets": ["team-a"]})
+    item = make_item(layer_for(spec, {"spec": pod}, which))
+    refused: tuple[Any, ...] = ()
+    try:
+        out = render(spec, item, None, SETTINGS)
+    except InvalidInput as exc:
+        refused = exc.problems
+    if refused:  # refused, and only for what no grant allows
+        assert all("refused even where" in p.reason for p in refused)
+        return
+    info = kind_info(spec.api_version, spec.kind, spec.custom_kind)
+    assert info is not None
+    for _path, tmpl in info.pod_template_matches(out.workload):
+        names, tokens = _secrets_and_tokens(tmpl)
+        assert names <= {"team-a", SETTINGS.api_key_secret}
+        assert tokens == 0

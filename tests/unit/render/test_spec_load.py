@@ -63,6 +63,14 @@ def test_malformed_yaml(text: str, path: str, reason: str) -> None:
             [("spec.security", "'privilegd' was unexpected")],
         ),
         (
+            lambda d: d["spec"].update(security={"secrets": ["Team_A"]}),
+            [("spec.security.secrets[0]", "does not match")],
+        ),
+        (
+            lambda d: d["spec"].update(security={"serviceAccountTokenAudiences": "vault"}),
+            [("spec.security.serviceAccountTokenAudiences", "is not of type 'array'")],
+        ),
+        (
             lambda d: d["spec"].update(kueue={"queueName": 3}),
             [("spec.kueue.queueName", "is not of type 'string'")],
         ),
@@ -197,3 +205,14 @@ def test_every_example_matches_the_shipped_schema() -> None:
         jsonschema.validate(yaml.safe_load(path.read_text()), schema)
     # Editors need it as plain JSON next to the code.
     assert json.loads(json.dumps(schema)) == schema
+
+
+def test_security_lists_secrets_and_token_audiences() -> None:
+    data = doc()
+    data["spec"]["security"] = {
+        "secrets": ["team-a-data"],
+        "serviceAccountTokenAudiences": ["vault"],
+    }
+    spec, _ = build_queue_spec(data)
+    assert spec.security.secrets == frozenset({"team-a-data"})
+    assert spec.security.service_account_token_audiences == frozenset({"vault"})
