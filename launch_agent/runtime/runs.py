@@ -122,6 +122,8 @@ class RunTable:
     """Records by run-queue-item id and by the label-safe id pods carry."""
 
     def __init__(self, on_change: Callable[[], None] | None = None) -> None:
+        """`on_change` is called whenever a run is added, ends or is removed (the agent passes
+        the poller's wake-up)."""
         self._by_item: dict[str, RunRecord] = {}
         self._by_label: dict[str, str] = {}
         self._finished: OrderedDict[str, None] = OrderedDict()
@@ -178,10 +180,6 @@ class RunTable:
             self._finishing += 1
         record.finishing = True
         self._changed()
-
-    def set_listener(self, on_change: Callable[[], None]) -> None:
-        """Called whenever a run is added, ends or is removed (the poller wakes on it)."""
-        self._on_change = on_change
 
     def _changed(self) -> None:
         if self._on_change is not None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -40,6 +39,7 @@ from launch_agent.adapters.kube.cache import tracking_view
 from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import QueueSpec
 from launch_agent.model.run_state import Reason, RunState
+from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.health import Readiness
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.reporter import Reporter, wait_event
@@ -80,7 +80,9 @@ class Tracker:
         policy: TrackingPolicy,
         now: Callable[[], datetime],
         finish: Finish,
+        observe: Callable[[RunRecord], None] | None = None,
         informer_settings: InformerSettings | None = None,
+        clock: Clock = monotonic,
     ) -> None:
         self.kube = kube
         self.runs = runs
@@ -102,7 +104,8 @@ class Tracker:
         self._restarts: dict[str, tuple[int, int]] = {}
         self._events = 0
         # Told about every assessed run (quota.mode agent keeps its engine in step).
-        self.observer: Callable[[RunRecord], None] | None = None
+        self.observe = observe
+        self.clock = clock
 
     # --- informers -------------------------------------------------------------------------
 
@@ -253,8 +256,8 @@ class Tracker:
         fresh, record.warned = new_warnings(candidates, record.warned)
         for warning in fresh:
             self.reporter.warn(record.rqi_id, warning.message, "run")
-        if self.observer is not None:
-            self.observer(record)
+        if self.observe is not None:
+            self.observe(record)
         if state.terminal and self._unexplained(record, assessment):
             return
         if state.terminal:
@@ -274,7 +277,7 @@ class Tracker:
             return False
         if diagnosis.reason not in _EXPLAINABLE:
             return False
-        now = time.monotonic()
+        now = self.clock()
         if record.explain_until is None:
             record.explain_until = now + EXPLAIN_GRACE
         return now < record.explain_until

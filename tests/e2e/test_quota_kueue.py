@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from launch_agent.runtime.kueue_watch import KueueWatch
+from launch_agent.runtime.admission.kueue import KueueAdmission
 from launch_agent.runtime.startup import StartupError
 from launch_agent.sandbox.cluster.common import Ctx
 from launch_agent.sandbox.cluster.kueue import KueueController
@@ -93,7 +93,7 @@ async def test_runs_wait_for_kueue_and_start_when_quota_frees(env: Env) -> None:
     items = env.push(run_spec("k1")), env.push(run_spec("k2"))
     admitted = "admitted by Kueue: LocalQueue default/lq (ClusterQueue cq)"
     async with env.running(env.agent(env.config(quota={"mode": "kueue"}))) as agent:
-        assert isinstance(agent.admission, KueueWatch)
+        assert isinstance(agent.admission, KueueAdmission)
         await until(
             lambda: all(i.state is ItemState.CLAIMED for i in items), message="both created"
         )
@@ -170,11 +170,11 @@ async def test_at_most_max_pending_runs_wait_per_local_queue(env: Env) -> None:
 
     async with env.running(env.agent(config)) as agent:
         watch = agent.admission
-        assert isinstance(watch, KueueWatch)
+        assert isinstance(watch, KueueAdmission)
         # One admitted (1 cpu of quota) and two waiting in the LocalQueue; three stay in W&B.
         await until(lambda: claimed() == 3, message="three created")
         await until(
-            lambda: watch.states.get(KueueState.PENDING) == 2, message="two pending in Kueue"
+            lambda: watch.watch.states.get(KueueState.PENDING) == 2, message="two pending in Kueue"
         )
         await asyncio.sleep(0.5)
         assert claimed() == 3
@@ -225,7 +225,7 @@ async def test_an_evicted_run_waits_and_is_admitted_again(env: Env) -> None:
         )
         assert job_of(env, item)["spec"]["suspend"] is True
         assert item.state is ItemState.CLAIMED and item.failure is None
-        assert isinstance(agent.admission, KueueWatch)
+        assert isinstance(agent.admission, KueueAdmission)
         assert agent.admission.waiting() == {("default", "lq"): 1}
         set_cpu_quota(env, "1")
         await until(
@@ -254,7 +254,7 @@ async def test_a_restarted_agent_does_not_repeat_what_it_reported(env: Env) -> N
     before = [len(i.warnings) for i in items]
     third = env.push(run_spec("r3"))
     async with env.running(env.agent(config)) as agent:
-        assert isinstance(agent.admission, KueueWatch)
+        assert isinstance(agent.admission, KueueAdmission)
         await until(lambda: len(agent.runs) == 2, message="adopted")
         await until(lambda: agent.admission.waiting() == {("default", "lq"): 1}, message="state")
         await asyncio.sleep(0.5)
