@@ -20,6 +20,7 @@ the informers' health to `/readyz` and their reconnects to the metrics.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -92,10 +93,13 @@ class Tracker:
         self.policy = policy
         self.now = now
         self.finish = finish
-        settings = informer_settings or InformerSettings()
-        settings.label_selector = f"{L.AGENT}={agent_name}"
         # Cache states, not manifests: what tracking, adoption and reports read (10,000 runs).
-        settings.transform = tracking_view
+        # A copy: the caller's settings are shared with Kueue's informers.
+        settings = dataclasses.replace(
+            informer_settings or InformerSettings(),
+            label_selector=f"{L.AGENT}={agent_name}",
+            transform=tracking_view,
+        )
         self.informers = InformerSet(kube, self.on_event, settings)
         self._workloads: dict[tuple[str, str, str], Informer] = {}
         self._pods: dict[str, Informer] = {}
