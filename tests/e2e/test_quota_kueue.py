@@ -5,7 +5,6 @@ and what Kueue says reaches W&B as warnings on the item."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -17,7 +16,7 @@ from launch_agent.sandbox.cluster.common import Ctx
 from launch_agent.sandbox.cluster.kueue import KueueController
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 from launch_agent.tracking.kueue import KueueState
-from tests.e2e.conftest import BASIC_SPEC, CRDS, Env, run_spec, until
+from tests.e2e.conftest import BASIC_SPEC, CRDS, Env, poll_rounds, run_spec, until
 
 KUEUE_CRDS = (
     "kueue.x-k8s.io_workloads.yaml",
@@ -176,13 +175,13 @@ async def test_at_most_max_pending_runs_wait_per_local_queue(env: Env) -> None:
         await until(
             lambda: watch.watch.states.get(KueueState.PENDING) == 2, message="two pending in Kueue"
         )
-        await asyncio.sleep(0.5)
+        await poll_rounds(agent)
         assert claimed() == 3
         assert [i.pops for i in items[3:]] == [0, 0, 0]
         assert watch.waiting() == {("default", "lq"): 2}
         env.advance(31)  # one finishes, the next is admitted: room for one more waiting run
         await until(lambda: claimed() == 4, message="a fourth popped")
-        await asyncio.sleep(0.3)
+        await poll_rounds(agent)
         assert claimed() == 4
 
 
@@ -257,7 +256,7 @@ async def test_a_restarted_agent_does_not_repeat_what_it_reported(env: Env) -> N
         assert isinstance(agent.admission, KueueAdmission)
         await until(lambda: len(agent.runs) == 2, message="adopted")
         await until(lambda: agent.admission.waiting() == {("default", "lq"): 1}, message="state")
-        await asyncio.sleep(0.5)
+        await poll_rounds(agent)
         assert [len(i.warnings) for i in items] == before
         # The adopted waiting run fills the LocalQueue's cap: the new item stays in W&B.
         assert third.state is ItemState.PENDING and third.pops == 0
