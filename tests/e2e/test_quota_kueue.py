@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from launch_agent.adapters.kube import InformerSettings
 from launch_agent.runtime.admission.kueue import KueueAdmission
 from launch_agent.runtime.startup import StartupError
 from launch_agent.sandbox.cluster.common import Ctx
@@ -93,6 +94,9 @@ async def test_runs_wait_for_kueue_and_start_when_quota_frees(env: Env) -> None:
     admitted = "admitted by Kueue: LocalQueue default/lq (ClusterQueue cq)"
     async with env.running(env.agent(env.config(quota={"mode": "kueue"}))) as agent:
         assert isinstance(agent.admission, KueueAdmission)
+        # The run tracker and Kueue's watch share the settings they were given; neither
+        # rewires them (the tracker used to set its own label selector and transform on them).
+        assert agent.informer_settings == InformerSettings(backoff_base=0.05, backoff_cap=0.5)
         await until(
             lambda: all(i.state is ItemState.CLAIMED for i in items), message="both created"
         )
