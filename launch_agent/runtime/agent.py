@@ -111,7 +111,9 @@ class Agent:
         self.informer_settings = informer_settings
         self.agent_check_seconds = agent_check_seconds
         self.metrics = Metrics()
-        self.readiness = Readiness(poll_interval_seconds=config.poll.idle_interval_seconds)
+        self.readiness = Readiness(
+            poll_interval_seconds=config.poll.idle_interval_seconds, clock=clock
+        )
         self.supervisor = Supervisor(grace_seconds=config.shutdown_grace_seconds)
         # The poller waits on it when it may not pop; runs ending and quota room set it.
         self.poll_wake = asyncio.Event()

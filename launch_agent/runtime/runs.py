@@ -12,7 +12,6 @@ deleted by its TTL an hour later) from adopting it again.
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 from launch_agent.model import labels as L
 from launch_agent.model.run_state import RunState
 from launch_agent.render.naming import label_value
+from launch_agent.runtime.clock import monotonic
 
 # Annotations the runtime adds to what render produced.
 RUN_SPEC = L.PREFIX + "run-spec"  # the item's runSpec as JSON, for requeues after a restart
@@ -43,7 +43,7 @@ class RunRecord:
     api_version: str
     kind: str
     label: str = ""
-    started: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=monotonic)  # adopted runs: when first seen
     acked: bool = False
     adopted: bool = False
     state: RunState | None = None
