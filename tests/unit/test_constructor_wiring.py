@@ -82,6 +82,7 @@ def wiring_violations(source: str, where: str, functions: frozenset[str]) -> lis
     def visit(node: ast.AST, function: str | None) -> None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             function = node.name
+        line = getattr(node, "lineno", 0)
         targets: list[ast.expr] = []
         value: ast.expr | None = None
         if isinstance(node, ast.Assign):
@@ -92,7 +93,7 @@ def wiring_violations(source: str, where: str, functions: frozenset[str]) -> lis
             if not isinstance(target, ast.Attribute):
                 continue
             named = bool(CALLBACK_NAME.match(target.attr))
-            text = f"{where}:{node.lineno}: {ast.unparse(target)} = {ast.unparse(value or target)}"
+            text = f"{where}:{line}: {ast.unparse(target)} = {ast.unparse(value or target)}"
             if _is_self(target.value):
                 if named and function not in ("__init__", None):
                     found.append(f"{text} (rewired outside __init__)")
@@ -100,7 +101,7 @@ def wiring_violations(source: str, where: str, functions: frozenset[str]) -> lis
                 found.append(text)
         func = node.func if isinstance(node, ast.Call) else None
         if isinstance(func, ast.Attribute) and SETTER.match(func.attr) and not _is_self(func.value):
-            found.append(f"{where}:{node.lineno}: {ast.unparse(node)} (a setter for a callback)")
+            found.append(f"{where}:{line}: {ast.unparse(node)} (a setter for a callback)")
         if (
             isinstance(node, ast.Call)
             and getattr(node.func, "id", None) == "setattr"
@@ -108,7 +109,7 @@ def wiring_violations(source: str, where: str, functions: frozenset[str]) -> lis
             and isinstance(node.args[1], ast.Constant)
             and CALLBACK_NAME.match(str(node.args[1].value))
         ):
-            found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+            found.append(f"{where}:{line}: {ast.unparse(node)}")
         for child in ast.iter_child_nodes(node):
             visit(child, function)
 

@@ -208,7 +208,7 @@ async def test_runs_are_submitted_in_stamp_order_whatever_order_their_creates_en
     records = []
     for rqi in ("first", "second", "third"):
         records.append(runs.add(record_for(rqi, rendered(admission, "qa1", rqi))))
-    stamps = [QuotaStamp.load(r.last["metadata"]["annotations"][STAMP]) for r in records]
+    stamps = [QuotaStamp.load((r.last or {})["metadata"]["annotations"][STAMP]) for r in records]
     assert stamps[0].enqueued < stamps[1].enqueued < stamps[2].enqueued
     slots = admission.queue_caps(["qa1"])["qa1"]
     with admission.holding("qa1", "third"):
