@@ -22,8 +22,8 @@ from launch_agent.model.config import AgentConfig
 from launch_agent.model.labels import RUN_QUEUE_ITEM_ID
 from launch_agent.quota import PodSet
 from launch_agent.quota.requests import ADMITTED, STAMP, QuotaStamp
+from launch_agent.runtime.admission.quota import QuotaAdmission
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.quota_admission import QuotaAdmission
 from launch_agent.runtime.runs import RunRecord, RunTable
 from launch_agent.runtime.specs import SpecStore
 
@@ -97,12 +97,13 @@ async def measure(leaves: int, running: int, waiting: int, hours: float) -> dict
     config = AgentConfig.model_validate(
         {"max_jobs": -1, "quota": {"mode": "agent", "tree": build_tree(leaves, running)}}
     )
+    runs = await asyncio.to_thread(build_runs, leaves, running, waiting, hours)
     admission = QuotaAdmission.from_config(
         config,
         SpecStore("no-queue-specs", Metrics()),  # never read: no spec is loaded
+        runs,
         now=lambda: NOW,
     )
-    runs = await asyncio.to_thread(build_runs, leaves, running, waiting, hours)
     longest = 0.0
     done = asyncio.Event()
 
@@ -118,7 +119,7 @@ async def measure(leaves: int, running: int, waiting: int, hours: float) -> dict
     async with asyncio.TaskGroup() as group:
         group.create_task(probe(), name="bench-loop-probe")
         started = time.perf_counter()
-        await admission.rebuild(runs)
+        await admission.rebuild()
         seconds = time.perf_counter() - started
         done.set()
     engine = admission.engine

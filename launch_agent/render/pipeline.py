@@ -26,6 +26,7 @@ from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import CustomKind, InvalidInput, Problem, QueueSpec
 from launch_agent.model.run_item import RunItem, parse_run_item
 from launch_agent.render import naming
+from launch_agent.render.decisions import NO_DECISIONS, Admission, apply_decisions
 from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, known_kinds, lookup
 from launch_agent.render.macros import macro_values, substitute
 from launch_agent.render.merge import normalise
@@ -78,8 +79,10 @@ def render(
     settings: RenderSettings,
     *,
     queue_name: str | None = None,
+    decisions: Admission = NO_DECISIONS,
 ) -> RenderResult:
-    """Render one popped item; raises `InvalidInput` listing every problem."""
+    """Render one popped item; raises `InvalidInput` listing every problem (and `Refused`
+    when the admission decisions cannot be applied: render/decisions.py)."""
     run = item if isinstance(item, RunItem) else parse_run_item(item)
     info = _spec_info(spec)
     problems: list[Problem] = []
@@ -261,6 +264,7 @@ def render(
                 )
             )
 
+    apply_decisions(manifest, info, decisions)
     for path, tmpl in templates:
         warnings += enforce_pod_template(tmpl, spec.security, format_path(path))
     # Conventional key order, so `render` output reads like a hand-written manifest.

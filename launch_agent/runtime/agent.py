@@ -18,6 +18,12 @@ popping, W&B hears `KILLED`, in-flight creates and acks finish within
 `shutdown_grace_seconds`, then everything is closed in reverse order. Workloads keep running;
 the next start adopts them.
 
+Wiring: every collaborator and callback is given to an object's constructor, here; nothing is
+assigned to another object afterwards (tests/unit/test_constructor_wiring.py checks it). The
+wake-up events that connect the parts (the poller's, the quota driver's) are made first, so the
+objects that set them and the loops that wait on them can be built in any order. One monotonic
+clock (`clock`, runtime/clock.py) is given to every part that measures time.
+
 `Agent` is also the in-process entry point for the demo and the benchmarks:
 
     agent = Agent(config, kube_configuration=cfg)
@@ -47,15 +53,19 @@ from launch_agent.adapters.retry import RetryPolicy
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.model.config import AgentConfig
 from launch_agent.render.settings import RenderSettings
+from launch_agent.runtime.admission.kueue import KueueAdmission
+from launch_agent.runtime.admission.quota import QuotaAdmission
+from launch_agent.runtime.admission.quota_driver import QuotaDriver
+from launch_agent.runtime.admission.slots import MaxJobs
+from launch_agent.runtime.admission.stage import AdmissionStage
 from launch_agent.runtime.builds import check_builder, open_builds
+from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.dispatcher import Dispatcher
 from launch_agent.runtime.finisher import Finisher
 from launch_agent.runtime.health import HealthServer, Readiness
 from launch_agent.runtime.kueue_watch import KueueWatch
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.poller import Admission, MaxJobs, Poller
-from launch_agent.runtime.quota_admission import QuotaAdmission
-from launch_agent.runtime.quota_driver import QuotaDriver
+from launch_agent.runtime.poller import Poller
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RunTable
 from launch_agent.runtime.specs import SpecStore
@@ -81,26 +91,33 @@ class Agent:
         kubeconfig: str | None = None,
         now: Callable[[], datetime] | None = None,
         hostname: str | None = None,
-        admission: Admission | None = None,
+        admission: AdmissionStage | None = None,
         wandb_retry: RetryPolicy | None = None,
         kube_retry: RetryPolicy | None = None,
         informer_settings: InformerSettings | None = None,
         agent_check_seconds: float = 30.0,
+        clock: Clock = monotonic,
     ) -> None:
         self.config = config
         self.kube_configuration = kube_configuration
         self.kubeconfig = kubeconfig
         self.now = now or (lambda: datetime.now(UTC))
         self.hostname = hostname or platform.node() or "launch-agent"
-        self.admission = admission or MaxJobs(config.max_jobs)
+        self.admission: AdmissionStage = admission or MaxJobs(config.max_jobs)
+        self.clock = clock
         self.wandb_retry = wandb_retry
         self.kube_retry = kube_retry
         self.informer_settings = informer_settings
         self.agent_check_seconds = agent_check_seconds
         self.metrics = Metrics()
-        self.readiness = Readiness(poll_interval_seconds=config.poll.idle_interval_seconds)
+        self.readiness = Readiness(
+            poll_interval_seconds=config.poll.idle_interval_seconds, clock=clock
+        )
         self.supervisor = Supervisor(grace_seconds=config.shutdown_grace_seconds)
-        self.runs = RunTable()
+        # The poller waits on it when it may not pop; runs ending and quota room set it.
+        self.poll_wake = asyncio.Event()
+        self.quota_wake = asyncio.Event()  # the quota driver's (quota.mode agent)
+        self.runs = RunTable(on_change=self.poll_wake.set)
         self.ready = asyncio.Event()
         self.agent_id: str | None = None
         self.entity: str | None = None
@@ -114,6 +131,7 @@ class Agent:
         self.finisher: Finisher | None = None
         self.poller: Poller | None = None
         self.quota: QuotaAdmission | None = None  # quota.mode agent
+        self.kueue: KueueWatch | None = None  # quota.mode kueue
 
     def stop(self, reason: str = "requested") -> None:
         self.supervisor.stop(reason)
@@ -190,7 +208,14 @@ class Agent:
 
         if config.quota.mode == "agent":
             # An invalid tree fails the start, before the agent registers with W&B.
-            self.quota = QuotaAdmission.from_config(config, specs, now=self.now)
+            self.quota = QuotaAdmission.from_config(
+                config,
+                specs,
+                self.runs,
+                now=self.now,
+                on_change=self.quota_wake.set,
+                on_room=self.poll_wake.set,
+            )
             self.admission = self.quota
 
         registration = await register(
@@ -233,7 +258,10 @@ class Agent:
             policy=policy,
             now=self.now,
             finish=finisher.submit,
+            # Inactive until `rebuild` below: the rebuild reads every adopted run at once.
+            observe=self.quota.observe if self.quota is not None else None,
             informer_settings=self.informer_settings,
+            clock=self.clock,
         )
         self.tracker = tracker
         await stack.enter_async_context(tracker.informers)
@@ -248,10 +276,10 @@ class Agent:
                 kube, self.runs, reporter, specs, config, informer_settings=self.informer_settings
             )
             await kueue.start(stack, stopping)
-            self.admission = kueue
+            self.kueue = kueue
+            self.admission = KueueAdmission(kueue, self.runs, specs, config)
         if self.quota is not None:
-            await self.quota.rebuild(self.runs)  # same usage and order as before the restart
-            tracker.observer = self.quota.observe
+            await self.quota.rebuild()  # same usage and order as before the restart
 
         # Kaniko builds (None unless builder.type is kaniko): one ImageBuilder per process,
         # closed (builds in flight cancelled and cleaned up) before the Kubernetes client.
@@ -266,7 +294,9 @@ class Agent:
             tracker=tracker,
             metrics=self.metrics,
             settings=settings,
+            admission=self.admission,
             builds=builds,
+            clock=self.clock,
         )
         poller = Poller(
             wandb,
@@ -280,15 +310,20 @@ class Agent:
             poll=config.poll,
             admission=self.admission,
             on_stop_polling=self.supervisor.stop,
+            wake=self.poll_wake,
             agent_check_seconds=self.agent_check_seconds,
+            clock=self.clock,
         )
         self.poller = poller
-        self.runs.set_listener(poller.wake.set)
         if self.quota is not None:
-            dispatcher.quota = self.quota
-            self.quota.on_room = poller.wake.set
             driver = QuotaDriver(
-                self.quota, kube=kube, runs=self.runs, specs=specs, reporter=reporter
+                self.quota,
+                kube=kube,
+                runs=self.runs,
+                specs=specs,
+                reporter=reporter,
+                wake=self.quota_wake,
+                clock=self.clock,
             )
             self.supervisor.add("quota", driver.run)
         stopper = Stopper(
@@ -297,6 +332,7 @@ class Agent:
             self.runs,
             interval=config.tracking.stop_check_seconds,
             timeout=float(config.stopped_run_timeout),
+            clock=self.clock,
         )
         sup = self.supervisor
         sup.add("poller", poller.run)
@@ -323,8 +359,7 @@ class Agent:
 
     async def _on_stop(self) -> None:
         self.readiness.shutting_down = True
-        if self.poller is not None:
-            self.poller.wake.set()
+        self.poll_wake.set()
         if self.wandb is None or self.agent_id is None:
             return
         try:

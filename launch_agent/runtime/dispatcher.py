@@ -16,13 +16,18 @@ it. `WandbAckUncertain` (an earlier attempt may have been applied) counts as ack
 Every problem that belongs to the item fails it with `failRunQueueItem` and a message a person
 can act on; the agent goes on with the next item. Problems that are not the item's fault (the
 Kubernetes API unavailable) leave it un-acked, so W&B offers it again after the lease.
+
+Admission (`runtime/admission/`): the item holds its place from the pop on (`holding`), the
+admission stage decides how the run is created (`admit`: suspended, its Kueue LocalQueue, its
+quota stamp) or refuses it, render applies those decisions, and the stage hears when the
+workload exists (`created`). The manifest render returns is the one created: nothing here edits
+it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Sequence
 
 from launch_agent.adapters.kube import (
@@ -40,13 +45,14 @@ from launch_agent.model.config import AgentConfig
 from launch_agent.model.queue_spec import InvalidInput, Problem
 from launch_agent.model.run_item import RunItem, parse_run_item
 from launch_agent.render import kinds
+from launch_agent.render.decisions import NO_DECISIONS, Refused
 from launch_agent.render.naming import derived_run_id
 from launch_agent.render.pipeline import render
 from launch_agent.render.settings import RenderSettings
+from launch_agent.runtime.admission.stage import AdmissionStage
 from launch_agent.runtime.builds import BuildService
-from launch_agent.runtime.kueue_watch import with_default_local_queue
+from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.quota_admission import QuotaAdmission
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RUN_SPEC, RunRecord, RunTable
 from launch_agent.runtime.specs import SpecStore
@@ -85,7 +91,9 @@ class Dispatcher:
         tracker: Tracker,
         metrics: Metrics,
         settings: RenderSettings,
+        admission: AdmissionStage,
         builds: BuildService | None = None,
+        clock: Clock = monotonic,
     ) -> None:
         self.config = config
         self.builds = builds
@@ -97,9 +105,9 @@ class Dispatcher:
         self.tracker = tracker
         self.metrics = metrics
         self.settings = settings
+        self.admission = admission
+        self.clock = clock
         self.namespaces = frozenset(config.namespaces)
-        # quota.mode agent: runs are created suspended and admitted by the quota tree.
-        self.quota: QuotaAdmission | None = None
 
     async def _fail(
         self, item: RunQueueItem, message: str, reason: str, stage: str = "agent"
@@ -108,14 +116,11 @@ class Dispatcher:
 
     async def dispatch(self, item: RunQueueItem, popped_at: float | None = None) -> None:
         """Handle one popped item to the end of its ack (or its failure)."""
-        if self.quota is None:
-            await self._dispatch(item, popped_at)
-            return
-        with self.quota.holding(item.queue, item.id):  # a pending slot of its leaf from the pop on
+        with self.admission.holding(item.queue, item.id):  # its place from the pop on
             await self._dispatch(item, popped_at)
 
     async def _dispatch(self, item: RunQueueItem, popped_at: float | None) -> None:
-        popped_at = time.monotonic() if popped_at is None else popped_at
+        popped_at = self.clock() if popped_at is None else popped_at
         if item.problem is not None:
             await self._fail(
                 item, f"the run queue item cannot be read: {item.problem}", "malformed"
@@ -131,7 +136,6 @@ class Dispatcher:
                 "no_queue_spec",
             )
             return
-        spec = with_default_local_queue(spec, self.config.quota)
         if spec.namespace not in self.namespaces:
             await self._fail(
                 item,
@@ -157,8 +161,32 @@ class Dispatcher:
             image = await self.builds.image_for(item, run)
             if image is None:
                 return
+        run_id = run.run_id or derived_run_id(run.run_queue_item_id)
+        text = json.dumps(
+            {k: v for k, v in item.run_spec.items() if k != "_wandb_api_key"},
+            separators=(",", ":"),
+            default=str,
+        )
+        recorded = {RUN_SPEC: text} if len(text) <= MAX_RUN_SPEC_ANNOTATION else {}
+        refusal: Refused | None = None
         try:
-            result = render(spec, run, image, self.settings, queue_name=item.queue)
+            decisions = self.admission.admit(item.id, item.queue, spec, item.run_spec)
+        except Refused as exc:
+            # Reported after render's own problems, which come first (what the submitter can
+            # change); the refused run is rendered without decisions only to find those.
+            decisions, refusal = NO_DECISIONS, exc
+        try:
+            result = render(
+                spec,
+                run,
+                image,
+                self.settings,
+                queue_name=item.queue,
+                decisions=decisions.annotated(recorded),
+            )
+        except Refused as exc:
+            await self._fail(item, exc.message, exc.reason)
+            return
         except InvalidInput as exc:
             await self._fail(
                 item,
@@ -166,21 +194,11 @@ class Dispatcher:
                 "render",
             )
             return
+        if refusal is not None:
+            await self._fail(item, refusal.message, refusal.reason)
+            return
         workload = result.workload
-        if self.quota is not None:
-            refusal = self.quota.prepare(item.queue, spec, item.run_spec, workload)
-            if refusal is not None:
-                await self._fail(item, refusal, "quota")
-                return
-        run_id = run.run_id or derived_run_id(run.run_queue_item_id)
         meta = workload["metadata"]
-        text = json.dumps(
-            {k: v for k, v in item.run_spec.items() if k != "_wandb_api_key"},
-            separators=(",", ":"),
-            default=str,
-        )
-        if len(text) <= MAX_RUN_SPEC_ANNOTATION:
-            meta.setdefault("annotations", {})[RUN_SPEC] = text
 
         try:
             resource = await self.kube.resolve(str(workload["apiVersion"]), str(workload["kind"]))
@@ -227,7 +245,7 @@ class Dispatcher:
             record.last = created.obj
         outcome = "adopted" if created.adopted else "created"
         self.metrics.submits.labels(queue=item.queue, kind=resource.kind, outcome=outcome).inc()
-        self.metrics.queue_latency.observe(time.monotonic() - popped_at)
+        self.metrics.queue_latency.observe(self.clock() - popped_at)
         log.info(
             "%s %s for item %s (queue %r, run %s)",
             outcome,
@@ -237,8 +255,7 @@ class Dispatcher:
             run_id,
         )
         await self._ack(item, record)
-        if self.quota is not None:
-            self.quota.created(record)
+        self.admission.created(record)
         for warning in result.warnings:
             self.reporter.warn(item.id, f"{warning}", "agent")
 

@@ -8,11 +8,11 @@ answers from the event loop itself, so a wedged loop fails the liveness probe.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.metrics import Metrics
 
 
@@ -22,19 +22,20 @@ class Readiness:
 
     poll_interval_seconds: float
     intervals_allowed: int = 6
-    started: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=monotonic)
     last_poll_ok: float | None = None
     shutting_down: bool = False
     watches: dict[str, bool] = field(default_factory=dict)
+    clock: Clock = field(default=monotonic, repr=False)  # the agent's one clock
 
     def polled(self) -> None:
-        self.last_poll_ok = time.monotonic()
+        self.last_poll_ok = self.clock()
 
     def watch(self, key: str, healthy: bool) -> None:
         self.watches[key] = healthy
 
     def problems(self, now: float | None = None) -> list[str]:
-        now = time.monotonic() if now is None else now
+        now = self.clock() if now is None else now
         budget = self.poll_interval_seconds * self.intervals_allowed
         problems = []
         if self.shutting_down:

@@ -1,9 +1,7 @@
-"""`quota.mode: kueue`: Kueue decides when runs start; the agent reads its decisions.
+"""`quota.mode: kueue`: what Kueue decides about the agent's runs, watched and reported.
 
-The agent creates each workload suspended with the `kueue.x-k8s.io/queue-name` label (render,
-from the queue spec's `spec.kueue.queueName`, or `quota.kueue.default_local_queue` for specs
-that name none: `with_default_local_queue`). Kueue creates a `Workload` for it, admits it when
-its ClusterQueue has quota, and unsuspends it. This module:
+The admission stage for Kueue (the label, the pending caps) is `runtime/admission/kueue.py`;
+it reads the Workload states this module keeps. This module:
 
 - **checks at start-up** that the cluster serves Kueue's Workload API (otherwise a
   `StartupError` that says what to install) and warns about every queue spec whose LocalQueue
@@ -17,16 +15,7 @@ its ClusterQueue has quota, and unsuspends it. This module:
   assign flavors ...", "admitted by Kueue ...", "evicted by Kueue (InClusterQueue: ...)", "Kueue
   cannot admit this run: LocalQueue lq doesn't exist ...". After a restart the states of
   adopted runs found by the first list are taken as already reported (the previous process
-  sent them); only changes are sent;
-- **is the poller's `Admission`**:
-  - `room`: `max_jobs` counts every run the agent holds, admitted or waiting in Kueue, exactly
-    as without Kueue (so `max_jobs: -1` leaves the whole decision to Kueue);
-  - `queue_caps`: at most `quota.max_pending_per_leaf` runs not admitted yet per LocalQueue,
-    so work Kueue cannot start soon stays in W&B for other agents. A run counts as waiting
-    from its creation until its Workload is admitted, and again after an eviction. Items
-    popped but not created yet are not attributable to a queue; they count against every
-    LocalQueue (a conservative bound, exact once they are created). W&B queues that share a
-    LocalQueue share its room, round-robin.
+  sent them); only changes are sent.
 """
 
 from __future__ import annotations
@@ -36,7 +25,7 @@ import dataclasses
 import functools
 import logging
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -54,8 +43,7 @@ from launch_agent.adapters.kube import (
 from launch_agent.adapters.kube.cache import strip_managed_fields
 from launch_agent.model.config import AgentConfig, QuotaConfig
 from launch_agent.model.queue_spec import QueueSpec
-from launch_agent.render import kinds
-from launch_agent.runtime.poll_policy import capacity
+from launch_agent.render.decisions import default_kueue_queue
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RunRecord, RunTable
 from launch_agent.runtime.specs import SpecStore
@@ -82,30 +70,17 @@ OwnerKey = tuple[str, str, str]  # namespace, kind, name of the run's workload
 LocalQueueKey = tuple[str, str]  # namespace, LocalQueue name
 
 
-def with_default_local_queue(spec: QueueSpec, quota: QuotaConfig) -> QueueSpec:
-    """The spec as render should see it: with `quota.kueue.default_local_queue` when the agent
-    delegates to Kueue and the spec names no LocalQueue (and Kueue can queue its kind)."""
-    default = quota.kueue.default_local_queue
-    if quota.mode != "kueue" or not default or spec.kueue_queue_name:
-        return spec
-    cached = spec.cache.get("kueue-default-local-queue")
-    if isinstance(cached, QueueSpec) and cached.kueue_queue_name == default:
-        return cached
-    info = kinds.lookup(spec.api_version, spec.kind)
-    if spec.custom_kind is not None:
-        info = kinds.custom_kind_info(spec.api_version, spec.kind, spec.custom_kind)
-    if info is None or info.kueue is None:
-        return spec
-    # A new spec with its own render cache; remembered on the original (same lifetime).
-    defaulted = dataclasses.replace(spec, kueue_queue_name=default, cache={})
-    spec.cache["kueue-default-local-queue"] = defaulted
-    return defaulted
+def kueue_queue_of(spec: QueueSpec, quota: QuotaConfig) -> str | None:
+    """The LocalQueue the spec's runs are labelled with: the spec's own, or (in kueue mode)
+    `quota.kueue.default_local_queue` when its kind can be queued by Kueue."""
+    default = quota.kueue.default_local_queue if quota.mode == "kueue" else None
+    return default_kueue_queue(spec, default)
 
 
 def local_queue_of(spec: QueueSpec | None, quota: QuotaConfig) -> LocalQueueKey | None:
     if spec is None:
         return None
-    name = with_default_local_queue(spec, quota).kueue_queue_name
+    name = kueue_queue_of(spec, quota)
     return (spec.namespace, name) if name else None
 
 
@@ -118,7 +93,7 @@ def slim_workload(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 class KueueWatch:
-    """Workload informers, warnings and the pending cap per LocalQueue (module docstring)."""
+    """Workload informers and warnings (module docstring)."""
 
     def __init__(
         self,
@@ -135,7 +110,6 @@ class KueueWatch:
         self.reporter = reporter
         self.specs = specs
         self.quota = config.quota
-        self.max_jobs = config.max_jobs
         self.max_pending = config.quota.max_pending_per_leaf
         self.namespaces = list(config.namespaces)
         base = informer_settings or InformerSettings()
@@ -148,7 +122,6 @@ class KueueWatch:
         # Until the first list is in, events describe runs adopted after a restart, whose
         # state was reported by the previous process: remembered, not sent again.
         self._adopting = True
-        self._turn = 0
 
     # --- start-up --------------------------------------------------------------------------
 
@@ -263,47 +236,6 @@ class KueueWatch:
         if len(self._warned) > 2 * len(self.runs) + 1000:
             live = {r.rqi_id for r in self.runs}
             self._warned = {k: v for k, v in self._warned.items() if k in live}
-
-    # --- Admission -------------------------------------------------------------------------
-
-    def waiting(self) -> dict[LocalQueueKey, int]:
-        """Runs not admitted yet, per LocalQueue."""
-        counts: dict[LocalQueueKey, int] = defaultdict(int)
-        for record in self.runs:
-            if record.finishing:
-                continue
-            seen = self.statuses.get((record.namespace, record.kind, record.name))
-            if seen is not None:
-                status = seen[1]
-                if status.state.waiting:
-                    counts[(status.namespace, status.local_queue)] += 1
-                continue
-            key = local_queue_of(self.specs.for_queue(record.queue), self.quota)
-            if key is not None:  # created, Kueue has not made its Workload yet
-                counts[key] += 1
-        return counts
-
-    def room(self, inflight: int) -> int | None:
-        return capacity(self.max_jobs, inflight)
-
-    def queue_caps(self, queues: Sequence[str]) -> Mapping[str, int]:
-        by_queue: dict[LocalQueueKey, list[str]] = defaultdict(list)
-        for queue in queues:
-            key = local_queue_of(self.specs.for_queue(queue), self.quota)
-            if key is not None:
-                by_queue[key].append(queue)
-        if not by_queue:
-            return {}
-        waiting = self.waiting()
-        caps: dict[str, int] = {}
-        self._turn += 1
-        for key, names in by_queue.items():
-            left = max(0, self.max_pending - waiting.get(key, 0) - self.runs.dispatching)
-            share, extra = divmod(left, len(names))
-            for i, queue in enumerate(names):
-                rank = (i - self._turn) % len(names)
-                caps[queue] = share + (1 if rank < extra else 0)
-        return caps
 
     @property
     def states(self) -> dict[KueueState, int]:

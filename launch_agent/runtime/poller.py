@@ -14,56 +14,33 @@ The loop also asks W&B every `agent_check_seconds` whether the agent should stop
 (`stopPolling`, set from the W&B UI) and reports the agent status (POLLING / RUNNING) when it
 changes. A W&B outage pauses popping (with the idle interval); it never ends the loop.
 
-Admission is a seam: `MaxJobs` implements W&B's `max_jobs`; the quota engine plugs in as another
-`Admission` without touching this loop.
+Admission is a seam: the loop asks the admission stage (`runtime/admission/stage.py`) may I
+pop, whichever of `max_jobs`, the agent's quota tree or Kueue is behind it.
+
+`rounds` counts the loop's turns (each ends in a pop or a wait) and `round_done` is set at the
+end of each, so a test waits for "N more rounds" instead of sleeping.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
 
 from launch_agent.adapters.wandb_client import AgentStatus, RunQueueItem, WandbClient
 from launch_agent.adapters.wandb_errors import WandbAuthError, WandbError
 from launch_agent.aio import wait_event
 from launch_agent.model.config import PollConfig
+from launch_agent.runtime.admission.stage import AdmissionStage
+from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.dispatcher import Dispatcher
 from launch_agent.runtime.health import Readiness
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.poll_policy import PollInterval, PopPlan, capacity
+from launch_agent.runtime.poll_policy import PollInterval, PopPlan
 from launch_agent.runtime.runs import RunTable
 
 log = logging.getLogger(__name__)
-
-
-class Admission(Protocol):
-    """What the agent may pop now.
-
-    `room`: how many more runs in total (None: unlimited), given the runs in flight.
-    `queue_caps`: per-queue bounds for this round (a quota leaf with enough pending runs caps
-    its queues at 0); queues not named are bounded only by `room`.
-    """
-
-    def room(self, inflight: int) -> int | None: ...
-
-    def queue_caps(self, queues: Sequence[str]) -> Mapping[str, int]: ...
-
-
-class MaxJobs:
-    """W&B's `max_jobs`: -1 is unlimited."""
-
-    def __init__(self, max_jobs: int) -> None:
-        self.max_jobs = max_jobs
-
-    def room(self, inflight: int) -> int | None:
-        return capacity(self.max_jobs, inflight)
-
-    def queue_caps(self, queues: Sequence[str]) -> Mapping[str, int]:
-        return {}
 
 
 class Poller:
@@ -79,9 +56,11 @@ class Poller:
         queues: Sequence[str],
         agent_id: str,
         poll: PollConfig,
-        admission: Admission,
+        admission: AdmissionStage,
         on_stop_polling: Callable[[str], None],
+        wake: asyncio.Event,
         agent_check_seconds: float = 30.0,
+        clock: Clock = monotonic,
     ) -> None:
         self.wandb = wandb
         self.runs = runs
@@ -95,11 +74,15 @@ class Poller:
         self.admission = admission
         self.on_stop_polling = on_stop_polling
         self.agent_check_seconds = agent_check_seconds
-        # Set when a run ends or the agent stops: a full agent waits on it.
-        self.wake = asyncio.Event()
+        # Set when a run ends, the quota has room or the agent stops: a full agent waits on it.
+        # The run table and the admission stage were built with its `set`.
+        self.wake = wake
+        self.clock = clock
         self.status: AgentStatus = "POLLING"
-        self._last_check = time.monotonic()
+        self._last_check = clock()
         self.pops = 0
+        self.rounds = 0
+        self.round_done = asyncio.Event()
 
     async def run(self, stopping: asyncio.Event) -> None:
         interval = PollInterval(self.poll.active_interval_seconds, self.poll.idle_interval_seconds)
@@ -107,48 +90,66 @@ class Poller:
         turn = 0
         async with asyncio.TaskGroup() as group:
             while not stopping.is_set():
-                await self._check_agent()
-                if stopping.is_set():
-                    break
-                room = self.admission.room(self.runs.inflight)
-                if room == 0:
-                    self.wake.clear()
-                    await wait_event(self.wake, self.poll.idle_interval_seconds)
-                    continue
-                slots = plan.slots(self.queues, room, turn, self.admission.queue_caps(self.queues))
-                if not slots:
-                    self.wake.clear()
-                    await wait_event(self.wake, self.poll.idle_interval_seconds)
-                    continue
-                turn += 1
                 try:
-                    popped = await self.wandb.pop_many(self.entity, slots, self.agent_id)
-                except WandbError as exc:
-                    level = logging.ERROR if isinstance(exc, WandbAuthError) else logging.WARNING
-                    log.log(level, "pop failed, retrying later: %s", exc)
+                    await self._check_agent()
+                    if stopping.is_set():
+                        break
+                    room = self.admission.room(self.runs.inflight)
+                    if room == 0:
+                        self.wake.clear()
+                        await wait_event(self.wake, self.poll.idle_interval_seconds)
+                        continue
+                    slots = plan.slots(
+                        self.queues, room, turn, self.admission.queue_caps(self.queues)
+                    )
+                    if not slots:
+                        self.wake.clear()
+                        await wait_event(self.wake, self.poll.idle_interval_seconds)
+                        continue
+                    turn += 1
+                    try:
+                        popped = await self.wandb.pop_many(self.entity, slots, self.agent_id)
+                    except WandbError as exc:
+                        level = (
+                            logging.ERROR if isinstance(exc, WandbAuthError) else logging.WARNING
+                        )
+                        log.log(level, "pop failed, retrying later: %s", exc)
+                        self.wake.clear()
+                        await wait_event(self.wake, interval.after(False))
+                        continue
+                    self.pops += 1
+                    self.readiness.polled()
+                    now = self.clock()
+                    asked: Counter[str] = Counter(queue for queue, _ in popped)
+                    got: Counter[str] = Counter(queue for queue, item in popped if item is not None)
+                    for queue, count in asked.items():
+                        plan.record(queue, count, got[queue])
+                    items = [item for _, item in popped if item is not None]
+                    for item in items:
+                        self.metrics.pops.labels(queue=item.queue).inc()
+                        self.runs.dispatching += 1
+                        group.create_task(self._dispatch(item, now), name=f"dispatch {item.id}")
+                    if items:
+                        interval.after(True)
+                        await asyncio.sleep(0)  # let the dispatches start before the next pop
+                        continue
+                    self.metrics.empty_polls.inc()
                     self.wake.clear()
                     await wait_event(self.wake, interval.after(False))
-                    continue
-                self.pops += 1
-                self.readiness.polled()
-                now = time.monotonic()
-                asked: Counter[str] = Counter(queue for queue, _ in popped)
-                got: Counter[str] = Counter(queue for queue, item in popped if item is not None)
-                for queue, count in asked.items():
-                    plan.record(queue, count, got[queue])
-                items = [item for _, item in popped if item is not None]
-                for item in items:
-                    self.metrics.pops.labels(queue=item.queue).inc()
-                    self.runs.dispatching += 1
-                    group.create_task(self._dispatch(item, now), name=f"dispatch {item.id}")
-                if items:
-                    interval.after(True)
-                    await asyncio.sleep(0)  # let the dispatches start before the next pop
-                    continue
-                self.metrics.empty_polls.inc()
-                self.wake.clear()
-                await wait_event(self.wake, interval.after(False))
+                finally:
+                    self._end_round()
         log.info("poller stopped; in-flight dispatches finished")
+
+    def _end_round(self) -> None:
+        self.rounds += 1
+        self.round_done.set()
+        self.round_done.clear()  # waiters already woken; the next round sets it again
+
+    async def wait_rounds(self, count: int) -> None:
+        """Return once `count` more rounds of the loop have ended (for tests)."""
+        target = self.rounds + count
+        while self.rounds < target:
+            await self.round_done.wait()
 
     async def _dispatch(self, item: RunQueueItem, popped_at: float) -> None:
         try:
@@ -160,7 +161,7 @@ class Poller:
             self.runs.dispatching -= 1
 
     async def _check_agent(self) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if now - self._last_check < self.agent_check_seconds:
             return
         self._last_check = now

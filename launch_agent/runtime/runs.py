@@ -12,7 +12,6 @@ deleted by its TTL an hour later) from adopting it again.
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 from launch_agent.model import labels as L
 from launch_agent.model.run_state import RunState
 from launch_agent.render.naming import label_value
+from launch_agent.runtime.clock import monotonic
 from launch_agent.tracking.views import Meta
 
 # Annotations the runtime adds to what render produced.
@@ -44,7 +44,7 @@ class RunRecord:
     api_version: str
     kind: str
     label: str = ""
-    started: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=monotonic)  # adopted runs: when first seen
     acked: bool = False
     adopted: bool = False
     state: RunState | None = None
@@ -114,6 +114,8 @@ class RunTable:
     """Records by run-queue-item id and by the label-safe id pods carry."""
 
     def __init__(self, on_change: Callable[[], None] | None = None) -> None:
+        """`on_change` is called whenever a run is added, ends or is removed (the agent passes
+        the poller's wake-up)."""
         self._by_item: dict[str, RunRecord] = {}
         self._by_label: dict[str, str] = {}
         self._finished: OrderedDict[str, None] = OrderedDict()
@@ -170,10 +172,6 @@ class RunTable:
             self._finishing += 1
         record.finishing = True
         self._changed()
-
-    def set_listener(self, on_change: Callable[[], None]) -> None:
-        """Called whenever a run is added, ends or is removed (the poller wakes on it)."""
-        self._on_change = on_change
 
     def _changed(self) -> None:
         if self._on_change is not None:

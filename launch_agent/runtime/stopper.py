@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
 
 from launch_agent.adapters.kube import KubeClient, KubeError
 from launch_agent.adapters.wandb_client import RunRef, WandbClient
 from launch_agent.adapters.wandb_errors import WandbError
 from launch_agent.aio import wait_event
+from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.runs import RunTable
 
 log = logging.getLogger(__name__)
@@ -35,7 +34,7 @@ class Stopper:
         *,
         interval: float,
         timeout: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = monotonic,
     ) -> None:
         self.wandb = wandb
         self.kube = kube

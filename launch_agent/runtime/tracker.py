@@ -20,8 +20,8 @@ the informers' health to `/readyz` and their reconnects to the metrics.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -41,6 +41,7 @@ from launch_agent.aio import wait_event
 from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import QueueSpec
 from launch_agent.model.run_state import Reason, RunState
+from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.health import Readiness
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.reporter import Reporter
@@ -81,7 +82,9 @@ class Tracker:
         policy: TrackingPolicy,
         now: Callable[[], datetime],
         finish: Finish,
+        observe: Callable[[RunRecord], None] | None = None,
         informer_settings: InformerSettings | None = None,
+        clock: Clock = monotonic,
     ) -> None:
         self.kube = kube
         self.runs = runs
@@ -91,10 +94,13 @@ class Tracker:
         self.policy = policy
         self.now = now
         self.finish = finish
-        settings = informer_settings or InformerSettings()
-        settings.label_selector = f"{L.AGENT}={agent_name}"
         # Cache states, not manifests: what tracking, adoption and reports read (10,000 runs).
-        settings.transform = tracking_view
+        # A copy: the caller's settings are shared with Kueue's informers.
+        settings = dataclasses.replace(
+            informer_settings or InformerSettings(),
+            label_selector=f"{L.AGENT}={agent_name}",
+            transform=tracking_view,
+        )
         self.informers = InformerSet(kube, self.on_event, settings)
         self._workloads: dict[tuple[str, str, str], Informer] = {}
         self._pods: dict[str, Informer] = {}
@@ -103,7 +109,8 @@ class Tracker:
         self._restarts: dict[str, tuple[int, int]] = {}
         self._events = 0
         # Told about every assessed run (quota.mode agent keeps its engine in step).
-        self.observer: Callable[[RunRecord], None] | None = None
+        self.observe = observe
+        self.clock = clock
 
     # --- informers -------------------------------------------------------------------------
 
@@ -254,8 +261,8 @@ class Tracker:
         fresh, record.warned = new_warnings(candidates, record.warned)
         for warning in fresh:
             self.reporter.warn(record.rqi_id, warning.message, "run")
-        if self.observer is not None:
-            self.observer(record)
+        if self.observe is not None:
+            self.observe(record)
         if state.terminal and self._unexplained(record, assessment):
             return
         if state.terminal:
@@ -275,7 +282,7 @@ class Tracker:
             return False
         if diagnosis.reason not in _EXPLAINABLE:
             return False
-        now = time.monotonic()
+        now = self.clock()
         if record.explain_until is None:
             record.explain_until = now + EXPLAIN_GRACE
         return now < record.explain_until

@@ -45,4 +45,4 @@ def test_render_policy_case(
     safe = expect["safe"]
     assert workload["kind"] == safe["kind"]
     for path, want in safe.get("equals", {}).items():
-        assert resolve(workload, parse_glob(path)) == want, path
+        assert resolve(workload, parse_glob(path)) == want, path  # type: ignore[arg-type]

@@ -162,6 +162,15 @@ class Env:
         return self.kube.objects.list("pods", namespace=namespace, label_selector=selector)
 
 
+async def poll_rounds(agent: Agent, count: int = 2, within: float = 15.0) -> None:
+    """Wait until the agent's poller has ended `count` more rounds. Each round decides what may
+    be popped (and pops it); the first may have begun before this call, the second began after
+    it, so what a test then asserts did not happen had its chance to happen."""
+    assert agent.poller is not None
+    async with asyncio.timeout(within):
+        await agent.poller.wait_rounds(count)
+
+
 async def until(
     condition: Callable[[], Any],
     *,

@@ -7,7 +7,7 @@ import asyncio
 import aiohttp
 
 from launch_agent.sandbox.wandb import ItemState
-from tests.e2e.conftest import Env, run_spec, until
+from tests.e2e.conftest import Env, poll_rounds, run_spec, until
 
 
 async def test_max_jobs_pops_only_what_can_start(env: Env) -> None:
@@ -16,7 +16,7 @@ async def test_max_jobs_pops_only_what_can_start(env: Env) -> None:
     items = [env.push(run_spec(f"m{i}")) for i in range(3)]
     async with env.running(env.agent(env.config(max_jobs=1))) as agent:
         await until(lambda: items[0].state is ItemState.CLAIMED, message="first claimed")
-        await asyncio.sleep(0.5)
+        await poll_rounds(agent)
         assert [i.state for i in items[1:]] == [ItemState.PENDING, ItemState.PENDING]
         assert items[1].pops == 0, "the agent never pops what it cannot start"
         env.advance(40)
@@ -96,7 +96,7 @@ async def test_a_deep_queue_drains_in_few_requests_and_an_idle_one_costs_one_pop
                 }
             )
         )
-    ):
+    ) as agent:
         await until(lambda: all(i.state is ItemState.CLAIMED for i in items), message="all acked")
         requests = env.wandb.log.count("popFromRunQueue")
         pops = env.wandb.log.count("field:popFromRunQueue")
@@ -104,7 +104,7 @@ async def test_a_deep_queue_drains_in_few_requests_and_an_idle_one_costs_one_pop
         # rounds that follow); one pop per request would have needed 40.
         assert requests <= 12, (requests, pops)
         env.wandb.log.reset()
-        await asyncio.sleep(0.5)
+        await poll_rounds(agent, 3)
         idle_requests = env.wandb.log.count("popFromRunQueue")
         idle_pops = env.wandb.log.count("field:popFromRunQueue")
         assert idle_requests >= 1

@@ -7,7 +7,7 @@ import heapq
 
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
-from tests.e2e.conftest import Env, run_spec, until
+from tests.e2e.conftest import Env, poll_rounds, run_spec, until
 
 
 async def test_stop_from_the_ui_deletes_the_workload_and_its_pods(env: Env) -> None:
@@ -67,7 +67,7 @@ async def test_restart_adopts_running_workloads_and_reports_their_end(env: Env) 
     # A third start finds the Job marked as reported and does not report it again.
     reports = len(item.history)
     async with env.running() as agent:
-        await asyncio.sleep(0.5)
+        await poll_rounds(agent)
         assert agent.runs.get(item.id) is None
         assert len(item.history) == reports
     assert len(env.jobs()) == 1

@@ -8,7 +8,6 @@ team reclaims its guarantee, and W&B (the sandbox) hears why runs wait or were e
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from launch_agent.quota.requests import ADMITTED, STAMP, QuotaStamp
 from launch_agent.runtime.agent import Agent
 from launch_agent.runtime.startup import StartupError
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
-from tests.e2e.conftest import Env, run_spec, until
+from tests.e2e.conftest import Env, poll_rounds, run_spec, until
 
 TREE: dict[str, Any] = {
     "root": {
@@ -126,7 +125,7 @@ async def test_hold_admit_reclaim_readmit_and_restart(env: Env) -> None:
         for item in a[4:6]:
             await until(lambda i=item: i.warnings, message="waiting warning")  # type: ignore[misc]
             assert item.warnings[0].message == "waiting for quota: a.1 uses 4/4 cpu"
-        await asyncio.sleep(0.5)
+        await poll_rounds(agent)
         assert a[6].pops == 0, "never more than max_pending_per_leaf pending runs per leaf"
         assert a[6].state is ItemState.PENDING
         assert usage(agent)["a.1"] == {"cpu": 4 * CPU}
@@ -168,7 +167,7 @@ async def test_hold_admit_reclaim_readmit_and_restart(env: Env) -> None:
         assert again.quota is not None
         assert usage(again) == before
         assert pending(again) == pending_before == sorted(i.id for i in a[4:6])
-        await asyncio.sleep(0.5)
+        await poll_rounds(again)
         assert all(running(env, i) for i in a[:4]) and all(suspended(env, i) for i in a[4:6])
         assert a[6].pops == 0
         assert (

@@ -5,19 +5,19 @@ and what Kueue says reaches W&B as warnings on the item."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
 import pytest
 
-from launch_agent.runtime.kueue_watch import KueueWatch
+from launch_agent.adapters.kube import InformerSettings
+from launch_agent.runtime.admission.kueue import KueueAdmission
 from launch_agent.runtime.startup import StartupError
 from launch_agent.sandbox.cluster.common import Ctx
 from launch_agent.sandbox.cluster.kueue import KueueController
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 from launch_agent.tracking.kueue import KueueState
-from tests.e2e.conftest import BASIC_SPEC, CRDS, Env, run_spec, until
+from tests.e2e.conftest import BASIC_SPEC, CRDS, Env, poll_rounds, run_spec, until
 
 KUEUE_CRDS = (
     "kueue.x-k8s.io_workloads.yaml",
@@ -93,7 +93,10 @@ async def test_runs_wait_for_kueue_and_start_when_quota_frees(env: Env) -> None:
     items = env.push(run_spec("k1")), env.push(run_spec("k2"))
     admitted = "admitted by Kueue: LocalQueue default/lq (ClusterQueue cq)"
     async with env.running(env.agent(env.config(quota={"mode": "kueue"}))) as agent:
-        assert isinstance(agent.admission, KueueWatch)
+        assert isinstance(agent.admission, KueueAdmission)
+        # The run tracker and Kueue's watch share the settings they were given; neither
+        # rewires them (the tracker used to set its own label selector and transform on them).
+        assert agent.informer_settings == InformerSettings(backoff_base=0.05, backoff_cap=0.5)
         await until(
             lambda: all(i.state is ItemState.CLAIMED for i in items), message="both created"
         )
@@ -170,19 +173,19 @@ async def test_at_most_max_pending_runs_wait_per_local_queue(env: Env) -> None:
 
     async with env.running(env.agent(config)) as agent:
         watch = agent.admission
-        assert isinstance(watch, KueueWatch)
+        assert isinstance(watch, KueueAdmission)
         # One admitted (1 cpu of quota) and two waiting in the LocalQueue; three stay in W&B.
         await until(lambda: claimed() == 3, message="three created")
         await until(
-            lambda: watch.states.get(KueueState.PENDING) == 2, message="two pending in Kueue"
+            lambda: watch.watch.states.get(KueueState.PENDING) == 2, message="two pending in Kueue"
         )
-        await asyncio.sleep(0.5)
+        await poll_rounds(agent)
         assert claimed() == 3
         assert [i.pops for i in items[3:]] == [0, 0, 0]
         assert watch.waiting() == {("default", "lq"): 2}
         env.advance(31)  # one finishes, the next is admitted: room for one more waiting run
         await until(lambda: claimed() == 4, message="a fourth popped")
-        await asyncio.sleep(0.3)
+        await poll_rounds(agent)
         assert claimed() == 4
 
 
@@ -225,7 +228,7 @@ async def test_an_evicted_run_waits_and_is_admitted_again(env: Env) -> None:
         )
         assert job_of(env, item)["spec"]["suspend"] is True
         assert item.state is ItemState.CLAIMED and item.failure is None
-        assert isinstance(agent.admission, KueueWatch)
+        assert isinstance(agent.admission, KueueAdmission)
         assert agent.admission.waiting() == {("default", "lq"): 1}
         set_cpu_quota(env, "1")
         await until(
@@ -254,10 +257,10 @@ async def test_a_restarted_agent_does_not_repeat_what_it_reported(env: Env) -> N
     before = [len(i.warnings) for i in items]
     third = env.push(run_spec("r3"))
     async with env.running(env.agent(config)) as agent:
-        assert isinstance(agent.admission, KueueWatch)
+        assert isinstance(agent.admission, KueueAdmission)
         await until(lambda: len(agent.runs) == 2, message="adopted")
         await until(lambda: agent.admission.waiting() == {("default", "lq"): 1}, message="state")  # type: ignore[attr-defined]
-        await asyncio.sleep(0.5)
+        await poll_rounds(agent)
         assert [len(i.warnings) for i in items] == before
         # The adopted waiting run fills the LocalQueue's cap: the new item stays in W&B.
         assert third.state is ItemState.PENDING and third.pops == 0

@@ -1,5 +1,6 @@
 """Which LocalQueue a queue spec's runs go to under `quota.mode: kueue`
-(`runtime.kueue_watch.with_default_local_queue` / `local_queue_of`)."""
+(`runtime.kueue_watch.kueue_queue_of` / `local_queue_of`, from `render.decisions`), and the
+label and suspension render gives a run for it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from launch_agent.model.config import QuotaConfig
 from launch_agent.model.queue_spec import CustomKind, QueueSpec
-from launch_agent.runtime.kueue_watch import local_queue_of, slim_workload, with_default_local_queue
+from launch_agent.runtime.kueue_watch import kueue_queue_of, local_queue_of, slim_workload
 
 JOB = {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": {}}}}
 VOLCANO = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "spec": {"tasks": []}}
@@ -57,17 +58,15 @@ def quota(mode: str = "kueue", default: str | None = "team-lq") -> QuotaConfig:
 def test_local_queue_of_a_spec(
     queue_spec: QueueSpec, config: QuotaConfig, expected: str | None
 ) -> None:
-    assert with_default_local_queue(queue_spec, config).kueue_queue_name == expected
+    assert kueue_queue_of(queue_spec, config) == expected
     key = local_queue_of(queue_spec, config)
     assert key == (None if expected is None else ("team-a", expected))
 
 
-def test_the_defaulted_spec_is_made_once_and_the_original_is_untouched() -> None:
+def test_the_spec_is_untouched_and_no_spec_has_no_local_queue() -> None:
     original = spec(JOB)
-    first = with_default_local_queue(original, quota())
-    assert with_default_local_queue(original, quota()) is first
+    assert kueue_queue_of(original, quota()) == "team-lq"
     assert original.kueue_queue_name is None
-    assert first.cache is not original.cache
     assert local_queue_of(None, quota()) is None
 
 

@@ -526,7 +526,11 @@ def test_removing_the_admins_reserved_labels_is_refused_under_a_full_grant() -> 
     # Dropping the admin's Kueue label takes the run out of its quota, as setting another would.
     template = {**TEMPLATE, "metadata": {"labels": {"kueue.x-k8s.io/queue-name": "team-a"}}}
     spec = make_spec(template, overridable=["**"])
-    for layer in ({"metadata": {"labels": None}}, {"metadata": {"labels": []}}):
+    layers: tuple[dict[str, Any], ...] = (
+        {"metadata": {"labels": None}},
+        {"metadata": {"labels": []}},
+    )
+    for layer in layers:
         with pytest.raises(InvalidInput) as exc:
             render(spec, make_item(layer), None, SETTINGS)
         assert [p.path for p in exc.value.problems] == [

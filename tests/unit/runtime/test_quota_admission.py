@@ -1,4 +1,5 @@
-"""`QuotaAdmission` without a cluster: what the dispatcher stamps or refuses, and the pop caps
+"""`QuotaAdmission` without a cluster: the decisions render applies (suspended, stamped) or the
+refusal, and the pop caps
 the poller gets per queue (queue specs loaded from a real directory)."""
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from launch_agent.model.config import AgentConfig
 from launch_agent.model.run_item import parse_run_item
 from launch_agent.quota import PodSet, RunState
 from launch_agent.quota.requests import STAMP, QuotaStamp
+from launch_agent.render.decisions import Admission, Refused
 from launch_agent.render.pipeline import render
 from launch_agent.render.settings import RenderSettings
+from launch_agent.runtime.admission.quota import QuotaAdmission
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.quota_admission import QuotaAdmission
 from launch_agent.runtime.runs import RunRecord, RunTable
 from launch_agent.runtime.specs import SpecStore
 from launch_agent.runtime.startup import StartupError
@@ -50,7 +52,9 @@ def spec_text(name: str, queues: list[str], leaf: str | None) -> str:
     return text
 
 
-async def admission_for(tmp_path: Path, max_pending: int = 3) -> QuotaAdmission:
+async def admission_for(
+    tmp_path: Path, max_pending: int = 3, runs: RunTable | None = None
+) -> QuotaAdmission:
     (tmp_path / "a.yaml").write_text(spec_text("team-a", ["qa1", "qa2"], "a.1"))
     (tmp_path / "b.yaml").write_text(spec_text("team-b", ["qb"], "b.1"))
     (tmp_path / "z.yaml").write_text(spec_text("team-z", ["qz"], "zz"))
@@ -68,32 +72,42 @@ async def admission_for(tmp_path: Path, max_pending: int = 3) -> QuotaAdmission:
             "quota": {"mode": "agent", "tree": TREE, "max_pending_per_leaf": max_pending},
         }
     )
-    return QuotaAdmission.from_config(config, specs, now=lambda: NOW)
+    return QuotaAdmission.from_config(
+        config, specs, runs if runs is not None else RunTable(), now=lambda: NOW
+    )
 
 
-def rendered(admission: QuotaAdmission, queue: str) -> tuple[Any, dict[str, Any]]:
+RUN_SPEC: dict[str, Any] = {
+    "entity": "ent",
+    "project": "proj",
+    "resource": "kubernetes",
+    "docker": {"docker_image": "registry.example/img:1"},
+    "priority": 1,
+}
+
+
+def admit(admission: QuotaAdmission, queue: str, rqi: str = "UnVuUXVldWVJdGVtOjE=") -> Admission:
     spec = admission.specs.for_queue(queue)
     assert spec is not None
-    item = parse_run_item(
-        {
-            "runQueueItemId": "UnVuUXVldWVJdGVtOjE=",
-            "runSpec": {
-                "entity": "ent",
-                "project": "proj",
-                "resource": "kubernetes",
-                "docker": {"docker_image": "registry.example/img:1"},
-                "priority": 1,
-            },
-        }
-    )
-    result = render(spec, item, None, RenderSettings(), queue_name=queue)
-    return spec, result.workload
+    return admission.admit(rqi, queue, spec, RUN_SPEC)
+
+
+def rendered(
+    admission: QuotaAdmission, queue: str, rqi: str = "UnVuUXVldWVJdGVtOjE="
+) -> dict[str, Any]:
+    """The workload as the dispatcher creates it: rendered with the admission's decisions."""
+    spec = admission.specs.for_queue(queue)
+    assert spec is not None
+    item = parse_run_item({"runQueueItemId": rqi, "runSpec": RUN_SPEC})
+    decisions = admit(admission, queue, rqi)
+    return render(
+        spec, item, None, RenderSettings(), queue_name=queue, decisions=decisions
+    ).workload
 
 
 async def test_a_job_is_created_suspended_with_its_stamp(tmp_path: Path) -> None:
     admission = await admission_for(tmp_path)
-    spec, workload = rendered(admission, "qa2")
-    assert admission.prepare("qa2", spec, {"priority": 1}, workload) is None
+    workload = rendered(admission, "qa2")
     assert workload["spec"]["suspend"] is True
     stamp = QuotaStamp.load(workload["metadata"]["annotations"][STAMP])
     assert stamp == QuotaStamp(
@@ -103,13 +117,15 @@ async def test_a_job_is_created_suspended_with_its_stamp(tmp_path: Path) -> None
 
 async def test_what_the_quota_cannot_hold_back_is_refused(tmp_path: Path) -> None:
     admission = await admission_for(tmp_path)
-    spec, workload = rendered(admission, "lws-multihost")
-    refusal = admission.prepare("lws-multihost", spec, {}, workload)
-    assert refusal is not None
+    with pytest.raises(Refused) as caught:
+        admit(admission, "lws-multihost")
+    refusal = caught.value.message
+    assert caught.value.reason == "quota"
     assert refusal.startswith("queue spec 'lws-multihost' (lws.yaml): quota.mode agent holds")
     assert "has no suspend field" in refusal and "quota.mode kueue or off" in refusal
-    spec, workload = rendered(admission, "qz")
-    assert admission.prepare("qz", spec, {}, workload) == (
+    with pytest.raises(Refused) as caught:
+        admit(admission, "qz")
+    assert caught.value.message == (
         "queue spec 'team-z' (z.yaml): spec.quota.leaf: 'zz' is not a leaf of quota.tree"
         " (leaves: a.1, b.1)"
     )
@@ -161,7 +177,9 @@ async def test_pop_caps_share_each_leaf_and_count_held_and_pending_runs(tmp_path
 async def test_an_invalid_tree_fails_the_start(tmp_path: Path, tree: Any, expected: str) -> None:
     config = AgentConfig.model_validate({"quota": {"mode": "agent", "tree": tree}})
     with pytest.raises(StartupError) as caught:
-        QuotaAdmission.from_config(config, SpecStore(tmp_path, Metrics()), now=lambda: NOW)
+        QuotaAdmission.from_config(
+            config, SpecStore(tmp_path, Metrics()), RunTable(), now=lambda: NOW
+        )
     assert expected in str(caught.value)
 
 
@@ -184,16 +202,13 @@ def record_for(rqi: str, workload: dict[str, Any]) -> RunRecord:
 async def test_runs_are_submitted_in_stamp_order_whatever_order_their_creates_end(
     tmp_path: Path,
 ) -> None:
-    admission = await admission_for(tmp_path)
     runs = RunTable()
-    await admission.rebuild(runs)
+    admission = await admission_for(tmp_path, runs=runs)
+    await admission.rebuild()
     records = []
     for rqi in ("first", "second", "third"):
-        spec, workload = rendered(admission, "qa1")
-        workload["metadata"]["annotations"]["launch-agent.io/run-queue-item-id"] = rqi
-        assert admission.prepare("qa1", spec, {}, workload) is None
-        records.append(runs.add(record_for(rqi, workload)))
-    stamps = [QuotaStamp.load(r.last["metadata"]["annotations"][STAMP]) for r in records]  # type: ignore[index]
+        records.append(runs.add(record_for(rqi, rendered(admission, "qa1", rqi))))
+    stamps = [QuotaStamp.load((r.last or {})["metadata"]["annotations"][STAMP]) for r in records]
     assert stamps[0].enqueued < stamps[1].enqueued < stamps[2].enqueued
     slots = admission.queue_caps(["qa1"])["qa1"]
     with admission.holding("qa1", "third"):

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from launch_agent.adapters.kube import KindNotInstalled
 from launch_agent.model.queue_spec import Problem
 from launch_agent.render.spec_load import load_queue_spec
+from launch_agent.runtime.admission.slots import MaxJobs
 from launch_agent.runtime.dispatcher import not_installed_message
-from launch_agent.runtime.poller import MaxJobs
 from launch_agent.runtime.reporter import MAX_MESSAGE, clip
 from launch_agent.runtime.runs import GONE_PODS, RunRecord, RunTable
 from launch_agent.runtime.specs import Loaded, SpecTable, read_dir

@@ -1,29 +1,31 @@
 """`quota.mode: agent`: the elastic quota tree decides which popped runs start.
 
-One `QuotaAdmission` owns one pure `AdmissionEngine` and plugs into the agent at four seams:
+One `QuotaAdmission` owns one pure `AdmissionEngine` and is the agent's admission stage
+(`stage.AdmissionStage`):
 
-- **poller** (`Admission`): `room` is unlimited (the tree's `runs`, which is `max_jobs` when the
-  tree does not name it, bounds what *runs*); `queue_caps` bounds what is *popped*: a leaf with
-  `quota.max_pending_per_leaf` runs pending (or being dispatched) caps its queues at 0, so work
-  the agent cannot start soon stays in W&B for other agents.
-- **dispatcher** (`holding`, `prepare`, `created`): the rendered workload is stamped (leaf,
-  priority, strictly increasing enqueue time, pod sets; `quota.requests.QuotaStamp`) and
-  created *suspended*, acked, then submitted to the engine in stamp order. A queue without a
+- **may I pop** (`room`, `queue_caps`): `room` is unlimited (the tree's `runs`, which is
+  `max_jobs` when the tree does not name it, bounds what *runs*); `queue_caps` bounds what is
+  *popped*: a leaf with `quota.max_pending_per_leaf` runs pending (or being dispatched) caps its
+  queues at 0, so work the agent cannot start soon stays in W&B for other agents (`gate.py`);
+- **admit** (`holding`, `admit`, `created`): the run is rendered *suspended* with its stamp
+  (leaf, priority, strictly increasing enqueue time, pod sets; `quota.requests.QuotaStamp`),
+  created, acked, then submitted to the engine in stamp order (`ordering.py`). A queue without a
   leaf, a spec naming an unknown leaf and a kind without a suspend field (LeaderWorkerSet,
-  Volcano Job) fail the item with the reason: the agent could not hold such a workload back.
-- **tracker** (`observe`): a run's state from the informers drives the engine: running →
-  `mark_ready`, suspended again after an eviction → `terminated`, terminal → `finish`.
-- **start-up** (`rebuild`): the adopted workloads rebuild the engine before anything is popped:
-  unsuspended ones are `adopt`ed with their annotated admission time, suspended ones submitted
-  again in their annotated enqueue order, so usage and order are what they were.
+  Volcano Job) are refused with the reason: the agent could not hold such a workload back;
+- **tracker** (`observe`, passed to the tracker when it is built): a run's state from the
+  informers drives the engine: running → `mark_ready`, suspended again after an eviction →
+  `terminated`, terminal → `finish`;
+- **start-up** (`rebuild`, `rebuild.py`): the adopted workloads rebuild the engine before
+  anything is popped.
 
 `quota_driver.QuotaDriver` turns the engine's decisions into patches and W&B warnings. Every
-engine call happens on the event loop thread; the engine is never used concurrently.
+engine call happens on the event loop thread; the engine is never used concurrently. The two
+wake-ups (`on_change`: the driver's, `on_room`: the poller's) are given to the constructor.
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -33,7 +35,6 @@ from fractions import Fraction
 from typing import Any
 
 from launch_agent.model.config import AgentConfig
-from launch_agent.model.labels import RUN_QUEUE_ITEM_ID
 from launch_agent.model.queue_spec import InvalidInput, QueueSpec
 from launch_agent.model.run_state import RunState
 from launch_agent.quota import (
@@ -58,18 +59,17 @@ from launch_agent.quota.requests import (
     resolve_leaf,
     run_pod_sets,
 )
-from launch_agent.render.pipeline import is_suspended, pod_sets, suspend
+from launch_agent.render.decisions import Admission, Refused, can_suspend
+from launch_agent.render.kinds import PodSet
+from launch_agent.render.pipeline import is_suspended
+from launch_agent.runtime.admission.gate import PendingHolds, share_caps
+from launch_agent.runtime.admission.ordering import StampOrder
+from launch_agent.runtime.admission.rebuild import replay, sort_adopted
 from launch_agent.runtime.runs import RunRecord, RunTable
 from launch_agent.runtime.specs import SpecStore
 from launch_agent.runtime.startup import StartupError
 
 log = logging.getLogger(__name__)
-
-# Runs entered into the engine between two yields to the event loop during a rebuild.
-REBUILD_BATCH = 200
-# Enqueue times of waiting runs are restored to within this many seconds after a restart (the
-# Strict guard, R9, counts from them; its thresholds are minutes).
-REBUILD_STEP = 60
 
 
 def engine_time(moment: datetime) -> Fraction:
@@ -84,6 +84,21 @@ def tree_problems(tree: object) -> list[str]:
     return [f"{p.key('quota.tree')}: {p.reason}" for p in validate_tree(tree)]
 
 
+def stamp_annotation(
+    where: str, leaf: str, priority: int, enqueued: Fraction, sets: list[PodSet]
+) -> dict[str, str]:
+    """The quota stamp of a rendered workload (its pod sets are its request)."""
+    try:
+        request = run_pod_sets(sets)
+    except RequestError as exc:
+        raise Refused(f"{where}: cannot compute the run's quota request: {exc}") from None
+    return {STAMP: QuotaStamp(leaf, priority, enqueued, request).dump()}
+
+
+def _ignore() -> None:
+    pass
+
+
 class QuotaAdmission:
     """The agent's admission stage for `quota.mode: agent` (see the module docstring)."""
 
@@ -93,39 +108,42 @@ class QuotaAdmission:
         tree: QuotaTree,
         leaves: Mapping[str, Sequence[str]],
         specs: SpecStore,
+        runs: RunTable,
         *,
         now: Callable[[], datetime],
+        on_change: Callable[[], None] = _ignore,
+        on_room: Callable[[], None] = _ignore,
     ) -> None:
         self.tree = tree
         self.leaves = dict(leaves)
         self.specs = specs
+        self.runs = runs
         self.now = now
+        self.on_change = on_change  # the driver's wake-up
+        self.on_room = on_room  # the poller's wake-up
         self.max_pending = config.quota.max_pending_per_leaf
         self.engine = AdmissionEngine(tree, engine_time(now()))
-        self.runs: RunTable | None = None
         self.started = False
-        self._held: Counter[str] = Counter()  # leaf → popped runs the engine does not know yet
-        self._holds: dict[str, str] = {}  # item id → the leaf it holds a pending slot of
+        self.holds = PendingHolds(on_room)  # leaf → popped runs the engine does not know yet
+        self.order = StampOrder()
         self._turn = 0
         # Runs the driver has to act on outside the engine's decisions: (item id, message).
         self.failures: list[tuple[str, str]] = []
         self.backlog: list[Decision] = []  # decisions produced while rebuilding
         self.explain_due: set[str] = set()
         self.unstamped: set[str] = set()  # runs without a readable stamp (logged once)
-        # Submission in stamp order: item id → ticket from `prepare` until created or failed;
-        # finished dispatches wait in `_done` for every earlier ticket.
-        self._order: dict[str, int] = {}
-        self._done: dict[int, RunRecord | None] = {}
-        self._awaiting: set[str] = set()  # item ids of the records waiting in `_done`
-        self._tickets = 0
-        self._head = 0
         self._last_enqueued = Fraction(0)
-        self.on_change: Callable[[], None] = lambda: None  # the driver's wake-up
-        self.on_room: Callable[[], None] = lambda: None  # the poller's wake-up
 
     @classmethod
     def from_config(
-        cls, config: AgentConfig, specs: SpecStore, *, now: Callable[[], datetime]
+        cls,
+        config: AgentConfig,
+        specs: SpecStore,
+        runs: RunTable,
+        *,
+        now: Callable[[], datetime],
+        on_change: Callable[[], None] = _ignore,
+        on_room: Callable[[], None] = _ignore,
     ) -> QuotaAdmission:
         """Validate `quota.tree` (R1) as a whole; `StartupError` names every problem."""
         raw = config.quota.tree
@@ -139,7 +157,16 @@ class QuotaAdmission:
             raise StartupError(
                 f"invalid quota tree with max_jobs {config.max_jobs}: {exc}"
             ) from None
-        admission = cls(config, tree, leaf_names(raw), specs, now=now)
+        admission = cls(
+            config,
+            tree,
+            leaf_names(raw),
+            specs,
+            runs,
+            now=now,
+            on_change=on_change,
+            on_room=on_room,
+        )
         for spec in specs.specs:
             for queue in spec.queues:
                 leaf, why = resolve_leaf(queue, spec.quota_leaf, admission.leaves)
@@ -147,7 +174,7 @@ class QuotaAdmission:
                     log.warning("queue spec %s: %s; its items will fail", spec.name, why)
         return admission
 
-    # --- the poller's view (Admission) ---------------------------------------------------------
+    # --- may I pop ---------------------------------------------------------------------------
 
     def room(self, inflight: int) -> int | None:
         return None
@@ -165,12 +192,8 @@ class QuotaAdmission:
             else:
                 by_leaf.setdefault(leaf, []).append(queue)
         self._turn += 1
-        for leaf, members in by_leaf.items():
-            free = max(0, self.max_pending - pending[leaf] - self._held[leaf])
-            share, extra = divmod(free, len(members))
-            start = self._turn % len(members)
-            for i, queue in enumerate(members[start:] + members[:start]):
-                caps[queue] = share + (1 if i < extra else 0)
+        free = {leaf: self.max_pending - pending[leaf] - self.holds.held(leaf) for leaf in by_leaf}
+        caps.update(share_caps(by_leaf, free, self._turn))
         return caps
 
     def pending_by_leaf(self) -> Counter[str]:
@@ -185,92 +208,63 @@ class QuotaAdmission:
         leaf, _ = resolve_leaf(queue, spec.quota_leaf if spec else None, self.leaves)
         return leaf
 
-    # --- the dispatcher's hooks ------------------------------------------------------------
+    # --- admit this run, release it ----------------------------------------------------------
 
     @contextmanager
     def holding(self, queue: str, rqi_id: str) -> Iterator[None]:
         """A popped item holds a pending slot of its leaf until the engine knows its run or
-        the item failed. A run created out of stamp order waits in `_done` and keeps its slot
-        until it is submitted: releasing it at the end of its dispatch would let the poller
-        pop past `max_pending_per_leaf` while the run is in neither count."""
+        the item failed. A run created out of stamp order waits in the ordering buffer and
+        keeps its slot until it is submitted: releasing it at the end of its dispatch would let
+        the poller pop past `max_pending_per_leaf` while the run is in neither count."""
         leaf = self.leaf_of(queue)
-        # An item W&B offers again while its first dispatch still runs holds one slot.
-        mine = leaf is not None and rqi_id not in self._holds
-        if mine and leaf is not None:
-            self._held[leaf] += 1
-            self._holds[rqi_id] = leaf
+        mine = leaf is not None and self.holds.take(rqi_id, leaf)
         try:
             yield
         finally:
-            ticket = self._order.pop(rqi_id, None)
-            if ticket is not None:  # stamped but never created: nothing to submit
-                self._done[ticket] = None
-                self._flush()
-            if mine and rqi_id not in self._awaiting:
-                self._release(rqi_id)
+            self._submit_due(self.order.abandon(rqi_id))  # stamped but never created
+            if mine and not self.order.awaiting(rqi_id):
+                self.holds.release(rqi_id)
 
-    def _release(self, rqi_id: str) -> None:
-        leaf = self._holds.pop(rqi_id, None)
-        if leaf is not None:
-            self._held[leaf] -= 1
-            self.on_room()
-
-    def prepare(
-        self, queue: str, spec: QueueSpec, run_spec: Mapping[str, Any], workload: dict[str, Any]
-    ) -> str | None:
-        """Stamp the workload and mark it suspended; the item's failure message if it cannot
-        be held back by the quota."""
+    def admit(
+        self, rqi_id: str, queue: str, spec: QueueSpec, run_spec: Mapping[str, Any]
+    ) -> Admission:
+        """Render the run suspended and stamped; `Refused` if the quota cannot hold it back."""
         leaf, why = resolve_leaf(queue, spec.quota_leaf, self.leaves)
         found = self.specs.table.by_queue.get(queue)
         where = f"queue spec {spec.name!r}" + (f" ({found[0]})" if found else "")
         if leaf is None:
-            return f"{where}: {why}"
-        try:
-            suspend(workload, spec.custom_kind)
-        except InvalidInput as exc:
-            reason = "; ".join(p.reason for p in exc.problems)
-            return (
+            raise Refused(f"{where}: {why}")
+        problem = can_suspend(spec)
+        if problem is not None:
+            raise Refused(
                 f"{where}: quota.mode agent holds pending runs as suspended workloads, but"
-                f" {reason}; serve queue {queue!r} with a kind that can be suspended, or use"
+                f" {problem}; serve queue {queue!r} with a kind that can be suspended, or use"
                 " quota.mode kueue or off"
             )
-        try:
-            sets = run_pod_sets(pod_sets(workload, spec.custom_kind))
-        except (RequestError, InvalidInput) as exc:
-            return f"{where}: cannot compute the run's quota request: {exc}"
         # Strictly increasing enqueue times: a restart orders the waiting runs as they were
         # stamped, even when many were stamped within one clock tick.
         enqueued = max(self.clock(), self._last_enqueued + Fraction(1, 1000))
         self._last_enqueued = enqueued
-        stamp = QuotaStamp(leaf, priority_of(run_spec), enqueued, sets)
-        annotations = workload["metadata"].setdefault("annotations", {})
-        annotations[STAMP] = stamp.dump()
-        self._order[str(annotations.get(RUN_QUEUE_ITEM_ID))] = self._tickets
-        self._tickets += 1
-        return None
+        self.order.stamp(rqi_id)
+        stamp = functools.partial(stamp_annotation, where, leaf, priority_of(run_spec), enqueued)
+        return Admission(suspended=True, pod_set_annotations=stamp)
 
     def created(self, record: RunRecord) -> None:
         """The workload exists and the item is acked: the engine learns the run, in the
         order the runs were stamped (creates and acks of one pop finish in any order)."""
-        ticket = self._order.pop(record.rqi_id, None)
-        if ticket is None:
+        due = self.order.created(record)
+        if due is None:
             self._submit(record)
-            return
-        self._done[ticket] = record
-        self._awaiting.add(record.rqi_id)
-        self._flush()
+        else:
+            self._submit_due(due)
 
-    def _flush(self) -> None:
-        while self._head in self._done:
-            record = self._done.pop(self._head)
-            self._head += 1
-            if record is not None:
-                self._awaiting.discard(record.rqi_id)
-                self._submit(record)
-                self._release(record.rqi_id)
+    def _submit_due(self, due: list[RunRecord]) -> None:
+        for record in due:
+            self._submit(record)
+            self.holds.release(record.rqi_id)
 
     def _submit(self, record: RunRecord) -> None:
-        if self.runs is not None and self.runs.get(record.rqi_id) is record:
+        if self.runs.get(record.rqi_id) is record:
             self.learn(record)
         else:  # another agent won the item: the run is its to charge
             self.forget(record.rqi_id)
@@ -280,11 +274,11 @@ class QuotaAdmission:
     def observe(self, record: RunRecord) -> None:
         """A run's state changed (or was assessed again): keep the engine in step."""
         if not self.started:
-            return
+            return  # `rebuild` reads every adopted run once the informers have listed
         run = self.engine.runs.get(record.rqi_id)
         state = record.state
         if run is None:
-            if record.rqi_id in self._order or record.rqi_id in self._awaiting:
+            if self.order.stamped(record.rqi_id):
                 return  # its dispatch submits it, in stamp order
             if state is not None and not state.terminal and not record.finishing:
                 self.learn(record)
@@ -382,51 +376,17 @@ class QuotaAdmission:
         elif run.state is QState.PENDING:
             self.explain_due.add(run.id)
 
-    async def rebuild(self, runs: RunTable) -> None:
-        """Rebuild the engine from the adopted runs (see the module docstring); yields to the
-        event loop every `REBUILD_BATCH` runs (10,000 adopted runs are one start-up)."""
-        self.runs = runs
-        running: list[tuple[Fraction, RunRecord, QuotaStamp]] = []
-        waiting: list[tuple[Fraction, RunRecord, QuotaStamp]] = []
-        for i, record in enumerate(runs):
-            if i % REBUILD_BATCH == REBUILD_BATCH - 1:
-                await asyncio.sleep(0)
-            if record.finishing or (record.state is not None and record.state.terminal):
-                continue
-            found = self.read(record)
-            if isinstance(found, str):
-                self._unstamped(record.rqi_id, found)
-                continue
-            stamp, admitted = found
-            if admitted is None:
-                waiting.append((stamp.enqueued, record, stamp))
-            else:
-                running.append((admitted, record, stamp))
-        running.sort(key=lambda e: (e[0], e[1].rqi_id))
-        waiting.sort(key=lambda e: (e[2].enqueued, e[1].rqi_id))
-        if waiting:
-            self._last_enqueued = waiting[-1][0]
-        start = min([t for t, _, _ in waiting] + [engine_time(self.now())])
-        self.engine = AdmissionEngine(self.tree, start)
-        for i, (admitted, record, stamp) in enumerate(running):
-            self._enter(record, stamp, admitted)
-            if i % REBUILD_BATCH == REBUILD_BATCH - 1:
-                await asyncio.sleep(0)
-        for i, (enqueued, record, stamp) in enumerate(waiting):
-            if i % REBUILD_BATCH == REBUILD_BATCH - 1:
-                await asyncio.sleep(0)
-            # Runs are submitted in stamp order (their place in the queue); the clock follows
-            # their enqueue times in steps of `REBUILD_STEP`, because each `advance` is a whole
-            # admission cycle (one per run would make a large rebuild quadratic). Whatever the
-            # cycles on the way decide is applied by the driver first.
-            if enqueued >= self.engine.now + REBUILD_STEP:
-                self.backlog += self.engine.advance(enqueued)
-                await asyncio.sleep(0)
-            self._enter(record, stamp, None)
-        self.backlog += self.engine.advance(self.clock())
+    async def rebuild(self) -> None:
+        """Rebuild the engine from the adopted runs (rebuild.py): same usage and order as
+        before the restart."""
+        adopted = await sort_adopted(self.runs, self.read, self._unstamped)
+        if adopted.waiting:
+            self._last_enqueued = adopted.waiting[-1][0]
+        self.engine = AdmissionEngine(self.tree, adopted.start(engine_time(self.now())))
+        self.backlog += await replay(self.engine, adopted, self._enter, self.clock)
         self.started = True
         log.info(
             "quota: rebuilt the tree from the cluster: %d running, %d pending",
-            len(running),
-            len(waiting),
+            len(adopted.running),
+            len(adopted.waiting),
         )

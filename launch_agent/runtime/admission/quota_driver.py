@@ -36,7 +36,8 @@ from launch_agent.quota import AdmissionEngine, Decision
 from launch_agent.quota import RunState as QState
 from launch_agent.quota.requests import ADMITTED
 from launch_agent.render.pipeline import suspend, unsuspend
-from launch_agent.runtime.quota_admission import QuotaAdmission
+from launch_agent.runtime.admission.quota import QuotaAdmission
+from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RunRecord, RunTable
 from launch_agent.runtime.specs import SpecStore
@@ -53,7 +54,9 @@ class QuotaDriver:
         runs: RunTable,
         specs: SpecStore,
         reporter: Reporter,
+        wake: asyncio.Event,
         tick_seconds: float = 1.0,
+        clock: Clock = monotonic,
     ) -> None:
         self.admission = admission
         self.kube = kube
@@ -61,8 +64,9 @@ class QuotaDriver:
         self.specs = specs
         self.reporter = reporter
         self.tick_seconds = tick_seconds
-        self.wake = asyncio.Event()
-        admission.on_change = self.wake.set
+        self.clock = clock
+        # Set by the admission's `on_change` (built with `wake.set`): the engine has work.
+        self.wake = wake
         # Item id → last warning sent (W&B hears each explanation once).
         self.warned: dict[str, str] = {}
         # Item id → the suspend flag a failed patch still has to set.
@@ -75,8 +79,7 @@ class QuotaDriver:
         return self.admission.engine
 
     async def run(self, stopping: asyncio.Event) -> None:
-        loop = asyncio.get_running_loop()
-        next_tick = loop.time() + self.tick_seconds
+        next_tick = self.clock() + self.tick_seconds
         backlog, self.admission.backlog = self.admission.backlog, []
         for decision in backlog:
             await self._apply(decision)
@@ -84,9 +87,9 @@ class QuotaDriver:
         while not stopping.is_set():
             await self._fail_refused()
             decisions = self.engine.step()
-            if not decisions and (target is not None or loop.time() >= next_tick):
+            if not decisions and (target is not None or self.clock() >= next_tick):
                 if target is None:
-                    next_tick = loop.time() + self.tick_seconds
+                    next_tick = self.clock() + self.tick_seconds
                     await self._retry_patches()
                     target = self.admission.clock()
                 # One timer stop per turn; the cycle after it runs one step() per turn too.
@@ -101,7 +104,7 @@ class QuotaDriver:
                 self._explain()
                 self.wake.clear()
                 if not self.admission.failures:
-                    await wait_event(self.wake, max(0.0, next_tick - loop.time()))
+                    await wait_event(self.wake, max(0.0, next_tick - self.clock()))
                 continue
             for decision in decisions:
                 await self._apply(decision)
