@@ -28,8 +28,8 @@ from launch_agent.sandbox.cluster import OutcomeError, RealClock, SimulatedClust
 from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
 from launch_agent.sandbox.wandb import DEFAULT_API_KEY, LAUNCH_PROJECT, LaunchState, WandbServer
 
-# The shared reference folder sits beside the repository (see docs/development.md).
-DEFAULT_CRDS = Path(__file__).resolve().parents[2].parent / "shared" / "crds"
+# The upstream CRDs a checkout vendors (tests/fixtures/SOURCES.md); an installed package has none.
+DEFAULT_CRDS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "crds"
 HTTP_TIMEOUT = aiohttp.ClientTimeout(total=30)
 
 # The document `wandb launch` (`launch_add` → `push_to_run_queue_by_name`) sends; the priority
@@ -107,7 +107,7 @@ def _register_up(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -
     up.add_argument(
         "--crds",
         metavar="DIR",
-        help="register every CRD *.yaml in DIR (default: ../shared/crds beside the repository"
+        help="register every CRD *.yaml in DIR (default: tests/fixtures/crds of a checkout"
         " if it exists); `none` registers none",
     )
     up.add_argument(
