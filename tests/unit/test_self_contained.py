@@ -49,7 +49,7 @@ def source_files() -> list[Path]:
         return sorted(Path(name) for name in listed.split("\0") if name and (ROOT / name).is_file())
     found = []
     for folder, dirs, files in os.walk(ROOT):
-        dirs[:] = [d for d in dirs if d not in NOT_SOURCE and not d.startswith(".") or d == ".ci"]
+        dirs[:] = [d for d in dirs if (d not in NOT_SOURCE and not d.startswith(".")) or d == ".ci"]
         found += [Path(folder, f).relative_to(ROOT) for f in files if not f.endswith(".pyc")]
     return sorted(found)
 
