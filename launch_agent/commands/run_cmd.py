@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
 from launch_agent.adapters.wandb_errors import WandbAuthError, WandbError
@@ -13,6 +14,7 @@ from launch_agent.model.config_resolve import ConfigError
 from launch_agent.runtime.agent import Agent
 from launch_agent.runtime.logs import configure_logging
 from launch_agent.runtime.startup import StartupError
+from launch_agent.runtime.tools import check_tools
 
 log = logging.getLogger("launch_agent.run")
 
@@ -67,6 +69,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         for warning in resolved.warnings:
             log.warning("configuration: %s", warning)
+        check_tools(config, os.environ)
         agent = Agent(config, kubeconfig=args.kubeconfig)
         asyncio.run(agent.run(install_signals=True))
     except (StartupError, WandbAuthError) as exc:
