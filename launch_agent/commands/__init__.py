@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "sandbox": "launch_agent.commands.sandbox_cmd",
     "demo": "launch_agent.commands.demo_cmd",
     "bench": "launch_agent.commands.bench_cmd",
+    "version": "launch_agent.commands.version_cmd",
 }
 
 
