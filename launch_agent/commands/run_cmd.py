@@ -31,8 +31,8 @@ docs/builds.md). Admission: max_jobs alone, or with quota.mode agent the elastic
 the agent reports its decisions to W&B (docs/quota.md).
 
 Kubernetes access: the pod's service account in a cluster, otherwise --kubeconfig or
-$KUBECONFIG (default ~/.kube/config). /healthz, /readyz and /metrics are served on
-health.port (default 8080).
+$KUBECONFIG (default ~/.kube/config) with its current-context or --context. /healthz, /readyz
+and /metrics are served on health.port (default 8080).
 
 SIGTERM or SIGINT stops popping, reports KILLED to W&B, lets in-flight creates finish within
 shutdown_grace_seconds and leaves running workloads for the next start to adopt.
@@ -55,6 +55,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="FILE",
         help="kubeconfig to use outside a cluster (default: $KUBECONFIG, then ~/.kube/config)",
     )
+    parser.add_argument(
+        "--context",
+        metavar="NAME",
+        help="kubeconfig context to use (default: the kubeconfig's current-context)",
+    )
     parser.set_defaults(handler=_run)
 
 
@@ -70,7 +75,7 @@ def _run(args: argparse.Namespace) -> int:
         for warning in resolved.warnings:
             log.warning("configuration: %s", warning)
         check_tools(config, os.environ)
-        agent = Agent(config, kubeconfig=args.kubeconfig)
+        agent = Agent(config, kubeconfig=args.kubeconfig, kube_context=args.context)
         asyncio.run(agent.run(install_signals=True))
     except (StartupError, WandbAuthError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from launch_agent.commands.inputs import display_name, is_stdin, read_bytes
 from launch_agent.commands.render_cmd import MAX_ITEM_BYTES, print_problems
 from launch_agent.model.queue_spec import InvalidInput, Problem, QueueSpec
 from launch_agent.render.output_check import (
@@ -29,7 +30,8 @@ Check queue spec files: their schema (the JSON Schema ships in the package, see
 docs/queue-specs.md), the template and its paths, a render with a sample item, and the
 rendered objects against Kubernetes' strict schemas and the workload CRDs' schemas.
 
-PATH is a spec file or a directory of *.yaml / *.yml files (default: queue-specs/).
+PATH is a spec file, a directory of *.yaml / *.yml files or `-` for one spec on standard input
+(default: queue-specs/).
 Exit status 1 if any problem was found (all are listed, `error: <file>: <path>: <reason>`).
 Output validation needs kubernetes-validate: pip install 'launch-agent[validate]'.
 """
@@ -57,7 +59,9 @@ def spec_files(paths: list[str]) -> tuple[list[Path], list[tuple[str, Problem]]]
     problems: list[tuple[str, Problem]] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
+        if is_stdin(raw):
+            files.append(path)
+        elif path.is_dir():
             found = sorted([*path.glob("*.yaml"), *path.glob("*.yml")])
             if not found:
                 problems.append((raw, Problem("", "directory holds no *.yaml or *.yml file")))
@@ -72,7 +76,7 @@ def spec_files(paths: list[str]) -> tuple[list[Path], list[tuple[str, Problem]]]
 def check_file(path: Path, version: str) -> tuple[QueueSpec | None, list[Problem], str]:
     """(spec, problems, summary) for one file."""
     try:
-        data = path.read_bytes()
+        data = read_bytes(path)
     except OSError as exc:
         return None, [Problem("", f"cannot read: {exc.strerror or exc}")], ""
     if len(data) > MAX_ITEM_BYTES:
@@ -110,12 +114,15 @@ def run(args: argparse.Namespace) -> int:
             for queue in spec.queues:
                 if queue in served:
                     problems.append(
-                        Problem("spec.queues", f"queue {queue!r} is also served by {served[queue]}")
+                        Problem(
+                            "spec.queues",
+                            f"queue {queue!r} is also served by {display_name(served[queue])}",
+                        )
                     )
                 served.setdefault(queue, path)
         if problems:
             failed = True
-            print_problems(str(path), problems)
+            print_problems(display_name(path), problems)
         else:
-            print(f"ok: {path}: {summary}")
+            print(f"ok: {display_name(path)}: {summary}")
     return 1 if failed else 0

@@ -104,8 +104,8 @@ class WorldSettings:
     # How long a popped, unacknowledged item stays leased (W&B: a few minutes).
     lease_seconds: float = 60.0
     default_outcome: str = "succeed after=2s"
-    # "auto": tests/fixtures/crds of a checkout if present, else the packaged schemas; "packaged"; "none"; or a
-    # directory of CRD YAML files.
+    # "auto": tests/fixtures/crds of a checkout if present, else the packaged schemas;
+    # "packaged"; "none"; or a directory of CRD YAML files.
     crds: str = "auto"
     nodes: tuple[Node, ...] = (BIG_NODE,)
     cluster: bool = True
