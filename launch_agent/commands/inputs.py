@@ -29,4 +29,7 @@ def read_bytes(path: str | Path) -> bytes:
 
 
 def read_text(path: str | Path) -> str:
-    return read_bytes(path).decode("utf-8")
+    """The file's UTF-8 text, or all of standard input for `-`."""
+    if is_stdin(path):
+        return sys.stdin.read()
+    return Path(path).read_text(encoding="utf-8")
