@@ -287,3 +287,16 @@ def test_own_image_is_kept(helm: Helm, tmp_path: Path) -> None:
         manifests = render_latest_with(helm, tmp_path, {"agent": {"image": image}})
         container = one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]
         assert container["image"] == (expected or image), image
+
+
+def test_network_policy_lets_git_reach_ssh_hosts(helm: Helm, tmp_path: Path) -> None:
+    # sshAuthSecrets means git over ssh: with the NetworkPolicy on, port 22 must be open too.
+    def egress_ports(overrides: dict[str, Any]) -> set[int]:
+        manifests = render_latest_with(
+            helm, tmp_path, {"networkPolicy": {"enabled": True}, **overrides}
+        )
+        rules = one(manifests, "NetworkPolicy")["spec"]["egress"]
+        return {p["port"] for rule in rules for p in rule["ports"] if p["protocol"] == "TCP"}
+
+    assert 22 not in egress_ports({})
+    assert 22 in egress_ports({"sshAuthSecrets": [{"name": "deploy-key", "host": "github.com"}]})
