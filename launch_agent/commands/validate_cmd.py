@@ -9,8 +9,12 @@ by two specs. Every problem is listed; the exit status is 1 if there was any.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from launch_agent.commands.inputs import display_name, is_stdin, read_bytes
 from launch_agent.commands.render_cmd import MAX_ITEM_BYTES, print_problems
@@ -50,6 +54,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=KUBERNETES_VERSION,
         metavar="X.Y",
         help=f"Kubernetes version whose schemas to check against (default {KUBERNETES_VERSION})",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json", "yaml"),
+        default="text",
+        help="text: `ok:` / `error:` lines (default); json/yaml: one record per file on stdout",
     )
     parser.set_defaults(handler=run)
 
@@ -101,8 +112,13 @@ def check_file(path: Path, version: str) -> tuple[QueueSpec | None, list[Problem
 def run(args: argparse.Namespace) -> int:
     files, missing = spec_files(args.paths)
     failed = bool(missing)
-    for where, problem in missing:
-        print_problems(where, [problem])
+    records: list[dict[str, Any]] = [
+        {"file": where, "ok": False, "problems": [_problem(problem)]} for where, problem in missing
+    ]
+    text = args.output == "text"
+    if text:
+        for where, problem in missing:
+            print_problems(where, [problem])
     served: dict[str, Path] = {}
     for path in files:
         try:
@@ -120,9 +136,27 @@ def run(args: argparse.Namespace) -> int:
                         )
                     )
                 served.setdefault(queue, path)
+        failed = failed or bool(problems)
+        records.append(
+            {
+                "file": display_name(path),
+                "ok": not problems,
+                "summary": summary,
+                "problems": [_problem(p) for p in problems],
+            }
+        )
+        if not text:
+            continue
         if problems:
-            failed = True
             print_problems(display_name(path), problems)
         else:
             print(f"ok: {display_name(path)}: {summary}")
+    if args.output == "json":
+        print(json.dumps(records, indent=2))
+    elif args.output == "yaml":
+        print(yaml.safe_dump(records, sort_keys=False), end="")
     return 1 if failed else 0
+
+
+def _problem(problem: Problem) -> dict[str, str]:
+    return {"path": problem.path or "(root)", "reason": problem.reason}

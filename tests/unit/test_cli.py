@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from launch_agent import __version__
 from launch_agent.cli import main
@@ -256,3 +257,20 @@ def test_run_takes_a_kubeconfig_context(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stdout + result.stderr
     assert "cannot load the Kubernetes configuration" in result.stderr
     assert "elsewhere" in result.stderr
+
+
+# --- -o json|yaml -----------------------------------------------------------------------------
+
+
+def test_validate_prints_records_as_json_and_yaml(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("apiVersion: launch-agent/v1\n")
+    good = str(ROOT / "queue-specs" / "job.yaml")
+    result = _cli("validate", "-o", "json", good, "bad.yaml", env={}, cwd=tmp_path)
+    assert result.returncode == 1 and result.stderr == ""
+    records = json.loads(result.stdout)
+    assert [(r["file"], r["ok"]) for r in records] == [(good, True), ("bad.yaml", False)]
+    assert records[0]["summary"].startswith("Job (batch/v1)") and records[0]["problems"] == []
+    assert all(set(p) == {"path", "reason"} for p in records[1]["problems"])
+    assert records[1]["problems"]
+    as_yaml = _cli("validate", "-o", "yaml", good, "bad.yaml", env={}, cwd=tmp_path)
+    assert yaml.safe_load(as_yaml.stdout) == records
