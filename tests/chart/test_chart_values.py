@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from launch_agent import __version__
 from launch_agent.model.config_resolve import ConfigError, resolve
 from tests.chart.conftest import ci_file
 from tests.chart.helm import (
@@ -244,7 +245,7 @@ def test_wandb_values_keep_their_meaning(rendered: dict[str, list[Manifest]]) ->
     wandb = rendered["wandb-values.yaml"]
     # W&B's agent image would crash-loop on this chart's arguments: it is replaced.
     assert one(wandb, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"] == (
-        "ghcr.io/launch-agent/launch-agent:0.1.0"
+        f"ghcr.io/launch-agent/launch-agent:{__version__}"
     )
     assert one(wandb, "PodDisruptionBudget")["spec"] == {
         "minAvailable": 1,
