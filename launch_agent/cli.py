@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from launch_agent import __version__
 from launch_agent.commands import registrars
+from launch_agent.commands.parsing import SuggestingParser
 
 DESCRIPTION = """\
 A Kubernetes dispatcher for W&B Launch. It polls W&B Launch run queues, renders each run from
@@ -23,7 +24,7 @@ EPILOG = "Run `launch-agent COMMAND --help` for the options of one command; user
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = SuggestingParser(
         prog="launch-agent",
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -33,6 +34,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for register in registrars(argv):
         register(sub)
+    # `launch-agent completion` walks the whole tree from here.
+    parser.set_defaults(root_parser=parser)
     return parser
 
 

@@ -2,10 +2,10 @@
 
     python scripts/extract_crd_schemas.py [CRD_DIR]
 
-CRD_DIR defaults to `../shared/crds` next to the repository. The output goes to
+CRD_DIR defaults to `tests/fixtures/crds` (the vendored upstream CRDs). The output goes to
 `launch_agent/render/schemas/crds/<plural>.<group>_<version>.json`; the package never reads
 the CRD files at run time. The schemas are changed the way the API server would behave
-(`../shared/reference/helm-and-validators.md`, Part 2 §8):
+(the API server prunes or, under `fieldValidation=Strict`, refuses unknown fields):
 
 1. every `type: object` node with `properties`, no `additionalProperties` and no
    `x-kubernetes-preserve-unknown-fields` is closed (`additionalProperties: false`), which is
@@ -73,7 +73,7 @@ def strictify(node: Any) -> Any:
 
 
 def main(argv: list[str]) -> int:
-    crd_dir = Path(argv[0]) if argv else ROOT.parent / "shared" / "crds"
+    crd_dir = Path(argv[0]) if argv else ROOT / "tests" / "fixtures" / "crds"
     OUT.mkdir(parents=True, exist_ok=True)
     for filename, version in WANTED:
         with (crd_dir / filename).open("rb") as f:

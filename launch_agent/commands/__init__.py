@@ -26,13 +26,17 @@ COMMANDS: dict[str, str] = {
     "sandbox": "launch_agent.commands.sandbox_cmd",
     "demo": "launch_agent.commands.demo_cmd",
     "bench": "launch_agent.commands.bench_cmd",
+    "version": "launch_agent.commands.version_cmd",
+    "completion": "launch_agent.commands.completion_cmd",
 }
+# Commands that read the whole command tree: every command is registered for them.
+NEEDS_ALL = frozenset({"completion"})
 
 
 def registrars(argv: Sequence[str] = ()) -> list[Registrar]:
     """The registrars needed to parse `argv`: its command's alone, or all of them."""
     first = next((arg for arg in argv if not arg.startswith("-")), None)
-    names = [first] if first in COMMANDS else list(COMMANDS)
+    names = [first] if first in COMMANDS and first not in NEEDS_ALL else list(COMMANDS)
     registered: list[Registrar] = [
         importlib.import_module(COMMANDS[name]).register for name in names
     ]

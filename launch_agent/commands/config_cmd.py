@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from launch_agent.commands.inputs import display_name, read_text
 from launch_agent.model.config_resolve import (
     ConfigError,
     ConfigProblem,
@@ -42,8 +43,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         "-c",
         "--config",
         metavar="FILE",
-        help="launch-config.yaml to read (default: $LAUNCH_AGENT_CONFIG, else"
-        " ~/.config/wandb/launch-config.yaml if it exists)",
+        help="launch-config.yaml to read, `-` for standard input (default: $LAUNCH_AGENT_CONFIG,"
+        " else ~/.config/wandb/launch-config.yaml if it exists)",
     )
     group.add_argument(
         "-q",
@@ -102,14 +103,14 @@ def load_config(
     env = os.environ if environ is None else environ
     explicit = getattr(args, "config", None) or env.get("LAUNCH_AGENT_CONFIG") or None
     path = Path(explicit) if explicit else WANDB_DEFAULT_CONFIG.expanduser()
+    name = display_name(explicit) if explicit else str(path)
     file_text = None
     if explicit or path.exists():
         try:
-            file_text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(
-                [ConfigProblem(str(path), "(file)", f"cannot read: {exc.strerror or exc}")]
-            ) from None
+            file_text = read_text(explicit or path)
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or exc
+            raise ConfigError([ConfigProblem(name, "(file)", f"cannot read: {reason}")]) from None
     netrc_text = None
     netrc_path = Path(env.get("NETRC", "~/.netrc")).expanduser()
     if netrc_path.is_file():
@@ -119,12 +120,12 @@ def load_config(
             netrc_text = None
     resolved = resolve(
         file_text=file_text,
-        filename=str(path) if file_text is not None else None,
+        filename=name if file_text is not None else None,
         env=env,
         flags=flag_overrides(args),
         netrc_text=netrc_text,
     )
-    problems = quota_tree_problems(resolved, str(path), file_text)
+    problems = quota_tree_problems(resolved, name, file_text)
     if problems:
         raise ConfigError(problems)
     return resolved

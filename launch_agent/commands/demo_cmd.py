@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--crds",
         default="auto",
         metavar="auto|packaged|DIR",
-        help="CRDs to register: `auto` uses ../shared/crds beside the repository when it exists,"
+        help="CRDs to register: `auto` uses tests/fixtures/crds of a checkout when it exists,"
         " else `packaged` (built from the schemas launch_agent/render ships); or a directory of"
         " CRD YAML files (default: %(default)s)",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
 from launch_agent.adapters.wandb_errors import WandbAuthError, WandbError
@@ -13,6 +14,7 @@ from launch_agent.model.config_resolve import ConfigError
 from launch_agent.runtime.agent import Agent
 from launch_agent.runtime.logs import configure_logging
 from launch_agent.runtime.startup import StartupError
+from launch_agent.runtime.tools import check_tools
 
 log = logging.getLogger("launch_agent.run")
 
@@ -29,8 +31,8 @@ docs/builds.md). Admission: max_jobs alone, or with quota.mode agent the elastic
 the agent reports its decisions to W&B (docs/quota.md).
 
 Kubernetes access: the pod's service account in a cluster, otherwise --kubeconfig or
-$KUBECONFIG (default ~/.kube/config). /healthz, /readyz and /metrics are served on
-health.port (default 8080).
+$KUBECONFIG (default ~/.kube/config) with its current-context or --context. /healthz, /readyz
+and /metrics are served on health.port (default 8080).
 
 SIGTERM or SIGINT stops popping, reports KILLED to W&B, lets in-flight creates finish within
 shutdown_grace_seconds and leaves running workloads for the next start to adopt.
@@ -53,6 +55,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="FILE",
         help="kubeconfig to use outside a cluster (default: $KUBECONFIG, then ~/.kube/config)",
     )
+    parser.add_argument(
+        "--context",
+        metavar="NAME",
+        help="kubeconfig context to use (default: the kubeconfig's current-context)",
+    )
     parser.set_defaults(handler=_run)
 
 
@@ -67,7 +74,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         for warning in resolved.warnings:
             log.warning("configuration: %s", warning)
-        agent = Agent(config, kubeconfig=args.kubeconfig)
+        check_tools(config, os.environ)
+        agent = Agent(config, kubeconfig=args.kubeconfig, kube_context=args.context)
         asyncio.run(agent.run(install_signals=True))
     except (StartupError, WandbAuthError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -24,12 +24,13 @@ from typing import Any
 import aiohttp
 import yaml
 
+from launch_agent.commands.inputs import display_name, read_text
 from launch_agent.sandbox.cluster import OutcomeError, RealClock, SimulatedCluster, parse_outcome
 from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
 from launch_agent.sandbox.wandb import DEFAULT_API_KEY, LAUNCH_PROJECT, LaunchState, WandbServer
 
-# The shared reference folder sits beside the repository (see docs/development.md).
-DEFAULT_CRDS = Path(__file__).resolve().parents[2].parent / "shared" / "crds"
+# The upstream CRDs a checkout vendors (tests/fixtures/SOURCES.md); an installed package has none.
+DEFAULT_CRDS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "crds"
 HTTP_TIMEOUT = aiohttp.ClientTimeout(total=30)
 
 # The document `wandb launch` (`launch_add` → `push_to_run_queue_by_name`) sends; the priority
@@ -107,7 +108,7 @@ def _register_up(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -
     up.add_argument(
         "--crds",
         metavar="DIR",
-        help="register every CRD *.yaml in DIR (default: ../shared/crds beside the repository"
+        help="register every CRD *.yaml in DIR (default: tests/fixtures/crds of a checkout"
         " if it exists); `none` registers none",
     )
     up.add_argument(
@@ -149,7 +150,8 @@ def _register_submit(actions: argparse._SubParsersAction[argparse.ArgumentParser
     submit.add_argument(
         "--resource-args",
         metavar="FILE",
-        help="YAML or JSON file with resource_args.kubernetes (a Job or custom resource body)",
+        help="YAML or JSON file with resource_args.kubernetes (a Job or custom resource body);"
+        " `-` reads standard input",
     )
     submit.add_argument(
         "--priority", type=int, choices=range(5), metavar="0-4", help="0 = critical ... 4 = lowest"
@@ -284,14 +286,16 @@ def _read_resource_args(path: str | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        value = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        value = yaml.safe_load(read_text(path))
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise UsageError(f"{display_name(path)}: cannot read: {reason}") from None
     except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: not valid YAML or JSON: {exc}") from None
+        raise UsageError(f"{display_name(path)}: not valid YAML or JSON: {exc}") from None
     if not isinstance(value, dict):
         raise UsageError(
-            f"{path}: must hold a mapping (a Kubernetes object), got {type(value).__name__}"
+            f"{display_name(path)}: must hold a mapping (a Kubernetes object),"
+            f" got {type(value).__name__}"
         )
     return value
 

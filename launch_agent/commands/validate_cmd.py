@@ -9,9 +9,14 @@ by two specs. Every problem is listed; the exit status is 1 if there was any.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
+import yaml
+
+from launch_agent.commands.inputs import display_name, is_stdin, read_bytes
 from launch_agent.commands.render_cmd import MAX_ITEM_BYTES, print_problems
 from launch_agent.model.queue_spec import InvalidInput, Problem, QueueSpec
 from launch_agent.render.output_check import (
@@ -29,7 +34,8 @@ Check queue spec files: their schema (the JSON Schema ships in the package, see
 docs/queue-specs.md), the template and its paths, a render with a sample item, and the
 rendered objects against Kubernetes' strict schemas and the workload CRDs' schemas.
 
-PATH is a spec file or a directory of *.yaml / *.yml files (default: queue-specs/).
+PATH is a spec file, a directory of *.yaml / *.yml files or `-` for one spec on standard input
+(default: queue-specs/).
 Exit status 1 if any problem was found (all are listed, `error: <file>: <path>: <reason>`).
 Output validation needs kubernetes-validate: pip install 'launch-agent[validate]'.
 """
@@ -49,6 +55,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="X.Y",
         help=f"Kubernetes version whose schemas to check against (default {KUBERNETES_VERSION})",
     )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json", "yaml"),
+        default="text",
+        help="text: `ok:` / `error:` lines (default); json/yaml: one record per file on stdout",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -57,7 +70,9 @@ def spec_files(paths: list[str]) -> tuple[list[Path], list[tuple[str, Problem]]]
     problems: list[tuple[str, Problem]] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
+        if is_stdin(raw):
+            files.append(path)
+        elif path.is_dir():
             found = sorted([*path.glob("*.yaml"), *path.glob("*.yml")])
             if not found:
                 problems.append((raw, Problem("", "directory holds no *.yaml or *.yml file")))
@@ -72,7 +87,7 @@ def spec_files(paths: list[str]) -> tuple[list[Path], list[tuple[str, Problem]]]
 def check_file(path: Path, version: str) -> tuple[QueueSpec | None, list[Problem], str]:
     """(spec, problems, summary) for one file."""
     try:
-        data = path.read_bytes()
+        data = read_bytes(path)
     except OSError as exc:
         return None, [Problem("", f"cannot read: {exc.strerror or exc}")], ""
     if len(data) > MAX_ITEM_BYTES:
@@ -97,8 +112,13 @@ def check_file(path: Path, version: str) -> tuple[QueueSpec | None, list[Problem
 def run(args: argparse.Namespace) -> int:
     files, missing = spec_files(args.paths)
     failed = bool(missing)
-    for where, problem in missing:
-        print_problems(where, [problem])
+    records: list[dict[str, Any]] = [
+        {"file": where, "ok": False, "problems": [_problem(problem)]} for where, problem in missing
+    ]
+    text = args.output == "text"
+    if text:
+        for where, problem in missing:
+            print_problems(where, [problem])
     served: dict[str, Path] = {}
     for path in files:
         try:
@@ -110,12 +130,33 @@ def run(args: argparse.Namespace) -> int:
             for queue in spec.queues:
                 if queue in served:
                     problems.append(
-                        Problem("spec.queues", f"queue {queue!r} is also served by {served[queue]}")
+                        Problem(
+                            "spec.queues",
+                            f"queue {queue!r} is also served by {display_name(served[queue])}",
+                        )
                     )
                 served.setdefault(queue, path)
+        failed = failed or bool(problems)
+        records.append(
+            {
+                "file": display_name(path),
+                "ok": not problems,
+                "summary": summary,
+                "problems": [_problem(p) for p in problems],
+            }
+        )
+        if not text:
+            continue
         if problems:
-            failed = True
-            print_problems(str(path), problems)
+            print_problems(display_name(path), problems)
         else:
-            print(f"ok: {path}: {summary}")
+            print(f"ok: {display_name(path)}: {summary}")
+    if args.output == "json":
+        print(json.dumps(records, indent=2))
+    elif args.output == "yaml":
+        print(yaml.safe_dump(records, sort_keys=False), end="")
     return 1 if failed else 0
+
+
+def _problem(problem: Problem) -> dict[str, str]:
+    return {"path": problem.path or "(root)", "reason": problem.reason}

@@ -3,7 +3,7 @@
 The sandbox (W&B server and Kubernetes API server, no controllers unless asked) runs in the
 benchmark's own process; the agent runs as a subprocess, so the CPU and memory sampled from
 `/proc` (`procstat`) are the agent's alone (with its children: the reference agent's
-`wandb-core`). The method follows `../shared/reference/reference-agent-throughput.md`:
+`wandb-core`). The method is the one docs/benchmarks.md describes:
 
 1. N items are queued before the agent starts; time zero is the spawn ("enqueue").
 2. Every Job creation is timed by a listener on the API server's store; every pop by the W&B

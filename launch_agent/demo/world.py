@@ -5,8 +5,8 @@ simulated cluster on a real-time clock (pods start and finish in wall-clock seco
 W&B Launch server. It registers the custom resource definitions of every workload kind the
 agent can render, creates the namespaces the queue specs target and writes a kubeconfig.
 
-CRDs: the shared reference folder (`../shared/crds` beside the repository) holds the upstream
-CRDs and is used when present. A fresh clone or an installed package may not have it, so the
+CRDs: a checkout holds the upstream CRDs in `tests/fixtures/crds` and uses them when present.
+An installed package does not have them, so the
 fallback builds each CRD from the schema the render layer ships
 (`launch_agent/render/schemas/crds/<plural>.<group>_<version>.json`) and the kind table of
 `launch_agent.render.kinds`: the same schema the agent's output validation uses, so the API
@@ -30,7 +30,7 @@ from launch_agent.sandbox.cluster import Node, RealClock, SimulatedCluster
 from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
 from launch_agent.sandbox.wandb import LaunchState, WandbServer
 
-SHARED_CRDS = Path(__file__).resolve().parents[2].parent / "shared" / "crds"
+SHARED_CRDS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "crds"
 
 # One node large enough for every example spec at once (GPUs and TPUs included), so only the
 # runs scripted to be unschedulable are.
@@ -104,8 +104,8 @@ class WorldSettings:
     # How long a popped, unacknowledged item stays leased (W&B: a few minutes).
     lease_seconds: float = 60.0
     default_outcome: str = "succeed after=2s"
-    # "auto": ../shared/crds if present, else the packaged schemas; "packaged"; "none"; or a
-    # directory of CRD YAML files.
+    # "auto": tests/fixtures/crds of a checkout if present, else the packaged schemas;
+    # "packaged"; "none"; or a directory of CRD YAML files.
     crds: str = "auto"
     nodes: tuple[Node, ...] = (BIG_NODE,)
     cluster: bool = True

@@ -122,6 +122,9 @@ class TrackingConfig(_Strict):
     log_tail_lines: int = Field(default=50, ge=0, le=1000)
     # One batched RunStoppedStatus request for every in-flight run, this often.
     stop_check_seconds: float = Field(default=10.0, gt=0)
+    # W&B's run start deadline (its chart's agent.startTimeout, WANDB_LAUNCH_START_TIMEOUT).
+    # Accepted so W&B's values load unchanged; the agent does not act on it yet (docs/install.md).
+    start_timeout_seconds: float | None = Field(default=None, gt=0)
 
 
 class AgentConfig(_Strict):

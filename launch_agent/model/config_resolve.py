@@ -99,6 +99,7 @@ ENVIRONMENT: tuple[tuple[str, Path, str], ...] = (
     ("LAUNCH_AGENT_KANIKO_NAMESPACE", ("kaniko_namespace",), "str"),
     ("LAUNCH_AGENT_KANIKO_SERVICE_ACCOUNT", ("kaniko_service_account",), "str"),
     ("WANDB_LAUNCH_KANIKO_AUTH_SECRET", ("kaniko_docker_config_secret",), "str"),
+    ("WANDB_LAUNCH_START_TIMEOUT", ("tracking", "start_timeout_seconds"), "str"),
 )
 
 _EXPECTED = {

@@ -89,6 +89,7 @@ class Agent:
         *,
         kube_configuration: Any = None,
         kubeconfig: str | None = None,
+        kube_context: str | None = None,
         now: Callable[[], datetime] | None = None,
         hostname: str | None = None,
         admission: AdmissionStage | None = None,
@@ -101,6 +102,7 @@ class Agent:
         self.config = config
         self.kube_configuration = kube_configuration
         self.kubeconfig = kubeconfig
+        self.kube_context = kube_context
         self.now = now or (lambda: datetime.now(UTC))
         self.hostname = hostname or platform.node() or "launch-agent"
         self.admission: AdmissionStage = admission or MaxJobs(config.max_jobs)
@@ -189,7 +191,7 @@ class Agent:
         else:
             kube_cfg = await self._kube_configuration()
             # Expiring credentials: the pod's rotated token, a kubeconfig's exec plugin.
-            kube_options.update(KubeClient.renewal(self.kubeconfig))
+            kube_options.update(KubeClient.renewal(self.kubeconfig, self.kube_context))
         kube = await stack.enter_async_context(KubeClient(kube_cfg, **kube_options))
         self.kube = kube
 
@@ -348,7 +350,7 @@ class Agent:
         if self.kubeconfig and not await asyncio.to_thread(os.path.isfile, self.kubeconfig):
             raise StartupError(f"kubeconfig {self.kubeconfig} does not exist")
         try:
-            return await load_configuration(self.kubeconfig)
+            return await load_configuration(self.kubeconfig, self.kube_context)
         except Exception as exc:
             # The client library's own errors (a file without current-context, no cluster
             # credentials at all) become one line that says where the agent looked.

@@ -1,6 +1,6 @@
 """The agent's in-memory record of each run in flight, rebuilt from the cluster on start.
 
-Kubernetes is the durable record (DESIGN.md, "Identity and idempotency"): every workload
+Kubernetes is the durable record (docs/agent.md, idempotent creates): every workload
 carries the agent, queue, run-queue-item and run id as labels and annotations, so a restarted
 agent rebuilds this table from its informers' first list and never needs a file of its own.
 

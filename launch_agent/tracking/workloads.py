@@ -1,7 +1,7 @@
 """Workload status -> a kind-independent phase, one reader per workload kind.
 
 Each controller writes status in its own shape; the readers below know those shapes from the
-CRD schemas (`shared/crds/`) and the controllers' constants, not from guesses:
+CRD schemas (`tests/fixtures/crds/`) and the controllers' constants, not from guesses:
 
 - batch/v1 Job: conditions Complete / SuccessCriteriaMet and Failed / FailureTarget (reasons
   BackoffLimitExceeded, DeadlineExceeded, PodFailurePolicy); `status.ready`; `spec.suspend` or

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from launch_agent import __version__
 from launch_agent.model.config_resolve import ConfigError, resolve
 from tests.chart.conftest import ci_file
 from tests.chart.helm import (
@@ -228,7 +229,7 @@ def test_wandb_values_keep_their_meaning(rendered: dict[str, list[Manifest]]) ->
         "name": f"{RELEASE}-secret-env-vars",
         "key": "HF_TOKEN",
     }
-    assert env["REQUESTS_CA_BUNDLE"] == "/etc/launch-agent/ca/custom-ca.crt"
+    assert env["REQUESTS_CA_BUNDLE"] == "/etc/launch-agent/ca-bundle/ca-certificates.crt"
     assert env["WANDB_LAUNCH_KANIKO_PVC_NAME"] == "kaniko-contexts"
     assert env["WANDB_LAUNCH_KANIKO_AUTH_SECRET"] == "registry-push"
     template = one(manifests, "Deployment")["spec"]["template"]
@@ -242,8 +243,9 @@ def test_wandb_values_keep_their_meaning(rendered: dict[str, list[Manifest]]) ->
     assert {f"{RELEASE}-git-creds", f"{RELEASE}-azure-storage-access-key"} <= names
     # W&B's own defaults: its image and minAvailable 1 are honoured as given.
     wandb = rendered["wandb-values.yaml"]
+    # W&B's agent image would crash-loop on this chart's arguments: it is replaced.
     assert one(wandb, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"] == (
-        "wandb/launch-agent:0.17.3"
+        f"ghcr.io/launch-agent/launch-agent:{__version__}"
     )
     assert one(wandb, "PodDisruptionBudget")["spec"] == {
         "minAvailable": 1,
@@ -270,7 +272,7 @@ def test_notes_summarise_the_install(helm: Helm) -> None:
     assert result.returncode == 0, result.stderr
     assert "Queues:             <YOUR QUEUE NAME>" in result.stdout
     assert "Target namespaces:  wandb, default" in result.stdout
-    assert "WARNING: agent.image is W&B's agent" in result.stdout
+    assert "NOTE: agent.image names W&B's agent image (wandb/launch-agent:0.17.3)" in result.stdout
     assert "minAvailable 1 blocks node drains" in result.stdout
 
 

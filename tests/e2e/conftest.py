@@ -29,8 +29,7 @@ from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
 from launch_agent.sandbox.wandb import ItemState, LaunchState, RunQueueItem, WandbServer
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared"
-CRDS = SHARED / "crds"
+CRDS = ROOT / "tests" / "fixtures" / "crds"
 EXAMPLE_SPECS = ROOT / "queue-specs"
 
 BASIC_SPEC = """\

@@ -1,7 +1,7 @@
 """`make demo` works: the `launch-agent demo` command, as a user runs it, and its verdict.
 
 The first test runs the installed command in a subprocess exactly as `make demo` does, with the
-CRDs built from the schemas the package ships (what a fresh clone without `../shared` gets),
+CRDs built from the schemas the package ships (what an installed package without `tests/fixtures/crds` gets),
 and checks the exit status and the closing table. The second runs the demo's driver in-process
 with a deliberately wrong expectation and checks that the demo then fails and says why, so the
 exit status of the first test means something.

@@ -36,7 +36,7 @@ from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
 from launch_agent.tracking import assess, assess_deleted
 
 ROOT = Path(__file__).resolve().parents[2]
-CRDS = ROOT.parent / "shared" / "crds"
+CRDS = ROOT / "tests" / "fixtures" / "crds"
 NS = "default"
 JOBS = Resource("batch", "v1", "Job", "jobs")
 PODS = Resource("", "v1", "Pod", "pods")

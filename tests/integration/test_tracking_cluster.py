@@ -197,7 +197,7 @@ async def test_stop_deletes_the_job_and_its_pods(
     assert kube.objects.list("pods", NS, label_selector="job-name=run-stop") == []
 
 
-CRDS = Path(__file__).resolve().parents[2].parent / "shared" / "crds"
+CRDS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "crds"
 LABELS = {"launch-agent.io/agent": "test-agent", "launch-agent.io/run-id": "run-cr"}
 CONTAINER = {"name": "main", "image": "ghcr.io/acme/train:1.2"}
 TEMPLATE = {

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from launch_agent import __version__
 from launch_agent.cli import main
@@ -15,11 +16,17 @@ from launch_agent.cli import main
 KEY = "0123456789abcdef0123456789abcdef01234567"
 
 
-def _cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli(
+    *args: str, env: dict[str, str], cwd: Path, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "launch_agent", *args],
-        env={"PATH": "/usr/bin:/bin", "HOME": str(cwd), **env},
+        env={"PATH": "/usr/bin:/bin", "HOME": str(cwd), "PYTHONPATH": str(ROOT), **env},
         cwd=cwd,
+        input=stdin,
         capture_output=True,
         text=True,
         check=False,
@@ -101,3 +108,169 @@ def test_default_wandb_config_path_is_read_when_present(tmp_path: Path) -> None:
     result = _cli("config", "show", "-o", "json", env={}, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["queues"] == ["from-home"]
+
+
+# --- did you mean -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (["rnu"], "did you mean 'run'?"),
+        (["valdiate"], "did you mean 'validate'?"),
+        (["sand"], "did you mean 'sandbox'?"),
+        (["config", "shwo"], "did you mean 'show'?"),
+        (["completion", "bsh"], "did you mean 'bash' or 'zsh'?"),
+    ],
+)
+def test_a_mistyped_command_gets_a_suggestion(
+    capsys: pytest.CaptureFixture[str], argv: list[str], hint: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"invalid choice: {argv[-1]!r}" in err and err.rstrip().endswith(hint)
+
+
+def test_nothing_close_gets_no_suggestion(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["xyzzy"])
+    err = capsys.readouterr().err
+    assert "invalid choice: 'xyzzy'" in err and "did you mean" not in err
+
+
+# --- completion -------------------------------------------------------------------------------
+
+
+def _complete_bash(script: str, words: list[str]) -> list[str]:
+    """What bash offers after `words` (the last is the word being completed)."""
+    program = (
+        f"{script}\nCOMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}"
+        '\n_launch_agent; printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    done = subprocess.run(
+        ["bash", "--norc", "--noprofile", "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return [line for line in done.stdout.splitlines() if line]
+
+
+def _script(shell: str, tmp_path: Path) -> str:
+    result = _cli("completion", shell, env={}, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_bash_completion_completes_commands_subcommands_and_options(tmp_path: Path) -> None:
+    script = _script("bash", tmp_path)
+    assert _complete_bash(script, ["launch-agent", "val"]) == ["validate"]
+    assert _complete_bash(script, ["launch-agent", "ver"]) == ["version"]
+    assert _complete_bash(script, ["launch-agent", "sandbox", ""]) == ["up", "submit", "--help"]
+    assert _complete_bash(script, ["launch-agent", "run", "--con"]) == ["--config", "--context"]
+    # Options of `config show`, after an option and its value.
+    assert _complete_bash(script, ["launch-agent", "config", "show", "-q", "a", "--ou"]) == [
+        "--output"
+    ]
+    assert _complete_bash(script, ["launch-agent", "completion", "z"]) == ["zsh"]
+
+
+def test_zsh_and_fish_scripts_cover_every_command(tmp_path: Path) -> None:
+    # zsh and fish are not installed here: the scripts are checked for the tree they carry.
+    from launch_agent.cli import build_parser
+    from launch_agent.commands.completion_cmd import command_tree
+
+    tree = command_tree(build_parser())
+    zsh, fish = _script("zsh", tmp_path), _script("fish", tmp_path)
+    assert zsh.startswith("#compdef launch-agent\n") and "compdef _launch_agent launch-agent" in zsh
+    for path, node in tree.items():
+        key = " ".join(("launch-agent", *path))
+        assert f"  '{key}' '{' '.join(node.words)}'" in zsh, key
+    assert "complete -c launch-agent -n '__fish_use_subcommand' -a 'config run" in fish
+    assert (
+        "complete -c launch-agent -n '__fish_seen_subcommand_from sandbox; and"
+        " not __fish_seen_subcommand_from up submit' -a 'up submit'"
+    ) in fish
+    assert (
+        "complete -c launch-agent -n '__fish_seen_subcommand_from sandbox; and"
+        " __fish_seen_subcommand_from up' -l kube-port"
+    ) in fish
+
+
+# --- `-` reads standard input -----------------------------------------------------------------
+
+
+def test_config_from_stdin(tmp_path: Path) -> None:
+    result = _cli(
+        "config", "show", "--config", "-", env={}, cwd=tmp_path, stdin="queues: [piped]\n"
+    )
+    assert result.returncode == 0, result.stderr
+    lines = {line.split()[0]: line for line in result.stdout.splitlines()}
+    assert '"piped"' in lines["queues"] and lines["queues"].endswith("# file <stdin>:1")
+
+
+def test_config_errors_from_stdin_name_stdin(tmp_path: Path) -> None:
+    result = _cli("config", "show", "-c", "-", env={}, cwd=tmp_path, stdin="max_job: 2\n")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: <stdin>:1: max_job: unknown key")
+
+
+def test_validate_a_spec_from_stdin(tmp_path: Path) -> None:
+    spec = (ROOT / "queue-specs" / "job.yaml").read_text()
+    result = _cli("validate", "-", env={}, cwd=tmp_path, stdin=spec)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("ok: <stdin>: Job")
+    broken = _cli("validate", "-", env={}, cwd=tmp_path, stdin="apiVersion: launch-agent/v1\n")
+    assert broken.returncode == 1 and "error: <stdin>:" in broken.stderr
+
+
+def test_sandbox_submit_resource_args_from_stdin(tmp_path: Path) -> None:
+    # Read (and refused) before any request: a list is not a Kubernetes object.
+    result = _cli(
+        "sandbox", "submit", "--queue", "q", "--image", "busybox", "--resource-args", "-",
+        "--base-url", "http://127.0.0.1:9", "--api-key", KEY,
+        env={}, cwd=tmp_path, stdin="[1, 2]\n",
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "<stdin>: must hold a mapping (a Kubernetes object), got list" in result.stderr
+
+
+# --- --context --------------------------------------------------------------------------------
+
+
+def test_run_takes_a_kubeconfig_context(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: a\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: a, context: {cluster: c, user: u}}]\n"
+    )
+    (tmp_path / "c.yaml").write_text("queues: [q]\n")
+    result = _cli(
+        "run", "-c", "c.yaml", "--kubeconfig", str(kubeconfig), "--context", "elsewhere",
+        env={"WANDB_API_KEY": KEY, "WANDB_BASE_URL": "http://127.0.0.1:9"}, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "cannot load the Kubernetes configuration" in result.stderr
+    assert "elsewhere" in result.stderr
+
+
+# --- -o json|yaml -----------------------------------------------------------------------------
+
+
+def test_validate_prints_records_as_json_and_yaml(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("apiVersion: launch-agent/v1\n")
+    good = str(ROOT / "queue-specs" / "job.yaml")
+    result = _cli("validate", "-o", "json", good, "bad.yaml", env={}, cwd=tmp_path)
+    assert result.returncode == 1 and result.stderr == ""
+    records = json.loads(result.stdout)
+    assert [(r["file"], r["ok"]) for r in records] == [(good, True), ("bad.yaml", False)]
+    assert records[0]["summary"].startswith("Job (batch/v1)") and records[0]["problems"] == []
+    assert all(set(p) == {"path", "reason"} for p in records[1]["problems"])
+    assert records[1]["problems"]
+    as_yaml = _cli("validate", "-o", "yaml", good, "bad.yaml", env={}, cwd=tmp_path)
+    assert yaml.safe_load(as_yaml.stdout) == records

@@ -52,6 +52,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- if .Values.existingSecret -}}{{ .Values.existingSecretKey }}{{- else -}}password{{- end -}}
 {{- end -}}
 
+{{/*
+The API key: `agent.apiKey`, else a dotted top-level `agent.apiKey` key (an early W&B CI file
+wrote it that way; W&B's chart ignored it, so its author's intent is the only meaning it has).
+*/}}
+{{- define "launch-agent.apiKey" -}}
+{{- .Values.agent.apiKey | default (index .Values "agent.apiKey") | default "" -}}
+{{- end -}}
+
 {{/* True when the chart renders the API-key Secret itself (no external or existing Secret). */}}
 {{- define "launch-agent.createApiKeySecret" -}}
 {{- if and (not .Values.existingSecret) (not .Values.agent.useExternalWandbSecret) -}}true{{- end -}}
@@ -65,9 +73,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end -}}
 {{- end -}}
 
-{{/* `agent.image` (W&B's key, a full reference) wins over `image.repository:image.tag`. */}}
+{{/*
+`agent.image` (W&B's key, a full reference) wins over `image.repository:image.tag`, except when it
+names W&B's own agent image (`wandb/launch-agent`, `wandb/launch-agent-dev`, with or without a
+registry host): that image does not understand this chart's arguments and crash-loops, so this
+chart's image is used instead and NOTES says so.
+*/}}
+{{- define "launch-agent.isWandbImage" -}}
+{{- if regexMatch "^(([^/]+\\.[^/]+|docker\\.io)/)?wandb/launch-agent[^/:@]*([:@].*)?$" (.Values.agent.image | default "") -}}true{{- end -}}
+{{- end -}}
+
 {{- define "launch-agent.image" -}}
-{{- if .Values.agent.image -}}
+{{- if and .Values.agent.image (not (include "launch-agent.isWandbImage" .)) -}}
 {{- .Values.agent.image -}}
 {{- else -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
@@ -229,6 +246,24 @@ Call with (dict "vars" <list or map> "secret" <Secret name, or "" for plain valu
 {{- end -}}
 {{- end -}}
 {{- $out | toJson -}}
+{{- end -}}
+
+{{/*
+A map without its null values, as JSON: W&B's values list annotation keys with no value
+(`iam.gke.io/gcp-service-account:`) as examples, which its chart rendered as empty strings.
+*/}}
+{{- define "launch-agent.withoutNulls" -}}
+{{- $out := dict -}}
+{{- range $key, $value := . | default dict -}}
+{{- if not (kindIs "invalid" $value) -}}{{- $_ := set $out $key $value -}}{{- end -}}
+{{- end -}}
+{{- $out | toJson -}}
+{{- end -}}
+
+{{/* The custom CA bundle's ConfigMap as JSON {name, key}, or {} when W&B's empty default is set. */}}
+{{- define "launch-agent.customCA" -}}
+{{- $cm := (.Values.customCABundle | default dict).configMap | default dict -}}
+{{- if and $cm.name $cm.key -}}{{- dict "name" $cm.name "key" $cm.key | toJson -}}{{- else -}}{}{{- end -}}
 {{- end -}}
 
 {{/* `quota.mode` as a string; YAML reads an unquoted `off` as false. */}}

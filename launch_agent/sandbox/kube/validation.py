@@ -4,7 +4,7 @@ Core kinds are checked against the strict JSON schemas bundled with `kubernetes_
 (Kubernetes 1.37, `additionalProperties: false` everywhere; an optional dependency, the
 `validate` extra, so without it a Strict request for a core kind is answered 500 with the
 install hint rather than passed unchecked); custom resources against their
-CRD's `openAPIV3Schema`, closed the way `../shared/reference/helm-and-validators.md` §8 explains:
+CRD's `openAPIV3Schema`, closed the way `scripts/extract_crd_schemas.py` explains:
 `additionalProperties: false` on every object node that lists `properties` and neither sets
 `additionalProperties` nor `x-kubernetes-preserve-unknown-fields`, `nullable` turned into a
 JSON-schema null type, and fields with a `default` dropped from `required` (the API server

@@ -1,7 +1,7 @@
 """A partial W&B GraphQL schema, anchored to the documents the real client sends.
 
-W&B's schema is private (`shared/reference/sandbox-spec.md` §5), so this SDL is written from
-the recorded operations in `shared/reference/wandb-graphql-operations.jsonl` and the public
+W&B's schema is private (not published), so this SDL is written from
+the recorded operations in `tests/fixtures/wandb/wandb-graphql-operations.jsonl` and the public
 generated types. It covers the launch operations, the operations of the reference agent's own
 run (wandb-core) and the sweep queries. A golden test checks that every recorded document still
 validates, so the SDL cannot drift into agreeing only with itself. Anything outside it is

@@ -22,7 +22,7 @@ selects, so tests can count pops even when a client batches them into one aliase
 Timing fidelity: aiohttp sets TCP_NODELAY and coalesces the headers with a body that is known
 in advance, so every answer leaves in one write. A stand-in that let Nagle's algorithm hold
 back the body made the reference agent look 3-4x slower than it is
-(`shared/reference/reference-agent-throughput.md`, caveat 6).
+(docs/benchmarks.md, "Method").
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ warning history, agent status history) without going through HTTP. The GraphQL r
 (`resolvers.py`) are thin wrappers over the same methods, so the HTTP and the Python path have
 one implementation of every rule.
 
-Semantics follow W&B Launch (`shared/reference/wandb-launch-agent.md` §1):
+Semantics follow W&B Launch (wandb 0.31.0's `wandb/sdk/launch/` agent and its GraphQL calls):
 
 - An item is PENDING until popped; a pop leases it to the agent (LEASED) for `lease_seconds`;
   a lease that lapses without an ack puts the item back in its queue at its original place.

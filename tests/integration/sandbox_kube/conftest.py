@@ -14,7 +14,7 @@ from launch_agent.sandbox.kube.apiserver import load_crd_documents
 from launch_agent.sandbox.kube.validation import core_walker
 
 ROOT = Path(__file__).resolve().parents[3]
-CRDS = ROOT.parent / "shared" / "crds"
+CRDS = ROOT / "tests" / "fixtures" / "crds"
 
 # kubernetes_asyncio builds an SSL context for every ApiClient, even for plain http; loading the
 # system CA bundle takes ~40 ms on the event loop (over the 100 ms guardrail on a busy 2-core
@@ -68,7 +68,7 @@ async def kube() -> AsyncIterator[KubeApiServer]:
 
 @pytest.fixture(scope="session")
 def crds() -> Path:
-    """The shared CRD folder, parsed before any event loop runs (libyaml holds the GIL)."""
+    """The vendored CRD folder (tests/fixtures/crds), parsed before any event loop runs (libyaml holds the GIL)."""
     for path in sorted(CRDS.glob("*.yaml")):
         load_crd_documents(path)
     return CRDS

@@ -1,7 +1,7 @@
 """Every document the real wandb 0.31.0 client sends gets a valid answer of the right shape.
 
 The documents and example variables are the recorded ones in
-`shared/reference/wandb-graphql-operations.jsonl`; ids in the examples are replaced by ids of
+`tests/fixtures/wandb/wandb-graphql-operations.jsonl`; ids in the examples are replaced by ids of
 objects seeded in the sandbox (W&B ids are opaque). "Right shape" means: no GraphQL errors and
 every field the document selects (under its alias) is present in the answer, recursively.
 """
@@ -19,7 +19,7 @@ from launch_agent.sandbox.wandb import ItemState, WandbServer
 from tests.integration.sandbox_wandb.conftest import SPEC, Client
 
 ROOT = Path(__file__).resolve().parents[3]
-GOLDEN = ROOT.parent / "shared" / "reference" / "wandb-graphql-operations.jsonl"
+GOLDEN = ROOT / "tests" / "fixtures" / "wandb" / "wandb-graphql-operations.jsonl"
 OPERATIONS = [json.loads(line) for line in GOLDEN.read_text().splitlines() if line.strip()]
 
 

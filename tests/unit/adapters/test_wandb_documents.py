@@ -24,7 +24,7 @@ from launch_agent.adapters import wandb_documents as docs
 from tests.unit.adapters.wandb_sdl import check, normalize
 
 ROOT = Path(__file__).resolve().parents[3]
-RECORDED_FILE = ROOT.parent / "shared" / "reference" / "wandb-graphql-operations.jsonl"
+RECORDED_FILE = ROOT / "tests" / "fixtures" / "wandb" / "wandb-graphql-operations.jsonl"
 
 
 def _recorded() -> dict[str, dict[str, Any]]:

@@ -20,7 +20,7 @@ from launch_agent.render.spec_load import load_queue_spec
 from .helpers import EXAMPLES, ROOT
 
 SHIPPED = ROOT / "launch_agent" / "render" / "schemas" / "crds"
-CRDS = ROOT.parent / "shared" / "crds"
+CRDS = ROOT / "tests" / "fixtures" / "crds"
 
 
 def rendered(file: str) -> dict[str, Any]:

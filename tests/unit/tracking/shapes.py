@@ -1,7 +1,7 @@
 """Real-shaped API objects for the tracking tables.
 
 Field names, nesting and values follow what the API server and each controller write (kubelet
-pod status, the Job controller's conditions, the CRD status schemas in shared/crds); only the
+pod status, the Job controller's conditions, the CRD status schemas in tests/fixtures/crds); only the
 parts tracking reads are filled in.
 """
 
