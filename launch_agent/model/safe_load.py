@@ -35,9 +35,9 @@ import json
 import math
 import re
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -105,7 +105,7 @@ _MERGE = "tag:yaml.org,2002:merge"
 
 
 class _YamlRefusal(yaml.MarkedYAMLError):
-    pass
+    path = ""
 
 
 class _Loader(yaml.SafeLoader):
@@ -114,7 +114,7 @@ class _Loader(yaml.SafeLoader):
     (`CSafeLoader` composes in C, out of reach of the depth and alias counts.)
     """
 
-    yaml_constructors = {
+    yaml_constructors: ClassVar[dict[Any, Any]] = {
         tag: fn for tag, fn in yaml.SafeLoader.yaml_constructors.items() if tag in _SAFE_TAGS
     }
 
@@ -125,13 +125,16 @@ class _Loader(yaml.SafeLoader):
         self.alias_nodes = 0
         self.sizes: dict[int, int] = {}
         self.open_anchors: set[str] = set()
+        self.path: list[str] = []
 
-    def _refuse(self, mark: Any, reason: str) -> None:
-        raise _YamlRefusal(problem=reason, problem_mark=mark)
+    def _refuse(self, mark: Any, reason: str, path: str = "") -> None:
+        error = _YamlRefusal(problem=reason, problem_mark=mark)
+        error.path = path
+        raise error
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             if event.anchor in self.open_anchors:
                 self._refuse(event.start_mark, "recursive alias (the data would contain itself)")
             node = self.anchors.get(event.anchor)
@@ -143,18 +146,50 @@ class _Loader(yaml.SafeLoader):
                         f"aliases expand to more than {self.limits.max_alias_nodes:,} nodes",
                     )
             return super().compose_node(parent, index)
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]
         self.depth += 1
         if self.depth > self.limits.max_depth:
             self._refuse(event.start_mark, f"nested deeper than {self.limits.max_depth} levels")
         anchor = getattr(event, "anchor", None)
         if anchor is not None:
             self.open_anchors.add(anchor)
+        # The composer passes a value's key node (or a list index): the path of what follows.
+        if isinstance(index, yaml.ScalarNode):
+            self.path.append(str(index.value))
+        elif isinstance(index, int):
+            self.path.append(f"[{index}]")
+        else:
+            self.path.append("")
         try:
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
             self.open_anchors.discard(anchor)
+            self.path.pop()
+
+    def where(self, key: str = "") -> str:
+        out = ""
+        for part in [*self.path, key]:
+            if part:
+                out += part if part.startswith("[") or not out else f".{part}"
+        return out
+
+    def compose_mapping_node(self, anchor: Any) -> Any:
+        node = super().compose_mapping_node(anchor)
+        # Duplicates are found here, where the path is known; construction only checks types.
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = (key_node.tag, key_node.value)
+            if key in seen:
+                self._refuse(
+                    key_node.start_mark,
+                    f"duplicate key {key_node.value!r} (first at line {seen[key]})",
+                    self.where(str(key_node.value)),
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return node
 
     def _size(self, node: yaml.Node) -> int:
         """Nodes `node` stands for with its aliases expanded (memoised: linear, not exponential)."""
@@ -188,10 +223,9 @@ class _Loader(yaml.SafeLoader):
                     key_node.start_mark,
                     f"mapping key {key_node.value!r} is not a string: quote it",
                 )
-            if key in seen:
+            if key in seen:  # `"a"` and `a`: different tags, same key
                 self._refuse(
-                    key_node.start_mark,
-                    f"duplicate key {key!r} (first at line {seen[key]})",
+                    key_node.start_mark, f"duplicate key {key!r} (first at line {seen[key]})"
                 )
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep)
@@ -202,6 +236,12 @@ class _Loader(yaml.SafeLoader):
             self._refuse(node.start_mark, f"{node.value!r} is not a finite number")
         return value
 
+    def construct_yaml_int(self, node: Any) -> Any:
+        digits = str(node.value)
+        if len(digits) > MAX_INT_DIGITS:
+            self._refuse(node.start_mark, f"integer of {len(digits):,} digits is too long")
+        return super().construct_yaml_int(node)
+
     def construct_timestamp_text(self, node: Any) -> Any:
         return self.construct_scalar(node)
 
@@ -209,12 +249,12 @@ class _Loader(yaml.SafeLoader):
         tag = node.tag.replace("tag:yaml.org,2002:", "!!")
         self._refuse(
             node.start_mark,
-            f"tag {tag} is not allowed (only strings, numbers, booleans, null, mappings and"
-            " lists)",
+            f"tag {tag} is not allowed (only strings, numbers, booleans, null, mappings and lists)",
         )
 
 
 _Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 # Unquoted dates and `=` stay the text written (a timestamp object is not JSON).
 _Loader.add_constructor(_TIMESTAMP, _Loader.construct_timestamp_text)
 _Loader.add_constructor("tag:yaml.org,2002:value", _Loader.construct_timestamp_text)
@@ -230,9 +270,10 @@ def _yaml_error(exc: yaml.YAMLError, source: str) -> InputError:
     reason = getattr(exc, "problem", None) or str(exc)
     if not isinstance(exc, _YamlRefusal):
         reason = f"invalid YAML: {reason}"
+    path = getattr(exc, "path", "")
     if mark is None:
-        return InputError(reason, source=source)
-    return InputError(reason, source=source, line=mark.line + 1, column=mark.column + 1)
+        return InputError(reason, source=source, path=path)
+    return InputError(reason, source=source, line=mark.line + 1, column=mark.column + 1, path=path)
 
 
 def _is_empty(node: yaml.Node) -> bool:
@@ -310,9 +351,9 @@ def _scan(text: str, cut: int | None, limit: int, source: str) -> tuple[str, deq
     real NaN/Infinity; `reasons` says, in text order, what each `NaN` json.loads will meet
     stands for.
     """
-    if text.count("[") + text.count("{") <= (limit if cut is None else cut):
-        if "NaN" not in text and "Infinity" not in text:
-            return text, deque()
+    shallow = text.count("[") + text.count("{") <= (limit if cut is None else cut)
+    if shallow and "NaN" not in text and "Infinity" not in text:
+        return text, deque()
     reasons: deque[str] = deque()
     pieces: list[str] = []
     depth = 0
@@ -340,9 +381,7 @@ def _scan(text: str, cut: int | None, limit: int, source: str) -> tuple[str, deq
         elif cut_at is None:
             if cut is None:
                 line, column = _position(text, match.start())
-                raise InputError(
-                    f"{token} is not JSON", source=source, line=line, column=column
-                )
+                raise InputError(f"{token} is not JSON", source=source, line=line, column=column)
             reasons.append(f"{token} is not JSON")
     if cut_at is not None:  # unbalanced: leave it to json.loads to report the syntax
         return text, deque()
@@ -350,7 +389,7 @@ def _scan(text: str, cut: int | None, limit: int, source: str) -> tuple[str, deq
     return "".join(pieces), reasons
 
 
-def _hooks(reasons: deque[str]) -> dict[str, Callable[..., Any]]:
+def _decoder(reasons: deque[str]) -> json.JSONDecoder:
     """json.loads hooks that leave a `Refused` marker where the rules refuse a value."""
     refuse = Refused
 
@@ -374,12 +413,9 @@ def _hooks(reasons: deque[str]) -> dict[str, Callable[..., Any]]:
             out[key] = value
         return out
 
-    return {
-        "parse_constant": constant,
-        "parse_float": number,
-        "parse_int": integer,
-        "object_pairs_hook": pairs,
-    }
+    return json.JSONDecoder(
+        parse_constant=constant, parse_float=number, parse_int=integer, object_pairs_hook=pairs
+    )
 
 
 def _decode_text(raw: str | bytes, source: str) -> str:
@@ -404,7 +440,7 @@ def load_json(raw: str | bytes, *, source: str = "", limits: Limits = ITEM_LIMIT
     text = _decode_text(raw, source)
     text, reasons = _scan(text, None, limits.max_depth, source)
     try:
-        value = json.loads(text, **_hooks(reasons))
+        value = _decoder(reasons).decode(text)
     except json.JSONDecodeError as exc:
         raise _json_syntax(exc, source) from None
     except RecursionError:  # the scan makes this unreachable; never let it escape
@@ -426,7 +462,7 @@ def decode_response(raw: str | bytes, *, cut: int, limit: int) -> Any:
     text = _decode_text(raw, "")
     text, reasons = _scan(text, cut, limit, "")
     try:
-        return json.loads(text, **_hooks(reasons))
+        return _decoder(reasons).decode(text)
     except json.JSONDecodeError as exc:
         raise _json_syntax(exc, "") from None
     except RecursionError:
