@@ -248,11 +248,11 @@ def run_spec(
             return {}, f"runSpec is a string that is not JSON: {reason}{where}"
     if isinstance(value, Refused):
         return {}, f"runSpec: {value.reason}"
-    if not isinstance(value, dict):
-        return {}, f"runSpec is {_kind(value)}, expected a JSON object"
     problem = check_value(value, max_depth, "runSpec")
     if problem is not None:
         return {}, f"{problem[0]}: {problem[1]}"
+    if not isinstance(value, dict):
+        return {}, f"runSpec is {_kind(value)}, expected a JSON object"
     size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
     if size > max_bytes:
         return {}, _too_big(size, max_bytes)

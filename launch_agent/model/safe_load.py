@@ -383,9 +383,11 @@ def _scan(text: str, cut: int | None, limit: int, source: str) -> tuple[str, deq
                 line, column = _position(text, match.start())
                 raise InputError(f"{token} is not JSON", source=source, line=line, column=column)
             reasons.append(f"{token} is not JSON")
-    if cut_at is not None:  # unbalanced: leave it to json.loads to report the syntax
-        return text, deque()
-    pieces.append(text[start:])
+    if cut_at is not None:  # never closed: json.loads reports the syntax error at the end
+        pieces += [text[start:cut_at], "NaN"]
+        reasons.append(f"nested deeper than {limit} levels")
+    else:
+        pieces.append(text[start:])
     return "".join(pieces), reasons
 
 
