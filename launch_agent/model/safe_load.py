@@ -71,11 +71,11 @@ class InputError(ValueError):
         column: int | None = None,
         path: str = "",
     ) -> None:
-        self.reason = reason
+        self.reason = printable(reason)
         self.source = source
         self.line = line
         self.column = column
-        self.path = path
+        self.path = printable(path)
         super().__init__(self.text())
 
     @property
@@ -490,8 +490,13 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
+def printable(text: str) -> str:
+    """`text` with lone surrogates escaped, so a message about one can itself be written."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _short_path(path: str, limit: int = 120) -> str:
-    return path if len(path) <= limit else path[:limit] + "..."
+    return printable(path if len(path) <= limit else path[:limit] + "...")
 
 
 def check_value(value: Any, max_depth: int, prefix: str = "") -> tuple[str, str] | None:

@@ -136,7 +136,7 @@ def test_compose_returns_the_nodes_for_line_numbers() -> None:
         ('{"a": [1e999999]}', "a[0]", "number 1e999999 is out of range"),
         ('{"a": ' + "1" * 4301 + "}", "a", "integer of 4,301 digits is too long"),
         ('{"a": "x\\ud800y"}', "a", "lone surrogate \\ud800"),
-        ('{"\\udfff": 1}', "\udfff", "lone surrogate \\udfff"),
+        ('{"\\udfff": 1}', "\\udfff", "lone surrogate \\udfff"),
         ('{"a": [1,}', "line 1, column 10", "invalid JSON: Expecting value"),
         ("[" * 100_000, "line 1, column 101", "nested deeper than 100 levels"),
     ],
