@@ -19,9 +19,10 @@ so a document never grows without bound), and nothing is polled per run.
 Reading answers: every body goes through `safe_load.decode_response`, which never raises
 anything but `InputError` (no `RecursionError`, no `ValueError` from a 5,000-digit number):
 values nested deeper than the item limit, duplicate keys and non-finite numbers become markers
-in place, so a hostile runSpec fails its own item (`wandb_results.run_spec`) while a body that
-cannot be read at all is a `WandbProtocolError`, which callers treat like any W&B failure (the
-poller pops again later). Big bodies are decoded off the event loop.
+in place, so a hostile runSpec fails its own item (`wandb_results.run_spec`). A 200 whose body
+cannot be read at all (cut short, not UTF-8, not JSON: a proxy's page, say) is retried like a
+5xx (it may have been applied) and ends as `WandbUnavailable`; a readable answer of the wrong
+shape is a `WandbProtocolError`. Big bodies are decoded off the event loop.
 
 Retried mutations: a pop whose answer was lost leaves an item leased, which the server re-queues
 after its lease expires, so retrying is safe. An ack is not: if an attempt may have reached the
@@ -84,6 +85,10 @@ _ANSWER_WRAPPING = 8
 _DECODE_IN_THREAD = 512 * 1024
 # (operation, HTTP status or None for a network error, seconds): for metrics.
 Observer = Callable[[str, int | None, float], None]
+
+
+class _Unreadable(Exception):
+    """A 200 whose body is not JSON at all: transient (a proxy, a cut connection), retried."""
 
 
 class WandbClient:
@@ -373,6 +378,9 @@ class WandbClient:
                     else:
                         raw = await resp.read()
                         return await self._decode(request, verdict, status, raw), maybe_applied
+            except _Unreadable as exc:
+                last_error = f"HTTP {status} with an unreadable body: {exc}"
+                maybe_applied = True
             except aiohttp.ClientConnectorError as exc:
                 last_error = f"cannot connect: {exc}"
             except (aiohttp.ClientError, TimeoutError) as exc:
@@ -421,7 +429,9 @@ class WandbClient:
                 )
             else:
                 body = decode_response(raw, cut=depth + _ANSWER_WRAPPING, limit=depth)
-        except InputError:
+        except InputError as exc:
+            if verdict == "ok":
+                raise _Unreadable(f"{exc}; {raw[:200].decode('utf-8', 'replace')!r}") from None
             body = None
         if isinstance(body, dict) and (verdict == "ok" or body.get("errors")):
             # A 4xx with GraphQL `errors` (a validation error, say) is read like a 200.

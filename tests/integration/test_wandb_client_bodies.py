@@ -14,7 +14,7 @@ from aiohttp import web
 
 from launch_agent.adapters import wandb_documents as docs
 from launch_agent.adapters.wandb_client import WandbClient
-from launch_agent.adapters.wandb_errors import WandbProtocolError
+from launch_agent.adapters.wandb_errors import WandbProtocolError, WandbUnavailable
 from launch_agent.adapters.wandb_retry import RetryPolicy
 from launch_agent.model.config import LimitsConfig
 
@@ -24,8 +24,10 @@ KEY = docs.pop_batch("ent", ["q"], None).keys[0]
 class Answers:
     def __init__(self) -> None:
         self.body = b"{}"
+        self.requests = 0
 
     async def handle(self, _: web.Request) -> web.Response:
+        self.requests += 1
         return web.Response(body=self.body, content_type="application/json")
 
 
@@ -39,7 +41,7 @@ async def served() -> AsyncIterator[tuple[Answers, WandbClient]]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    retry = RetryPolicy(attempts=1, base_delay=0.01, timeout=5)
+    retry = RetryPolicy(attempts=2, base_delay=0.01, timeout=5)
     limits = LimitsConfig(max_item_depth=20, max_item_bytes=10_000)
     try:
         async with WandbClient(f"http://127.0.0.1:{port}", "k", retry=retry, limits=limits) as c:
@@ -78,22 +80,46 @@ async def test_a_hostile_run_spec_is_the_items_problem(
 
 
 @pytest.mark.parametrize(
-    "body",
+    ("body", "reason"),
     [
-        b'{"data": ' + b"[" * 5_000 + b"]" * 5_000 + b"}",  # deep where no item is
-        b'{"data": {}, "data": {}}',
-        b"[" * 5_000,
-        b'{"data": {"viewer": "\xff"}}',
-        b"<html>gateway</html>",
+        (
+            b'{"data": ' + b"[" * 5_000 + b"]" * 5_000 + b"}",
+            "`data` is list, not an object",
+        ),  # no item
+        (b'{"data": {}, "data": {}}', "not a JSON object"),
+        (
+            b'{"data": {"viewer": {"id": "' + b"x" * 10 + b'", "entity": 1e999}}}',
+            "entity is refused",
+        ),
     ],
 )
-async def test_an_unreadable_body_is_a_protocol_error(
-    served: tuple[Answers, WandbClient], body: bytes
+async def test_a_readable_answer_of_the_wrong_shape_is_a_protocol_error(
+    served: tuple[Answers, WandbClient], body: bytes, reason: str
 ) -> None:
     answers, client = served
     answers.body = body
-    with pytest.raises(WandbProtocolError):
+    with pytest.raises(WandbProtocolError, match=reason):
         await client.viewer()
+    assert answers.requests == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"[" * 5_000, "invalid JSON"),  # cut short, and deeper than Python's json recurses
+        (b'{"data": {"viewer": "\xff"}}', "not UTF-8"),
+        (b"<html>gateway</html>", "invalid JSON"),
+    ],
+)
+async def test_an_unreadable_200_is_retried_then_unavailable(
+    served: tuple[Answers, WandbClient], body: bytes, reason: str
+) -> None:
+    answers, client = served
+    answers.body = body
+    with pytest.raises(WandbUnavailable, match=f"unreadable body: .*{reason}"):
+        await client.viewer()
+    assert answers.requests == 2
+    assert client.stats["retries"] == 1
 
 
 async def test_an_unreadable_pop_wrapper_loses_no_other_item(
