@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
+from launch_agent.model.safe_load import ITEM_LIMITS, InputError, load_yaml
 from launch_agent.sandbox.cluster import OutcomeError, RealClock, SimulatedCluster, parse_outcome
 from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
 from launch_agent.sandbox.wandb import DEFAULT_API_KEY, LAUNCH_PROJECT, LaunchState, WandbServer
@@ -284,10 +284,10 @@ def _read_resource_args(path: str | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        value = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        value = load_yaml(Path(path).read_text(encoding="utf-8"), limits=ITEM_LIMITS)
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
+    except InputError as exc:
         raise UsageError(f"{path}: not valid YAML or JSON: {exc}") from None
     if not isinstance(value, dict):
         raise UsageError(
