@@ -123,7 +123,7 @@ class _Loader(yaml.SafeLoader):
         self.limits = limits
         self.depth = 0
         self.alias_nodes = 0
-        self.sizes: dict[int, int] = {}
+        self.sizes: dict[int, tuple[int, int]] = {}
         self.open_anchors: set[str] = set()
         self.path: list[str] = []
 
@@ -139,11 +139,19 @@ class _Loader(yaml.SafeLoader):
                 self._refuse(event.start_mark, "recursive alias (the data would contain itself)")
             node = self.anchors.get(event.anchor)
             if node is not None:
-                self.alias_nodes += self._size(node)
+                size, height = self._measure(node)
+                self.alias_nodes += size
                 if self.alias_nodes > self.limits.max_alias_nodes:
                     self._refuse(
                         event.start_mark,
                         f"aliases expand to more than {self.limits.max_alias_nodes:,} nodes",
+                    )
+                # Aliases inside anchors nest: the data is as deep as the expansion.
+                if self.depth + height > self.limits.max_depth:
+                    self._refuse(
+                        event.start_mark,
+                        f"nested deeper than {self.limits.max_depth} levels (through alias"
+                        f" *{event.anchor})",
                     )
             return super().compose_node(parent, index)
         event = self.peek_event()  # type: ignore[no-untyped-call]
@@ -191,16 +199,24 @@ class _Loader(yaml.SafeLoader):
             seen[key] = key_node.start_mark.line + 1
         return node
 
-    def _size(self, node: yaml.Node) -> int:
-        """Nodes `node` stands for with its aliases expanded (memoised: linear, not exponential)."""
+    def _measure(self, node: yaml.Node) -> tuple[int, int]:
+        """(nodes, levels) `node` stands for with its aliases expanded.
+
+        Memoised, so linear rather than exponential; the recursion is as deep as the node,
+        which the depth checks keep within `max_depth`.
+        """
         key = id(node)
         if key not in self.sizes:
-            total = 1
+            children: list[yaml.Node] = []
             if isinstance(node, yaml.MappingNode):
-                total += sum(self._size(k) + self._size(v) for k, v in node.value)
+                children = [part for pair in node.value for part in pair]
             elif isinstance(node, yaml.SequenceNode):
-                total += sum(self._size(v) for v in node.value)
-            self.sizes[key] = total
+                children = list(node.value)
+            measured = [self._measure(child) for child in children]
+            self.sizes[key] = (
+                1 + sum(size for size, _ in measured),
+                1 + max((height for _, height in measured), default=0),
+            )
         return self.sizes[key]
 
     def flatten_mapping(self, node: Any) -> None:

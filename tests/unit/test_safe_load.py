@@ -70,6 +70,16 @@ def test_aliases_under_the_bound_load() -> None:
     assert "more than 5 nodes" in error.reason
 
 
+def test_aliases_cannot_nest_past_the_depth_bound() -> None:
+    # Each anchor is shallow, but each holds an alias to the previous: the data gets deep.
+    lines = ["a0: &a0 " + "[" * 8 + "]" * 8]
+    for i in range(1, 30):
+        lines.append(f"a{i}: &a{i} " + "[" * 7 + f"*a{i - 1}" + "]" * 7)
+    error = _yaml_error("\n".join(lines) + "\n")
+    assert error.reason.startswith("nested deeper than 100 levels (through alias *a")
+    assert error.line == 15  # a14: 1 + 7 + the 92 levels of a13
+
+
 def test_recursive_aliases_are_refused() -> None:
     assert "recursive alias" in _yaml_error("a: &a [1, *a]\n").reason
     assert "recursive alias" in _yaml_error("a: &a {b: *a}\n").reason
