@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from launch_agent.model.safe_load import load_json
 
 JOB_FILE = "wandb-job.json"
 TIMEOUT = 120.0
@@ -59,7 +60,7 @@ def fetch_job_info(name: str, base_url: str, api_key: str) -> dict[str, Any]:
         if not path.is_file():
             raise JobArtifactError(f"job artifact {name} has no {JOB_FILE}")
         try:
-            info = json.loads(path.read_text(encoding="utf-8"))
+            info = load_json(path.read_text(encoding="utf-8"), source=JOB_FILE)
         except (ValueError, UnicodeDecodeError) as exc:
             raise JobArtifactError(f"job artifact {name}: {JOB_FILE} is not JSON: {exc}") from exc
     if not isinstance(info, dict):

@@ -16,6 +16,14 @@ Request economy (the agent targets at most 4 W&B requests per run): `pop` asks e
 one mutation, `run_stopped` checks many runs in one query (chunked to `stop_check_batch` runs
 so a document never grows without bound), and nothing is polled per run.
 
+Reading answers: every body goes through `safe_load.decode_response`, which never raises
+anything but `InputError` (no `RecursionError`, no `ValueError` from a 5,000-digit number):
+values nested deeper than the item limit, duplicate keys and non-finite numbers become markers
+in place, so a hostile runSpec fails its own item (`wandb_results.run_spec`). A 200 whose body
+cannot be read at all (cut short, not UTF-8, not JSON: a proxy's page, say) is retried like a
+5xx (it may have been applied) and ends as `WandbUnavailable`; a readable answer of the wrong
+shape is a `WandbProtocolError`. Big bodies are decoded off the event loop.
+
 Retried mutations: a pop whose answer was lost leaves an item leased, which the server re-queues
 after its lease expires, so retrying is safe. An ack is not: if an attempt may have reached the
 server and the retry answers `success: false`, the first attempt may have won, so `ack` raises
@@ -24,6 +32,7 @@ server and the retry answers `success: false`, the first attempt may have won, s
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -64,7 +73,8 @@ from launch_agent.adapters.wandb_results import (
     RunRef,
     Viewer,
 )
-from launch_agent.model.config import AgentConfig
+from launch_agent.model.config import AgentConfig, LimitsConfig
+from launch_agent.model.safe_load import InputError, decode_response
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +82,17 @@ USER_AGENT = "W&B Public Client 0.31.0"
 AgentStatus = Literal["POLLING", "RUNNING", "KILLED"]
 # Keys of the agent configuration that must never travel to W&B in `agentConfig`.
 _SECRET_CONFIG_KEYS = frozenset({"api_key"})
+# Answers wrap a runSpec in a few levels (body, data, alias, item): values deeper than the item
+# limit plus this are cut while decoding (and then refused by the item's depth check).
+_ANSWER_WRAPPING = 8
+# Bodies bigger than this are decoded in a thread, so a big item does not stall the loop.
+_DECODE_IN_THREAD = 512 * 1024
 # (operation, HTTP status or None for a network error, seconds): for metrics.
 Observer = Callable[[str, int | None, float], None]
+
+
+class _Unreadable(Exception):
+    """A 200 whose body is not JSON at all: transient (a proxy, a cut connection), retried."""
 
 
 class WandbClient:
@@ -90,6 +109,7 @@ class WandbClient:
         user_agent: str = USER_AGENT,
         observer: Observer | None = None,
         rng: random.Random | None = None,
+        limits: LimitsConfig | None = None,
     ) -> None:
         if not api_key:
             raise ValueError("an API key is required (WANDB_API_KEY or ~/.netrc)")
@@ -103,6 +123,7 @@ class WandbClient:
         self._max_connections = max_connections
         self._observer = observer
         self._rng = rng or random.Random()
+        self.limits = limits or LimitsConfig()
         token = base64.b64encode(f"api:{api_key}".encode()).decode("ascii")
         self._headers = {
             "Authorization": f"Basic {token}",
@@ -119,6 +140,7 @@ class WandbClient:
                 f"no API key for W&B at {config.base_url}: set WANDB_API_KEY or add the host"
                 " to ~/.netrc"
             )
+        options.setdefault("limits", config.limits)
         return cls(config.base_url, config.api_key.get_secret_value(), **options)
 
     def __repr__(self) -> str:  # never the key
@@ -231,7 +253,12 @@ class WandbClient:
                 log.warning("W&B could not pop queue %r: %s", queue, errors[key])
             else:
                 try:
-                    item = results.popped(queue, data.get(key))
+                    item = results.popped(
+                        queue,
+                        data.get(key),
+                        max_depth=self.limits.max_item_depth,
+                        max_bytes=self.limits.max_item_bytes,
+                    )
                 except WandbProtocolError as exc:
                     # Without an item id nothing can be reported back; the lease expires on W&B.
                     self.stats["pop_unreadable"] += 1
@@ -354,7 +381,11 @@ class WandbClient:
                         retry_after = parse_retry_after(resp.headers.get("Retry-After"))
                         raise Retryable(f"HTTP {status}", retry_after)
                     raw = await resp.read()
-                    return self._decode(request, verdict, status, raw), maybe_applied
+                    return await self._decode(request, verdict, status, raw), maybe_applied
+            except _Unreadable as exc:
+                # A body cut short or garbled on the way; like a 5xx, the work may have been done.
+                maybe_applied = True
+                raise Retryable(f"HTTP {status} with an unreadable body: {exc}") from exc
             except aiohttp.ClientConnectorError as exc:
                 raise Retryable(f"cannot connect: {exc}") from exc
             except NETWORK_ERRORS as exc:
@@ -390,7 +421,7 @@ class WandbClient:
                 last_error=last_error,
             ) from None
 
-    def _decode(
+    async def _decode(
         self, request: docs.Request, verdict: str, status: int, raw: bytes
     ) -> dict[str, Any]:
         if verdict == "auth":
@@ -398,9 +429,17 @@ class WandbClient:
                 f"W&B at {self.base_url} refused the API key (HTTP {status}) for"
                 f" {request.operation}: check WANDB_API_KEY or the ~/.netrc entry for this host"
             )
+        depth = self.limits.max_item_depth
         try:
-            body = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            if len(raw) > _DECODE_IN_THREAD:
+                body = await asyncio.to_thread(
+                    decode_response, raw, cut=depth + _ANSWER_WRAPPING, limit=depth
+                )
+            else:
+                body = decode_response(raw, cut=depth + _ANSWER_WRAPPING, limit=depth)
+        except InputError as exc:
+            if verdict == "ok":
+                raise _Unreadable(f"{exc}; {raw[:200].decode('utf-8', 'replace')!r}") from None
             body = None
         if isinstance(body, dict) and (verdict == "ok" or body.get("errors")):
             # A 4xx with GraphQL `errors` (a validation error, say) is read like a 200.

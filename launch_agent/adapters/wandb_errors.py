@@ -3,13 +3,13 @@
 - `WandbAuthError`: the key is wrong (HTTP 401/403, or `viewer` is null). Nothing will get better
   by retrying; the agent stops at start-up with the message, which names the W&B URL.
 - `WandbUnavailable`: W&B did not answer usefully within the retry budget (network errors,
-  5xx, 429). The caller pauses the work that needed W&B and tries again later; the process never
-  ends on an outage.
+  5xx, 429, a 200 whose body is not JSON at all). The caller pauses the work that needed W&B
+  and tries again later; the process never ends on an outage.
 - `WandbGraphQLError`: the server answered with GraphQL `errors` (bad input, unknown queue, a
   schema difference). Retrying the same request gives the same answer.
 - `WandbNotFound`: an object the agent needs (its project, its launch agent) is absent.
-- `WandbProtocolError`: a non-retryable answer the client cannot read (a 4xx without GraphQL
-  errors, non-JSON, a wrong shape); the message says which operation and what was wrong.
+- `WandbProtocolError`: a non-retryable answer the client cannot use (a 4xx without GraphQL
+  errors, a wrong shape); the message says which operation and what was wrong.
 - `WandbAckUncertain`: an ack whose first attempt may have reached the server was retried and
   the retry answered `success: false`: the item may be ours or another agent's.
 

@@ -11,7 +11,10 @@ leased to this agent the moment the mutation ran. `split_errors` sorts GraphQL `
 alias in their `path`; only errors that cannot be attributed make the whole request fail.
 
 A popped item whose `runSpec` cannot be read is still returned, with `problem` set: it has been
-popped, so the agent must fail it in W&B with that message rather than drop it.
+popped, so the agent must fail it in W&B with that message rather than drop it. That includes a
+runSpec the input rules refuse (`model.safe_load`): deeper or bigger than the item limits,
+duplicate keys, non-finite numbers, lone surrogates. The client decodes answers leniently, so
+such a value arrives here as a `Refused` marker (or too deep) inside an otherwise readable item.
 """
 
 from __future__ import annotations
@@ -22,6 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from launch_agent.adapters.wandb_errors import WandbGraphQLError, WandbProtocolError
+from launch_agent.model.safe_load import (
+    ITEM_LIMITS,
+    InputError,
+    Refused,
+    check_value,
+    decode_response,
+)
 
 
 class RunRef(NamedTuple):
@@ -125,7 +135,11 @@ def _str(value: Any, where: str, *, optional: bool = False) -> Any:
 
 
 def _kind(value: Any) -> str:
-    return "null" if value is None else f"{type(value).__name__} {json.dumps(value)[:80]}"
+    if value is None:
+        return "null"
+    if isinstance(value, Refused):
+        return f"refused ({value.reason})"
+    return f"{type(value).__name__} {json.dumps(value, default=repr)[:80]}"
 
 
 def viewer(value: Any) -> Viewer | None:
@@ -212,26 +226,57 @@ def success(operation: str, value: Any) -> bool:
     return flag
 
 
-def run_spec(value: Any) -> tuple[dict[str, Any], str | None]:
-    """A popped `runSpec` (a JSON object, or a JSONString holding one) and any problem."""
+def run_spec(
+    value: Any,
+    *,
+    max_depth: int = ITEM_LIMITS.max_depth,
+    max_bytes: int = ITEM_LIMITS.max_bytes,
+) -> tuple[dict[str, Any], str | None]:
+    """A popped `runSpec` (a JSON object, or a JSONString holding one) and any problem.
+
+    The limits are the agent's `limits.max_item_depth` / `max_item_bytes`; the problem names
+    the runSpec path (`runSpec.overrides.args[2]: number 1e999999 is out of range`).
+    """
     if isinstance(value, str):
+        if len(value) > max_bytes:
+            return {}, _too_big(len(value), max_bytes)
         try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            return {}, f"runSpec is a string that is not JSON: {exc}"
+            value = decode_response(value, cut=max_depth, limit=max_depth)
+        except InputError as exc:
+            reason = exc.reason.removeprefix("invalid JSON: ")
+            where = f" at {exc.where}" if exc.line is not None else ""
+            return {}, f"runSpec is a string that is not JSON: {reason}{where}"
+    if isinstance(value, Refused):
+        return {}, f"runSpec: {value.reason}"
+    problem = check_value(value, max_depth, "runSpec")
+    if problem is not None:
+        return {}, f"{problem[0]}: {problem[1]}"
     if not isinstance(value, dict):
         return {}, f"runSpec is {_kind(value)}, expected a JSON object"
+    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > max_bytes:
+        return {}, _too_big(size, max_bytes)
     return value, None
 
 
-def popped(queue: str, value: Any) -> RunQueueItem | None:
+def _too_big(size: int, limit: int) -> str:
+    return f"runSpec is {size:,} bytes of JSON; the limit is {limit:,} (limits.max_item_bytes)"
+
+
+def popped(
+    queue: str,
+    value: Any,
+    *,
+    max_depth: int = ITEM_LIMITS.max_depth,
+    max_bytes: int = ITEM_LIMITS.max_bytes,
+) -> RunQueueItem | None:
     """One queue's `popFromRunQueue` answer: None when the queue was empty."""
     if value is None:
         return None
     where = f"popFromRunQueue ({queue!r})"
     obj = _obj(value, where)
     item_id = _str(obj.get("runQueueItemId"), f"{where}.runQueueItemId")
-    spec, problem = run_spec(obj.get("runSpec"))
+    spec, problem = run_spec(obj.get("runSpec"), max_depth=max_depth, max_bytes=max_bytes)
     return RunQueueItem(id=item_id, queue=queue, run_spec=spec, problem=problem)
 
 

@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from launch_agent.model.safe_load import InputError, Limits, load_yaml
 from launch_agent.quota.simulate import SimulationError, simulate
 from launch_agent.quota.tree import TreeError, parse_tree
 
@@ -80,6 +79,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check.set_defaults(handler=_check)
 
 
+# Event files of long simulations are bigger than specs; the other rules are the same.
+QUOTA_FILE_LIMITS = Limits(max_bytes=10_000_000)
+
+
 class _FileError(Exception):
     def __init__(self, lines: list[str]) -> None:
         self.lines = lines
@@ -91,12 +94,11 @@ def _load(path: str) -> Any:
     except OSError as exc:
         raise _FileError([f"{path}: (file): cannot read: {exc.strerror or exc}"]) from None
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "(document)"
-        reason = getattr(exc, "problem", None) or str(exc)
-        raise _FileError([f"{path}: {where}: invalid YAML: {reason}"]) from None
+        return load_yaml(text, limits=QUOTA_FILE_LIMITS)
+    except InputError as exc:
+        where = f"line {exc.line} column {exc.column}" if exc.line is not None else "(document)"
+        what = f"{exc.path}: " if exc.path else ""
+        raise _FileError([f"{path}: {where}: {what}{exc.reason}"]) from None
 
 
 def _fail(lines: list[str]) -> int:

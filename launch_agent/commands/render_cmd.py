@@ -16,12 +16,14 @@ from typing import Any
 import yaml
 
 from launch_agent.commands.config_cmd import load_config, report_config_error
+from launch_agent.model.config import LimitsConfig
 from launch_agent.model.config_resolve import ConfigError
 from launch_agent.model.queue_spec import InvalidInput, Problem
 from launch_agent.model.run_item import parse_run_item
+from launch_agent.model.safe_load import InputError, Limits, check_value, load_json, load_yaml
 from launch_agent.render.pipeline import render
 from launch_agent.render.settings import RenderSettings
-from launch_agent.render.spec_load import load_queue_spec, parse_yaml
+from launch_agent.render.spec_load import load_queue_spec
 
 MAX_ITEM_BYTES = 10_000_000
 
@@ -33,6 +35,9 @@ merge, macros, W&B environment, labels and the enforced restricted Pod Security 
 --item is what W&B's popFromRunQueue returns, as YAML or JSON:
   {"runQueueItemId": "...", "runSpec": {"entity": ..., "project": ...,
    "docker": {"docker_image": ...}, "resource_args": {"kubernetes": {...}}, "overrides": {...}}}
+It is held to the agent's item limits (`limits.max_item_bytes`, `limits.max_item_depth`) and
+refused, like a popped item, for duplicate keys, YAML aliases beyond the bound, unsafe tags,
+non-finite numbers or invalid Unicode.
 
 Invalid input exits with status 2 and one line per problem on stderr:
   error: <file>: <path>: <reason>
@@ -99,9 +104,42 @@ def print_problems(file: str, problems: list[Problem], level: str = "error") -> 
         print(f"{level}: {file}: {p.path or '(root)'}: {p.reason}", file=sys.stderr)
 
 
+def item_limits(args: argparse.Namespace) -> Limits:
+    """The configured item limits; the defaults when the configuration is broken (that error
+    is reported once the item and the spec have been read)."""
+    try:
+        limits = load_config(args).config.limits
+    except ConfigError:
+        limits = LimitsConfig()
+    # +1: the item wraps the runSpec, whose depth the limit counts.
+    return Limits(max_bytes=limits.max_item_bytes, max_depth=limits.max_item_depth + 1)
+
+
+def parse_item_text(text: str, source: str, limits: Limits) -> Any:
+    """An item file, JSON (as W&B sends it) or YAML (as people write it), or `InputError`."""
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            return load_json(text, source=source, limits=limits)
+        except InputError as exc:
+            if not exc.reason.startswith("invalid JSON"):
+                raise
+            # Not JSON: a YAML flow mapping, read below.
+    data = load_yaml(text, source=source, limits=limits)
+    problem = check_value(data, limits.max_depth)
+    if problem is not None:
+        raise InputError(problem[1], source=source, path=problem[0])
+    return data
+
+
+def _item_problem(exc: InputError) -> Problem:
+    reason = f"{exc.path}: {exc.reason}" if exc.path and exc.line is not None else exc.reason
+    return Problem(exc.where, reason)
+
+
 def run(args: argparse.Namespace) -> int:
+    limits = item_limits(args)
     spec_text, spec_problems = _read(args.spec, MAX_ITEM_BYTES)
-    item_text, item_problems = _read(args.item, MAX_ITEM_BYTES)
+    item_text, item_problems = _read(args.item, limits.max_bytes)
     spec = item = None
     if spec_text is not None:
         try:
@@ -111,7 +149,9 @@ def run(args: argparse.Namespace) -> int:
             spec_problems += exc.problems
     if item_text is not None:
         try:
-            item = parse_run_item(parse_yaml(item_text, max_bytes=MAX_ITEM_BYTES))
+            item = parse_run_item(parse_item_text(item_text, args.item, limits))
+        except InputError as exc:
+            item_problems.append(_item_problem(exc))
         except InvalidInput as exc:
             item_problems += exc.problems
     print_problems(args.spec, spec_problems)

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
 from launch_agent.commands.inputs import display_name, read_text
+from launch_agent.model.safe_load import ITEM_LIMITS, InputError, load_yaml
 from launch_agent.sandbox.cluster import OutcomeError, RealClock, SimulatedCluster, parse_outcome
 from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
 from launch_agent.sandbox.wandb import DEFAULT_API_KEY, LAUNCH_PROJECT, LaunchState, WandbServer
@@ -286,11 +286,11 @@ def _read_resource_args(path: str | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        value = yaml.safe_load(read_text(path))
+        value = load_yaml(read_text(path), limits=ITEM_LIMITS)
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise UsageError(f"{display_name(path)}: cannot read: {reason}") from None
-    except yaml.YAMLError as exc:
+    except InputError as exc:
         raise UsageError(f"{display_name(path)}: not valid YAML or JSON: {exc}") from None
     if not isinstance(value, dict):
         raise UsageError(

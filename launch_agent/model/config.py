@@ -127,6 +127,20 @@ class TrackingConfig(_Strict):
     start_timeout_seconds: float | None = Field(default=None, gt=0)
 
 
+class LimitsConfig(_Strict):
+    """Bounds on a popped item, checked before anything recursive walks it.
+
+    An item over a bound is failed in W&B with the reason (`runSpec: nested deeper than ...`);
+    the agent goes on. The depth bound keeps every later walk (merge, render, JSON encoding)
+    far below Python's recursion limit, hence its ceiling.
+    """
+
+    # The runSpec as W&B sends it, in bytes of compact JSON.
+    max_item_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1024 * 1024)
+    # Nesting of the runSpec: `{}` is 1 level, `{"a": []}` 2.
+    max_item_depth: int = Field(default=100, ge=8, le=500)
+
+
 class AgentConfig(_Strict):
     """The resolved configuration of one agent."""
 
@@ -160,6 +174,7 @@ class AgentConfig(_Strict):
     log_format: Literal["text", "json"] = "text"
     quota: QuotaConfig = QuotaConfig()
     tracking: TrackingConfig = TrackingConfig()
+    limits: LimitsConfig = LimitsConfig()
     # On SIGTERM/SIGINT: how long in-flight creates and the final reports may take.
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     # How often the queue specs directory is checked for edits (a ConfigMap update).

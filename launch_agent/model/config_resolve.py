@@ -21,6 +21,7 @@ from pydantic import BaseModel, SecretStr, ValidationError
 
 from launch_agent.model.build import builder_problems
 from launch_agent.model.config import ENV_ONLY_FIELDS, SECRET_FIELDS, AgentConfig
+from launch_agent.model.safe_load import CONFIG_LIMITS, InputError, compose_yaml
 
 Path = tuple[str | int, ...]
 SourceKind = Literal["default", "file", "env", "flag", "netrc"]
@@ -119,22 +120,18 @@ _EXPECTED = {
 
 
 def parse_yaml_with_lines(text: str, filename: str) -> tuple[Any, dict[Path, int]]:
-    """Parse one YAML document; return the data and the 1-based line of every key and item."""
-    loader = yaml.SafeLoader(text)
+    """Parse one YAML document; return the data and the 1-based line of every key and item.
+
+    The shared loader (`safe_load`) refuses duplicate keys, merge keys, unsafe tags, alias
+    bombs and deep nesting with the line where it found them.
+    """
     try:
-        node = loader.get_single_node()
-        if node is None:
-            return None, {}
-        data = loader.construct_document(node)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = f":{mark.line + 1}" if mark else ""
-        reason = exc.problem or str(exc)
-        raise ConfigError([ConfigProblem(f"{filename}{line}", "(document)", reason)]) from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError([ConfigProblem(filename, "(document)", str(exc))]) from exc
-    finally:
-        loader.dispose()
+        data, node = compose_yaml(text, source=filename, limits=CONFIG_LIMITS)
+    except InputError as exc:
+        where = f"{filename}:{exc.line}" if exc.line is not None else filename
+        raise ConfigError([ConfigProblem(where, exc.path or "(document)", exc.reason)]) from None
+    if node is None:
+        return None, {}
     lines: dict[Path, int] = {}
     problems: list[ConfigProblem] = []
     _collect_lines(node, (), lines, problems, filename)

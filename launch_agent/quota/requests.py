@@ -31,6 +31,7 @@ from typing import Any
 
 from launch_agent.model.labels import PREFIX
 from launch_agent.model.quantity import QuantityError, parse_quantity, to_nanos
+from launch_agent.model.safe_load import load_json
 from launch_agent.quota.runs import PodSet, RunSpec
 
 STAMP = PREFIX + "quota"
@@ -258,7 +259,7 @@ class QuotaStamp:
         if not isinstance(text, str):
             raise ValueError(f"annotation {STAMP} is missing")
         try:
-            data = json.loads(text)
+            data = load_json(text)
         except ValueError as exc:
             raise ValueError(f"annotation {STAMP} is not JSON: {exc}") from None
         if not isinstance(data, dict):

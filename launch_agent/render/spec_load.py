@@ -23,9 +23,9 @@ from importlib import resources
 from typing import Any
 
 import jsonschema
-import yaml
 
 from launch_agent.model.queue_spec import InvalidInput, Problem, QueueSpec
+from launch_agent.model.safe_load import SPEC_LIMITS, InputError, Limits, load_yaml
 from launch_agent.render.kinds import lookup
 from launch_agent.render.macros import substitute
 from launch_agent.render.merge import normalise
@@ -58,22 +58,21 @@ def json_path(parts: Any) -> str:
     return out
 
 
-def parse_yaml(text: str, *, max_bytes: int = MAX_SPEC_BYTES) -> Any:
-    """YAML text → data; raises `InvalidInput` with the line and column of a syntax error."""
-    size = len(text.encode())
-    if size > max_bytes:
-        raise InvalidInput([Problem("", f"is {size:,} bytes; the limit is {max_bytes:,}")])
+def parse_yaml(text: str, *, max_bytes: int = MAX_SPEC_BYTES, max_depth: int | None = None) -> Any:
+    """YAML text → data; `InvalidInput` with the line and column of what the loader refused.
+
+    The loader (`model.safe_load`) refuses duplicate keys, merge keys, unsafe tags, non-string
+    keys, alias bombs and nesting deeper than the limit, besides syntax errors.
+    """
+    limits = Limits(max_bytes=max_bytes, max_depth=max_depth or SPEC_LIMITS.max_depth)
     try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        reason = getattr(exc, "problem", None) or str(exc)
-        raise InvalidInput([Problem(where, f"invalid YAML: {reason}")]) from None
-    docs = [d for d in docs if d is not None]
-    if len(docs) != 1:
-        raise InvalidInput([Problem("", f"must hold exactly one YAML document, found {len(docs)}")])
-    return docs[0]
+        data = load_yaml(text, limits=limits)
+    except InputError as exc:
+        reason = f"{exc.path}: {exc.reason}" if exc.path and exc.line is not None else exc.reason
+        raise InvalidInput([Problem(exc.where, reason)]) from None
+    if data is None:
+        raise InvalidInput([Problem("", "must hold exactly one YAML document, found 0")])
+    return data
 
 
 def schema_problems(data: Any) -> list[Problem]:

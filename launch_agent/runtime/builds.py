@@ -29,7 +29,6 @@ Why it looks like this:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import re
@@ -57,6 +56,7 @@ from launch_agent.model.build import (
 )
 from launch_agent.model.config import AgentConfig
 from launch_agent.model.run_item import RunItem
+from launch_agent.model.safe_load import load_json
 from launch_agent.render.kaniko import KanikoSettings
 from launch_agent.render.naming import derived_run_id
 from launch_agent.runtime.reporter import Reporter
@@ -258,7 +258,7 @@ def read_docker_config() -> dict[str, tuple[str, str]]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(path.read_text(encoding="utf-8"), source=str(path))
     except (OSError, ValueError) as exc:
         raise StartupError(f"{path}: not a readable docker config.json: {exc}") from exc
     if not isinstance(data, dict):

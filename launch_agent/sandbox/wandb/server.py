@@ -31,7 +31,6 @@ import asyncio
 import base64
 import binascii
 import functools
-import json
 import secrets
 import socket
 import time
@@ -54,7 +53,7 @@ from graphql import (
 from graphql.language import DocumentNode
 
 from launch_agent.sandbox.faults import FaultRule, Faults, RequestLog
-from launch_agent.sandbox.wandb import artifact_resolvers, artifacts, resolvers, schema
+from launch_agent.sandbox.wandb import artifact_resolvers, artifacts, resolvers, schema, wire_json
 from launch_agent.sandbox.wandb.state import LaunchState, WandbError
 
 DEFAULT_API_KEY = "0123456789abcdef0123456789abcdef01234567"  # 40 hex characters, like W&B's
@@ -130,8 +129,16 @@ def shared_schema() -> tuple[GraphQLSchema, DocumentCache]:
 
 
 def _json_response(status: int, payload: Any) -> web.Response:
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    body = wire_json.dumps(payload).encode()
     return web.Response(status=status, body=body, content_type="application/json")
+
+
+async def _read_json(request: web.Request) -> Any:
+    """The body as W&B's Go server reads it (`wire_json`): up to 10,000 levels deep."""
+    text = wire_json.decode_body(await request.read())
+    if len(text) < 256 * 1024:
+        return wire_json.loads(text)
+    return await asyncio.get_running_loop().run_in_executor(None, wire_json.loads, text)
 
 
 def _errors(status: int, message: str) -> web.Response:
@@ -300,7 +307,7 @@ class WandbServer:
 
     async def _graphql_inner(self, request: web.Request, key: str) -> tuple[str, web.Response]:
         try:
-            payload = json.loads(await request.read())
+            payload = await _read_json(request)
         except ValueError as exc:
             return key, _errors(400, f"request body is not JSON: {exc}")
         if not isinstance(payload, dict) or not isinstance(payload.get("query"), str):
@@ -363,7 +370,7 @@ class WandbServer:
         if injected is not None:
             return key, injected
         try:
-            payload = json.loads(await request.read())
+            payload = await _read_json(request)
         except ValueError as exc:
             return key, _errors(400, f"file_stream body is not JSON: {exc}")
         if not isinstance(payload, dict):

@@ -47,6 +47,7 @@ from launch_agent.sandbox.wandb.model import (
     encode_id,
     fill_templates,
     iso,
+    loads_any,
     loads_object,
 )
 
@@ -166,9 +167,11 @@ class LaunchState:
         *,
         priority: int | None = None,
         template_values: dict[str, Any] | None = None,
+        text: str | None = None,
     ) -> RunQueueItem:
         """Enqueue a run spec, merged with the queue's default config as W&B does on push."""
         spec = dict(run_spec)
+        merged = bool(queue.config)
         if queue.config:
             config = fill_templates(queue.config, template_values or {})
             resource = str(config.get("resource") or spec.get("resource") or "kubernetes")
@@ -186,8 +189,20 @@ class LaunchState:
             now,
         )
         item.history.append((now, ItemState.PENDING))
+        # As sent, unless the queue config was merged into it (then the merged spec is served).
+        item.run_spec_text = None if merged else text
         self.items[item.id] = item
         heapq.heappush(queue.pending, queue.sort_key(item))
+        return item
+
+    def push_text(self, queue: RunQueue, text: str, **kw: Any) -> RunQueueItem:
+        """Enqueue a runSpec given as JSON text, kept and served back verbatim (any JSON value
+        Go's encoding/json accepts, as W&B stores it)."""
+        value = loads_any(text, "runSpec")
+        if isinstance(value, dict):
+            return self.push(queue, value, text=text, **kw)
+        item = self.push(queue, {}, **kw)
+        item.run_spec_text = text  # nothing to merge a queue config into: served as sent
         return item
 
     def push_by_name(
