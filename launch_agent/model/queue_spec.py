@@ -64,6 +64,8 @@ class SecurityExceptions:
     seccomp_unconfined: bool = False
     apparmor_unconfined: bool = False
     sysctls: frozenset[str] = frozenset()
+    # TrainJob runtimes (by name) whose pod templates the admin keeps restricted themselves.
+    training_runtimes: frozenset[str] = frozenset()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SecurityExceptions:
@@ -86,6 +88,7 @@ class SecurityExceptions:
             seccomp_unconfined=bool(data.get("seccompUnconfined", False)),
             apparmor_unconfined=bool(data.get("appArmorUnconfined", False)),
             sysctls=frozenset(data.get("sysctls", ())),
+            training_runtimes=frozenset(data.get("trainingRuntimes", ())),
         )
 
 

@@ -23,8 +23,8 @@ What is enforced, per pod template (containers, initContainers and ephemeralCont
 | only safe sysctls | `sysctls: [name]` |
 | no Unconfined AppArmor | `appArmorUnconfined` |
 | no custom SELinux user/role, no Unmasked procMount, no hostProcess | (none) |
-| legacy seccomp annotations only `runtime/default`, `docker/default`, `localhost/*` | `seccompUnconfined` |
-| legacy AppArmor annotations only `runtime/default`, `localhost/*` | `appArmorUnconfined` |
+| legacy seccomp annotation: `runtime/default`, `docker/default`, `localhost/*` | `seccomp...` |
+| legacy AppArmor annotations: `runtime/default`, `localhost/*` | `appArmorUnconfined` |
 | no `metadata.namespace` inside a pod template | (none) |
 | `serviceAccountName` only from `security.serviceAccountName` | (admin only) |
 | `automountServiceAccountToken: false` | `automountServiceAccountToken: true` |
@@ -149,9 +149,7 @@ def host_path_allowed(path: Any, prefixes: tuple[str, ...]) -> bool:
         return False
     norm = "/" + posixpath.normpath(path).lstrip("/")
     for prefix in prefixes:
-        if not isinstance(prefix, str) or not prefix.startswith("/"):
-            continue
-        if ".." in prefix.split("/"):
+        if not prefix.startswith("/") or ".." in prefix.split("/"):
             continue
         root = "/" + posixpath.normpath(prefix).lstrip("/")
         if norm == root or norm.startswith(root.rstrip("/") + "/"):
