@@ -217,7 +217,9 @@ def test_custom_kind_replica_added_by_the_submitter_is_refused() -> None:
     data = _custom({"replicas": {"main": {"template": _tmpl()}}}, ["spec.replicas.main.template"])
     data["spec"]["overridable"] = ["**"]
     spec = _spec(data)
-    layer = {"spec": {"replicas": {"evil": {"template": _tmpl(securityContext={"privileged": True})}}}}
+    layer = {
+        "spec": {"replicas": {"evil": {"template": _tmpl(securityContext={"privileged": True})}}}
+    }
     with pytest.raises(InvalidInput) as exc:
         render(spec, make_item(layer), None, SETTINGS)
     assert [p.path for p in exc.value.problems] == ["spec.replicas.evil.template.spec"]

@@ -155,9 +155,7 @@ def test_submitter_may_write_the_escaped_literal() -> None:
     spec = make_spec(job_template(image="i"), overridable=["**"])
     layer = {
         "spec": {
-            "template": {
-                "spec": {"containers": [{"name": "main", "args": ["$$(WANDB_API_KEY)"]}]}
-            }
+            "template": {"spec": {"containers": [{"name": "main", "args": ["$$(WANDB_API_KEY)"]}]}}
         }
     }
     view = _view(render(spec, make_item(layer), None, SETTINGS).workload)

@@ -141,9 +141,7 @@ def test_legacy_unconfined_annotations_are_removed(
         assert _pod(kept)["metadata"]["annotations"][key] == value
 
 
-@pytest.mark.parametrize(
-    "value", ["runtime/default", "docker/default", "localhost/profile.json"]
-)
+@pytest.mark.parametrize("value", ["runtime/default", "docker/default", "localhost/profile.json"])
 def test_confined_legacy_seccomp_annotations_are_kept(value: str) -> None:
     spec = make_spec(job_template(image="i"), overridable=["**"])
     layer = _layer()
@@ -216,4 +214,6 @@ def test_admin_template_with_a_nested_namespace_is_refused_at_load() -> None:
     tmpl["spec"]["template"]["metadata"] = {"namespace": "other"}
     with pytest.raises(InvalidInput) as exc:
         make_spec(tmpl)
-    assert [p.path for p in exc.value.problems] == ["spec.template.spec.template.metadata.namespace"]
+    assert [p.path for p in exc.value.problems] == [
+        "spec.template.spec.template.metadata.namespace"
+    ]
