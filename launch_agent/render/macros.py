@@ -16,8 +16,9 @@ Macro values come from the item, so each is checked where it lands (`substitute_
 - in a path-like field or a name (`mountPath`, `subPath`, `path`, `workingDir`, `name`, keys
   ending in `Path`, `Name` or `Dir`) a value may not hold `/`, `\\`, be `.` or `..`: a run
   named `../../etc` must not pick the directory a volume is mounted from;
-- in a field the kubelet expands (`command`, `args`, `env[].value`, RayJob's `entrypoint`,
-  which KubeRay turns into the submitter's command) every `$` of the value is doubled,
+- in a field the kubelet expands (`command`, `args`, `env[].value`, `subPathExpr`, and
+  RayJob's `entrypoint`, `runtimeEnvYAML` and `entrypointResources`, which KubeRay turns into
+  the submitter's command) every `$` of the value is doubled,
   so `${run_name}` = `$(WANDB_API_KEY)` stays that text.
 """
 
@@ -64,7 +65,9 @@ CHARSETS: Mapping[str, re.Pattern[str]] = {
     "author": re.compile(r"[A-Za-z0-9._@+-]{0,128}"),
     "queue_name": re.compile(_PRINTABLE),
 }
+# As `pipeline.expanded_field` (kept here too: the pipeline imports this module).
 _KUBELET_LISTS = frozenset({"command", "args"})
+_KUBELET_SCALARS = frozenset({"subPathExpr", "entrypoint", "runtimeEnvYAML", "entrypointResources"})
 _PATH_KEYS = frozenset({"mountPath", "subPath", "subPathExpr", "path", "workingDir", "name"})
 
 
@@ -129,7 +132,7 @@ def substitute_checked(obj: Any, values: Mapping[str, str]) -> tuple[Any, list[P
         if isinstance(node, list):
             return [walk(v, key, kubelet or key in _KUBELET_LISTS) for v in node]
         if isinstance(node, str) and "${" in node:
-            return fill(node, key, kubelet or key == "entrypoint")
+            return fill(node, key, kubelet or key in _KUBELET_SCALARS)
         return node
 
     return walk(obj, "", False), problems

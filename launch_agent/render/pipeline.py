@@ -37,7 +37,7 @@ from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, known_
 from launch_agent.render.kubelet import escape, references
 from launch_agent.render.macros import macro_values, substitute_checked
 from launch_agent.render.merge import merge, normalise
-from launch_agent.render.paths import Glob, Item, Path, find, format_path, parse_glob
+from launch_agent.render.paths import Glob, Item, Path, find, format_path, item_label, parse_glob
 from launch_agent.render.policy import LAYER_PREFIX, changed_leaves, check_layer, check_overrides
 from launch_agent.render.security import enforce_container, enforce_pod_template
 from launch_agent.render.settings import RenderResult, RenderSettings
@@ -306,19 +306,12 @@ def enforce_every_pod(manifest: dict[str, Any], info: KindInfo, spec: QueueSpec)
 
 
 def kubelet_references(layer: Mapping[str, Any], template: Mapping[str, Any]) -> list[Problem]:
-    """The submitter's changed `command`, `args` and `env[].value` strings that hold a
-    `$(VAR)` reference the kubelet would expand."""
+    """The submitter's changed strings in fields the kubelet expands that hold a `$(VAR)`
+    reference."""
     problems = []
-    for path, value in changed_leaves(layer, template):
-        strings: list[tuple[Path, Any]]
-        if _expanded_field(path):
-            strings = [(path, value)]
-            if isinstance(value, list):
-                strings = [((*path, Item(str(i))), v) for i, v in enumerate(value)]
-        else:
-            continue
-        for where, text in strings:
-            if not isinstance(text, str):
+    for leaf_path, leaf in changed_leaves(layer, template):
+        for where, text in _strings(leaf_path, leaf):
+            if not expanded_field(where):
                 continue
             for name in references(text):
                 problems.append(
@@ -332,16 +325,34 @@ def kubelet_references(layer: Mapping[str, Any], template: Mapping[str, Any]) ->
     return problems
 
 
-def _expanded_field(path: Path) -> bool:
-    keys = [seg for seg in path if isinstance(seg, str)]
-    if not keys:
-        return False
-    if keys[-1] in ("command", "args"):
-        return True
-    # ...env[NAME].value, ...env[NAME], or a command/args item
-    if len(path) >= 2 and isinstance(path[-1], Item) and path[-2] in ("command", "args"):
-        return True
-    return (keys[-1] == "value" and len(keys) >= 2 and keys[-2] == "env") or keys[-1] == "env"
+def _strings(path: Path, value: Any) -> list[tuple[Path, str]]:
+    if isinstance(value, str):
+        return [(path, value)]
+    out = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _strings((*path, str(k)), v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _strings((*path, Item(item_label(v, i))), v)
+    return out
+
+
+# Strings the kubelet expands, or that KubeRay turns into the submitter's command line
+# (`ray job submit --runtime-env-json ... --entrypoint-resources ... -- <entrypoint>`).
+KUBELET_LISTS = frozenset({"command", "args"})
+KUBELET_SCALARS = frozenset({"subPathExpr", "entrypoint", "runtimeEnvYAML", "entrypointResources"})
+
+
+def expanded_field(path: Path) -> bool:
+    """Whether the string at `path` is expanded: `command[i]`, `args[i]`, `env[NAME].value`,
+    `subPathExpr`, and RayJob's fields that become the submitter's command."""
+    last = path[-1] if path else None
+    if isinstance(last, str):
+        if last in KUBELET_SCALARS:
+            return True
+        return last == "value" and len(path) >= 3 and path[-3] == "env"
+    return last is not None and len(path) >= 2 and path[-2] in KUBELET_LISTS
 
 
 def _map(parent: dict[str, Any], key: str) -> dict[str, Any]:
