@@ -30,7 +30,7 @@ copied onto the sidecar), `common/job.go` (`GetSubmitterTemplate`,
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from launch_agent.model.queue_spec import Problem, SecurityExceptions
@@ -46,59 +46,52 @@ RAY_SUBMITTER_RESOURCES = {
 }
 
 
-def _walk(node: Any, path: Path = ()) -> Iterator[tuple[Path, Any]]:
-    yield path, node
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _walk(v, (*path, str(k)))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _walk(v, (*path, Item(item_label(v, i))))
-
-
 def looks_like_pod_spec(node: Any) -> bool:
     return isinstance(node, dict) and any(isinstance(node.get(k), list) for k in CONTAINER_LISTS)
 
 
-def foreign_pod_specs(
-    manifest: Mapping[str, Any], templates: list[tuple[Any, Any]], hint: str
-) -> list[Problem]:
-    """A problem for every pod spec in `manifest` that is not the spec of a known template."""
-    known = {id(t) for _p, t in templates} | {id(t.get("spec")) for _p, t in templates}
+def scan(
+    manifest: dict[str, Any], templates: list[tuple[Any, Any]], hint: str
+) -> tuple[list[Problem], list[Problem]]:
+    """One walk of the manifest below the known pod templates: (problems, changes).
+
+    Problems: every pod spec that is not the spec of a known template. Changes: every
+    `metadata.namespace` below the workload's own metadata, removed (a pod template's own is
+    removed by enforcement)."""
+    known = {id(t) for _p, t in templates}
     problems = []
+    changes = []
     stack: list[tuple[Path, Any]] = [((), manifest)]
     while stack:
         path, node = stack.pop()
-        if id(node) in known:
-            continue  # enforced as a whole; nothing inside it is another pod
-        if looks_like_pod_spec(node):
-            problems.append(
-                Problem(
-                    format_path(path) or "(root)",
-                    f"holds containers but is not a pod template the agent enforces; {hint}",
-                )
-            )
-            continue
         if isinstance(node, dict):
-            stack.extend(((*path, str(k)), v) for k, v in node.items())
-        elif isinstance(node, list):
-            stack.extend(((*path, Item(item_label(v, i))), v) for i, v in enumerate(node))
-    return sorted(problems, key=lambda p: p.path)
-
-
-def nested_namespaces(manifest: dict[str, Any]) -> list[Problem]:
-    """Remove `metadata.namespace` below the top level (templates of Jobs, pods, ...)."""
-    changes = []
-    for path, node in _walk(manifest.get("spec")):
-        if isinstance(node, dict) and path and path[-1] == "metadata" and "namespace" in node:
-            del node["namespace"]
-            changes.append(
-                Problem(
-                    format_path((*path, "namespace"), "spec"),
-                    "removed: everything runs in the queue spec's namespace",
+            if id(node) in known:
+                continue  # enforced as a whole; nothing inside it is another pod
+            if looks_like_pod_spec(node):
+                problems.append(
+                    Problem(
+                        format_path(path) or "(root)",
+                        f"holds containers but is not a pod template the agent enforces; {hint}",
+                    )
                 )
-            )
-    return changes
+                continue
+            meta = node.get("metadata")
+            if path and isinstance(meta, dict) and "namespace" in meta:
+                del meta["namespace"]
+                changes.append(
+                    Problem(
+                        format_path((*path, "metadata", "namespace")),
+                        "removed: everything runs in the queue spec's namespace",
+                    )
+                )
+            for k, v in node.items():
+                if isinstance(v, dict | list):
+                    stack.append(((*path, str(k)), v))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                if isinstance(v, dict | list):
+                    stack.append(((*path, Item(item_label(v, i))), v))
+    return sorted(problems, key=lambda p: p.path), sorted(changes, key=lambda p: p.path)
 
 
 # ----------------------------------------------------------------------------- RayJob

@@ -137,6 +137,10 @@ def _find_distinct(obj: Any, glob: Glob) -> list[tuple[Path, Any]]:
                 unique = label if names.count(label) == 1 else str(i)
                 walk(v, gi + 1, (*path, Item(unique)))
             return
+        if isinstance(g, str):
+            if isinstance(node, dict) and g in node:
+                walk(node[g], gi + 1, (*path, g))
+            return
         for sub_path, sub in find(node, (g,)):
             walk(sub, gi + 1, (*path, *sub_path))
 

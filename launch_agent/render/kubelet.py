@@ -23,7 +23,7 @@ _REFERENCE = re.compile(r"\$\(([^)]*)\)")
 
 def escape(value: str) -> str:
     """`value` such that the kubelet's expansion gives back exactly `value`."""
-    if "$(" not in value and "$$" not in value:
+    if "$" not in value or ("$(" not in value and "$$" not in value):
         return value  # expand.go leaves it unchanged: keep manifests readable
     return value.replace("$", "$$")
 

@@ -124,23 +124,22 @@ def substitute_checked(obj: Any, values: Mapping[str, str]) -> tuple[Any, list[P
         out.append(text[pos:])
         return "".join(out)
 
-    def walk(node: Any, key: str, kubelet: bool) -> Any:
+    def walk(node: Any, key: Any, kubelet: bool) -> Any:
         if isinstance(node, dict):
-            return {
-                k: walk(v, str(k), _kubelet_child(key, str(k), kubelet)) for k, v in node.items()
-            }
+            # An env entry is a mapping inside the `env` list; only its `value` is expanded.
+            env_entry = key == "env"
+            if key == "exec":
+                # A probe's or hook's `exec.command` is run as written, not expanded.
+                return {k: walk(v, f"exec.{k}", kubelet) for k, v in node.items()}
+            return {k: walk(v, k, kubelet or (env_entry and k == "value")) for k, v in node.items()}
         if isinstance(node, list):
-            return [walk(v, key, kubelet or key in _KUBELET_LISTS) for v in node]
+            child = kubelet or key in _KUBELET_LISTS
+            return [walk(v, key, child) for v in node]
         if isinstance(node, str) and "${" in node:
-            return fill(node, key, kubelet or key in _KUBELET_SCALARS)
+            return fill(node, str(key), kubelet or key in _KUBELET_SCALARS)
         return node
 
     return walk(obj, "", False), problems
-
-
-def _kubelet_child(parent: str, key: str, kubelet: bool) -> bool:
-    # An env entry is a mapping inside the `env` list; only its `value` is expanded.
-    return kubelet or (parent == "env" and key == "value")
 
 
 def macro_values(

@@ -274,7 +274,7 @@ def render(
                 )
             )
 
-    warnings += enforce_every_pod(manifest, info, spec)
+    warnings += enforce_every_pod(manifest, info, spec, templates)
     # Conventional key order, so `render` output reads like a hand-written manifest.
     first: dict[str, Any] = {
         k: manifest.pop(k) for k in ("apiVersion", "kind", "metadata") if k in manifest
@@ -282,22 +282,30 @@ def render(
     return RenderResult([{**first, **manifest}], warnings)
 
 
-def enforce_every_pod(manifest: dict[str, Any], info: KindInfo, spec: QueueSpec) -> list[Problem]:
+def enforce_every_pod(
+    manifest: dict[str, Any],
+    info: KindInfo,
+    spec: QueueSpec,
+    templates: list[tuple[Any, Any]] | None = None,
+) -> list[Problem]:
     """Enforcement on every pod that will exist; raises `InvalidInput` for pods it cannot
-    reach. Returns what it changed (render warnings; `validate` errors for the admin's)."""
+    reach. Returns what it changed (render warnings; `validate` errors for the admin's).
+    `templates` are the manifest's pod templates if the caller has them already."""
     problems = info.refusals(manifest, spec.security) if info.refusals else []
     if info.materialise is not None:
         info.materialise(manifest)
-    templates = info.pod_template_matches(manifest)
+        templates = None  # it may have written out a template
+    if templates is None:
+        templates = info.pod_template_matches(manifest)
     hint = (
         "declare its path in spec.podTemplatePaths"
         if spec.custom_kind is not None
         else f"a {info.label} has pod templates only at {', '.join(info.pod_templates)}"
     )
-    problems += generated.foreign_pod_specs(manifest, templates, hint)
+    foreign, changes = generated.scan(manifest, templates, hint)
+    problems += foreign
     if problems:
         raise InvalidInput(problems)
-    changes = generated.nested_namespaces(manifest)
     for path, tmpl in templates:
         changes += enforce_pod_template(tmpl, spec.security, format_path(path))
     for where, container in info.operator_containers(manifest) if info.operator_containers else ():
@@ -352,7 +360,13 @@ def expanded_field(path: Path) -> bool:
         if last in KUBELET_SCALARS:
             return True
         return last == "value" and len(path) >= 3 and path[-3] == "env"
-    return last is not None and len(path) >= 2 and path[-2] in KUBELET_LISTS
+    # A probe's or lifecycle hook's `exec.command` is run as written, not expanded.
+    return (
+        last is not None
+        and len(path) >= 2
+        and path[-2] in KUBELET_LISTS
+        and not (len(path) >= 3 and path[-3] == "exec")
+    )
 
 
 def _map(parent: dict[str, Any], key: str) -> dict[str, Any]:
