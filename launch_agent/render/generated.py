@@ -14,17 +14,23 @@ leaving a pod unenforced:
 | RayJob `SidecarMode` | refused |
 | RayJob `enableInTreeAutoscaling: true` | `autoscalerOptions.securityContext` restricted |
 | RayJob `clusterSelector` | refused |
+| RayJob `rayClusterSpec.historyServerOptions` | refused |
 | TrainJob `runtimeRef` not named in `security.trainingRuntimes` | refused |
 
 In SidecarMode KubeRay adds its default submitter container (no securityContext) to the head
-pod; with `clusterSelector` the job runs on a RayCluster someone else defined; a TrainJob's
-pods come from its runtime. The default submitter pod is written out as KubeRay would create
-it, so it gets the same enforcement as every other template (and quota counts it).
+pod; with `clusterSelector` the job runs on a RayCluster someone else defined;
+`historyServerOptions` adds a collector container (`BuildCollectorContainer`) whose
+securityContext cannot be set; a TrainJob's pods come from its runtime. The init containers
+KubeRay adds (`wait-gcs-ready`, TLS) copy the Ray container's securityContext, which is
+enforced, so they need nothing here. The default submitter pod is written out as KubeRay
+would create it, so it gets the same enforcement as every other template (and quota counts
+it).
 
 The KubeRay behaviour is modelled on ray-project/kuberay `ray-operator/controllers/ray/common/
 pod.go` (`BuildAutoscalerContainer`, `mergeAutoscalerOverrides`: `autoscalerOptions` is
 copied onto the sidecar), `common/job.go` (`GetSubmitterTemplate`,
-`GetDefaultSubmitterContainer`) and `rayjob_controller.go` (SidecarMode injects
+`GetDefaultSubmitterContainer`), `common/pod.go` `BuildCollectorContainer` and the
+`wait-gcs-ready` init container, and `rayjob_controller.go` (SidecarMode injects
 `GetDefaultSubmitterContainer` into the head pod).
 """
 
@@ -109,6 +115,14 @@ def rayjob_refusals(manifest: Mapping[str, Any], sec: SecurityExceptions) -> lis
                 "spec.clusterSelector",
                 "not allowed: the job would run on a RayCluster whose pods the agent did not"
                 " render or restrict; describe the cluster in spec.rayClusterSpec",
+            )
+        )
+    if get(manifest, ("spec", "rayClusterSpec", "historyServerOptions")) is not None:
+        problems.append(
+            Problem(
+                "spec.rayClusterSpec.historyServerOptions",
+                "not allowed: KubeRay adds a history-server collector container to every pod"
+                " with no way to set its securityContext, so it cannot be restricted",
             )
         )
     mode = ray_submission_mode(manifest)

@@ -247,3 +247,14 @@ def test_nested_job_template_namespace_is_removed() -> None:
     assert f"spec.replicatedJobs[{name}].template.metadata.namespace" in {
         w.path for w in out.warnings
     }
+
+
+def test_rayjob_history_server_collector_is_refused() -> None:
+    data = _example("rayjob.yaml")
+    rcs = data["spec"]["template"]["spec"]["rayClusterSpec"]
+    rcs["historyServerOptions"] = {"collectorOptions": {"image": "collector:1"}}
+    with pytest.raises(InvalidInput) as exc:
+        _spec(data)
+    (problem,) = exc.value.problems
+    assert problem.path == "spec.template.spec.rayClusterSpec.historyServerOptions"
+    assert "cannot be restricted" in problem.reason
