@@ -21,7 +21,14 @@ import yaml
 
 from launch_agent.cli import main
 from tests.kubelet_expansion import container_view
-from tests.pod_security_standard import ALLOWED_VOLUMES, SAFE_SYSCTLS
+from tests.pod_security_standard import (
+    ALLOWED_VOLUMES,
+    LEGACY_APPARMOR_VALUES,
+    LEGACY_SECCOMP_VALUES,
+    RESTRICTED_CAPABILITY_ADDS,
+    SAFE_SYSCTLS,
+    SELINUX_TYPES,
+)
 
 HERE = Path(__file__).parent / "render_enforcement"
 CASES = sorted(HERE.glob("[0-9][0-9][0-9]-*.yaml"))
@@ -30,8 +37,6 @@ KEY = "sk-corpus-THE-API-KEY"
 CONFIG = f"agent_name: corpus-agent\napi_key_secret: {SECRET}\nbase_url: http://wandb.test\n"
 
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
-ALLOWED_CAPABILITY_ADDS = {"NET_BIND_SERVICE"}
-SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "init_t"}
 
 
 # ----------------------------------------------------------------------------- the checker
@@ -47,7 +52,7 @@ def _confined_profile(profile: Any) -> bool | None:
 def _legacy_annotation_ok(value: Any, *, seccomp: bool) -> bool:
     if not isinstance(value, str):
         return False
-    fixed = ("runtime/default", "docker/default") if seccomp else ("runtime/default",)
+    fixed = LEGACY_SECCOMP_VALUES if seccomp else LEGACY_APPARMOR_VALUES
     return value in fixed or value.startswith("localhost/")
 
 
@@ -73,7 +78,7 @@ def _container_problems(c: Any, where: str, pod: dict[str, Any]) -> list[str]:
         if not isinstance(drop, list) or "ALL" not in drop:
             out.append(f"{where}: capabilities.drop must include ALL")
         if add is not None and (
-            not isinstance(add, list) or any(a not in ALLOWED_CAPABILITY_ADDS for a in add)
+            not isinstance(add, list) or any(a not in RESTRICTED_CAPABILITY_ADDS for a in add)
         ):
             out.append(f"{where}: capabilities.add {add!r}")
     nonroot = sc.get("runAsNonRoot", psc.get("runAsNonRoot"))
@@ -278,3 +283,60 @@ def test_corpus_is_large_and_covers_every_example_kind() -> None:
         body = tmpl.get("kubernetes", tmpl)
         kind = (body.get("apiVersion", "batch/v1"), body.get("kind", "Job"))
         assert kind in kinds, f"no corpus case for {kind} ({example.name})"
+
+
+def test_the_checker_itself_flags_each_rule() -> None:
+    # The checker must be able to fail: an unrestricted template breaks every rule it knows.
+    bad = {
+        "metadata": {
+            "namespace": "other",
+            "annotations": {
+                "seccomp.security.alpha.kubernetes.io/pod": "unconfined",
+                "container.apparmor.security.beta.kubernetes.io/c": "unconfined",
+            },
+        },
+        "spec": {
+            "hostNetwork": True,
+            "hostPID": "true",
+            "volumes": [{"name": "h", "hostPath": {"path": "/"}}],
+            "securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]},
+            "containers": [
+                {
+                    "name": "c",
+                    "ports": [{"containerPort": 1, "hostPort": 1}],
+                    "securityContext": {
+                        "privileged": "true",
+                        "capabilities": {"add": "SYS_ADMIN", "drop": ["NET_RAW"]},
+                        "runAsUser": "0",
+                        "procMount": "Unmasked",
+                        "seccompProfile": {"type": "Unconfined"},
+                    },
+                }
+            ],
+        },
+    }
+    found = "\n".join(restricted_problems(bad, "t"))
+    for rule in (
+        "hostNetwork",
+        "hostPID",
+        "volume types ['hostPath']",
+        "sysctl",
+        "annotation seccomp.security.alpha.kubernetes.io/pod",
+        "annotation container.apparmor",
+        "metadata.namespace",
+        "privileged",
+        "allowPrivilegeEscalation",
+        "capabilities.drop",
+        "capabilities.add",
+        "runAsNonRoot",
+        "runAsUser",
+        "procMount",
+        "seccompProfile",
+        "hostPort",
+    ):
+        assert rule in found, rule
+    leaky = {
+        "env": [{"name": "K", "valueFrom": {"secretKeyRef": {"name": SECRET, "key": "password"}}}]
+    }
+    leaky["args"] = ["$(K)"]
+    assert container_view(leaky, {(SECRET, "password"): KEY})["args"] == [KEY]
