@@ -17,6 +17,17 @@ from __future__ import annotations
 
 import re
 
+from launch_agent.render.paths import Path
+
+# Strings the kubelet expands: container `command` and `args` items, `env[].value`,
+# `volumeMounts[].subPathExpr`; and RayJob's fields KubeRay turns into the submitter's command
+# line (`ray job submit --runtime-env-json ... --entrypoint-resources ... -- <entrypoint>`).
+# The keys are matched wherever they occur (the trainer of a TrainJob, KubeRay's
+# autoscalerOptions, custom kinds' containers), except `exec.command` of probes and hooks,
+# which the kubelet runs as written.
+KUBELET_LISTS = frozenset({"command", "args"})
+KUBELET_SCALARS = frozenset({"subPathExpr", "entrypoint", "runtimeEnvYAML", "entrypointResources"})
+
 # expand.go: `$(` up to the first `)` is a reference (an empty or odd name is still looked up).
 _REFERENCE = re.compile(r"\$\(([^)]*)\)")
 
@@ -44,3 +55,18 @@ def references(value: str) -> list[str]:
                 continue
         i += 1
     return out
+
+
+def expanded_field(path: Path) -> bool:
+    """Whether the string at concrete `path` is one the kubelet expands (see the sets above)."""
+    last = path[-1] if path else None
+    if isinstance(last, str):
+        if last in KUBELET_SCALARS:
+            return True
+        return last == "value" and len(path) >= 3 and path[-3] == "env"
+    return (
+        last is not None
+        and len(path) >= 2
+        and path[-2] in KUBELET_LISTS
+        and not (len(path) >= 3 and path[-3] == "exec")
+    )

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from launch_agent.model.queue_spec import Problem
+from launch_agent.render.kubelet import KUBELET_LISTS, KUBELET_SCALARS
 
 MACROS = (
     "run_id",
@@ -65,9 +66,6 @@ CHARSETS: Mapping[str, re.Pattern[str]] = {
     "author": re.compile(r"[A-Za-z0-9._@+-]{0,128}"),
     "queue_name": re.compile(_PRINTABLE),
 }
-# As `pipeline.expanded_field` (kept here too: the pipeline imports this module).
-_KUBELET_LISTS = frozenset({"command", "args"})
-_KUBELET_SCALARS = frozenset({"subPathExpr", "entrypoint", "runtimeEnvYAML", "entrypointResources"})
 _PATH_KEYS = frozenset({"mountPath", "subPath", "subPathExpr", "path", "workingDir", "name"})
 
 
@@ -133,10 +131,10 @@ def substitute_checked(obj: Any, values: Mapping[str, str]) -> tuple[Any, list[P
                 return {k: walk(v, f"exec.{k}", kubelet) for k, v in node.items()}
             return {k: walk(v, k, kubelet or (env_entry and k == "value")) for k, v in node.items()}
         if isinstance(node, list):
-            child = kubelet or key in _KUBELET_LISTS
+            child = kubelet or key in KUBELET_LISTS
             return [walk(v, key, child) for v in node]
         if isinstance(node, str) and "${" in node:
-            return fill(node, str(key), kubelet or key in _KUBELET_SCALARS)
+            return fill(node, str(key), kubelet or key in KUBELET_SCALARS)
         return node
 
     return walk(obj, "", False), problems

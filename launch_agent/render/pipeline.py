@@ -34,7 +34,7 @@ from launch_agent.model.queue_spec import CustomKind, InvalidInput, Problem, Que
 from launch_agent.model.run_item import RunItem, parse_run_item
 from launch_agent.render import generated, naming
 from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, known_kinds, lookup
-from launch_agent.render.kubelet import escape, references
+from launch_agent.render.kubelet import escape, expanded_field, references
 from launch_agent.render.macros import macro_values, substitute_checked
 from launch_agent.render.merge import merge, normalise
 from launch_agent.render.paths import Glob, Item, Path, find, format_path, item_label, parse_glob
@@ -344,29 +344,6 @@ def _strings(path: Path, value: Any) -> list[tuple[Path, str]]:
         for i, v in enumerate(value):
             out += _strings((*path, Item(item_label(v, i))), v)
     return out
-
-
-# Strings the kubelet expands, or that KubeRay turns into the submitter's command line
-# (`ray job submit --runtime-env-json ... --entrypoint-resources ... -- <entrypoint>`).
-KUBELET_LISTS = frozenset({"command", "args"})
-KUBELET_SCALARS = frozenset({"subPathExpr", "entrypoint", "runtimeEnvYAML", "entrypointResources"})
-
-
-def expanded_field(path: Path) -> bool:
-    """Whether the string at `path` is expanded: `command[i]`, `args[i]`, `env[NAME].value`,
-    `subPathExpr`, and RayJob's fields that become the submitter's command."""
-    last = path[-1] if path else None
-    if isinstance(last, str):
-        if last in KUBELET_SCALARS:
-            return True
-        return last == "value" and len(path) >= 3 and path[-3] == "env"
-    # A probe's or lifecycle hook's `exec.command` is run as written, not expanded.
-    return (
-        last is not None
-        and len(path) >= 2
-        and path[-2] in KUBELET_LISTS
-        and not (len(path) >= 3 and path[-3] == "exec")
-    )
 
 
 def _map(parent: dict[str, Any], key: str) -> dict[str, Any]:
