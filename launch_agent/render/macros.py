@@ -25,7 +25,6 @@ Macro values come from the item, so each is checked where it lands (`substitute_
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -75,10 +74,6 @@ def _path_like(key: str) -> bool:
 
 def _unsafe_in_path(value: str) -> bool:
     return "/" in value or "\\" in value or value in (".", "..")
-
-
-def _control(value: str) -> bool:
-    return any(unicodedata.category(ch) == "Cc" for ch in value)
 
 
 def substitute(obj: Any, values: Mapping[str, str]) -> Any:

@@ -23,11 +23,17 @@ What is enforced, per pod template (containers, initContainers and ephemeralCont
 | only safe sysctls | `sysctls: [name]` |
 | no Unconfined AppArmor | `appArmorUnconfined` |
 | no custom SELinux user/role, no Unmasked procMount, no hostProcess | (none) |
-| legacy seccomp annotation: `runtime/default`, `docker/default`, `localhost/*` | `seccomp...` |
-| legacy AppArmor annotations: `runtime/default`, `localhost/*` | `appArmorUnconfined` |
+| legacy seccomp annotations only confined (below) | `seccompUnconfined` |
+| legacy AppArmor annotations only confined (below) | `appArmorUnconfined` |
 | no `metadata.namespace` inside a pod template | (none) |
 | `serviceAccountName` only from `security.serviceAccountName` | (admin only) |
 | `automountServiceAccountToken: false` | `automountServiceAccountToken: true` |
+
+Confined legacy annotation values: seccomp `runtime/default`, `docker/default`, `localhost/*`;
+AppArmor `runtime/default`, `localhost/*`. Any other value is removed (the exceptions allow
+exactly `unconfined`). Every securityContext field of the wrong type (`privileged: "true"`,
+`runAsUser: "0"`, `capabilities.add: SYS_ADMIN`) is removed before the rules run, and a
+hostPath must lie under a granted prefix on whole components of its normalised path.
 """
 
 from __future__ import annotations
