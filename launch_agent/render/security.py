@@ -128,7 +128,11 @@ _POD_SPEC_TYPES = {
     "serviceAccountName": _STR,
     "serviceAccount": _STR,
     "securityContext": _MAP,
+    "volumes": _LIST,
+    "initContainers": _LIST,
+    "ephemeralContainers": _LIST,
 }
+_CONTAINER_TYPES = {"securityContext": _MAP, "ports": _LIST, "volumeMounts": _LIST}
 
 
 def _has_type(value: Any, want: str) -> bool:
@@ -368,6 +372,7 @@ class _Enforcer:
 
     def container(self, c: dict[str, Any], where: str, removed_volumes: set[str]) -> None:
         sec = self.sec
+        self.typed(c, _CONTAINER_TYPES, where)
         csc = _map(c, "securityContext")
         self.typed(csc, _CONTAINER_CONTEXT_TYPES, f"{where}.securityContext")
         self.nested_types(csc, f"{where}.securityContext")

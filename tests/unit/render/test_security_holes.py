@@ -217,3 +217,25 @@ def test_admin_template_with_a_nested_namespace_is_refused_at_load() -> None:
     assert [p.path for p in exc.value.problems] == [
         "spec.template.spec.template.metadata.namespace"
     ]
+
+
+@pytest.mark.parametrize(
+    ("pod_spec", "container", "where"),
+    [
+        (
+            {"initContainers": {"init": {"image": "x", "securityContext": {"privileged": True}}}},
+            {},
+            "spec.initContainers",
+        ),
+        ({"volumes": {"name": "h", "hostPath": {"path": "/"}}}, {}, "spec.volumes"),
+        ({}, {"ports": {"containerPort": 1, "hostPort": 1}}, "containers[main].ports"),
+        ({}, {"securityContext": "privileged"}, "containers[main].securityContext"),
+    ],
+)
+def test_wrong_typed_pod_lists_are_removed(
+    pod_spec: dict[str, Any], container: dict[str, Any], where: str
+) -> None:
+    spec = make_spec(job_template(image="i"), overridable=["**"])
+    out = render(spec, make_item(_layer(pod_spec, **container)), None, SETTINGS)
+    assert any(w.path.endswith(where) and "removed: must be" in w.reason for w in out.warnings)
+    assert restricted_violations(_pod(out.workload)) == []
