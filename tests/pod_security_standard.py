@@ -34,3 +34,14 @@ ALLOWED_VOLUMES = frozenset(
         "secret",
     }
 )
+
+# "Restricted: Capabilities": containers must drop ALL and may add back only this one.
+RESTRICTED_CAPABILITY_ADDS = frozenset({"NET_BIND_SERVICE"})
+# "Baseline: SELinux": allowed `seLinuxOptions.type` values (user and role must be unset).
+SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "init_t"})
+# "Baseline: Seccomp" / "AppArmor" on older clusters: the allowed values of the legacy
+# annotations (`seccomp.security.alpha.kubernetes.io/pod`,
+# `container.seccomp.security.alpha.kubernetes.io/*`,
+# `container.apparmor.security.beta.kubernetes.io/*`); `localhost/<profile>` is allowed too.
+LEGACY_SECCOMP_VALUES = frozenset({"runtime/default", "docker/default"})
+LEGACY_APPARMOR_VALUES = frozenset({"runtime/default"})

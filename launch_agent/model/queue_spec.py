@@ -71,6 +71,8 @@ class SecurityExceptions:
     # Audiences a submitter's projected `serviceAccountToken` volume source may ask for. A
     # projection mints a token whatever `automountServiceAccountToken` says.
     service_account_token_audiences: frozenset[str] = frozenset()
+    # TrainJob runtimes (by name) whose pod templates the admin keeps restricted themselves.
+    training_runtimes: frozenset[str] = frozenset()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SecurityExceptions:
@@ -95,6 +97,7 @@ class SecurityExceptions:
             sysctls=frozenset(data.get("sysctls", ())),
             secrets=frozenset(data.get("secrets", ())),
             service_account_token_audiences=frozenset(data.get("serviceAccountTokenAudiences", ())),
+            training_runtimes=frozenset(data.get("trainingRuntimes", ())),
         )
 
 

@@ -26,8 +26,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from launch_agent.model.queue_spec import CustomKind
-from launch_agent.render.paths import find, get, parse_glob, resolve
+from launch_agent.model.queue_spec import CustomKind, Problem, SecurityExceptions
+from launch_agent.render import generated
+from launch_agent.render.paths import (
+    AnyItem,
+    Glob,
+    Item,
+    Path,
+    find,
+    get,
+    item_label,
+    parse_glob,
+    resolve,
+)
 
 PodSet = tuple[int, Mapping[str, Any]]
 """`(count, pod template)`: `count` pods are created from this PodTemplateSpec."""
@@ -37,6 +48,8 @@ EntryTarget = Literal["containers", "rayjob", "trainer"]
 KueueMode = Literal["suspend", "label"]
 # A default: (glob of the parent mapping, key). Plain-key parents are created when missing.
 Default = tuple[str, str]
+Refusals = Callable[[Mapping[str, Any], SecurityExceptions], list[Problem]]
+OperatorContainers = Callable[[Mapping[str, Any]], list[tuple[str, dict[str, Any]]]]
 
 
 def _int(value: Any, default: int) -> int:
@@ -65,6 +78,11 @@ class KindInfo:
     env_target: EnvTarget = "containers"
     entry_target: EntryTarget = "containers"
     builtin: bool = False
+    # Pods the operator generates (`generated.py`): what refuses the manifest, what writes
+    # out a generated pod so it is enforced, and which operator-built containers to restrict.
+    refusals: Refusals | None = None
+    materialise: Callable[[dict[str, Any]], None] | None = None
+    operator_containers: OperatorContainers | None = None
 
     @property
     def group(self) -> str:
@@ -83,15 +101,51 @@ class KindInfo:
         return f"{self.label} is not installed in this cluster: {self.install_hint}"
 
     def pod_template_matches(self, manifest: Mapping[str, Any]) -> list[tuple[Any, Any]]:
-        """(path, PodTemplateSpec) for each pod template, primary first, no duplicates."""
-        seen: set[Any] = set()
+        """(path, PodTemplateSpec) for each pod template, primary first, no duplicates.
+
+        A template is identified by the object, never by its path label: two Volcano tasks
+        (or JobSet replicated jobs) with the same name are two templates, and the second is
+        labelled by its index so messages tell them apart."""
+        seen: set[int] = set()
         out = []
         for pattern in self.pod_templates:
-            for path, value in find(manifest, parse_glob(pattern)):
-                if path not in seen and isinstance(value, dict):
-                    seen.add(path)
+            for path, value in _find_distinct(manifest, parse_glob(pattern)):
+                if id(value) not in seen and isinstance(value, dict):
+                    seen.add(id(value))
                     out.append((path, value))
         return out
+
+
+def _find_distinct(obj: Any, glob: Glob) -> list[tuple[Path, Any]]:
+    """`find`, but a list item whose label another item of the same list shares is named by
+    its index (`tasks[1]`), so each concrete path names one object."""
+    out: list[tuple[Path, Any]] = []
+
+    def walk(node: Any, gi: int, path: Path) -> None:
+        if gi == len(glob):
+            out.append((path, node))
+            return
+        g = glob[gi]
+        if isinstance(g, AnyItem | Item):
+            if not isinstance(node, list):
+                return
+            names = [item_label(v, i) for i, v in enumerate(node)]
+            for i, v in enumerate(node):
+                label = names[i]
+                if isinstance(g, Item) and g.label != label:
+                    continue
+                unique = label if names.count(label) == 1 else str(i)
+                walk(v, gi + 1, (*path, Item(unique)))
+            return
+        if isinstance(g, str):
+            if isinstance(node, dict) and g in node:
+                walk(node[g], gi + 1, (*path, g))
+            return
+        for sub_path, sub in find(node, (g,)):
+            walk(sub, gi + 1, (*path, *sub_path))
+
+    walk(obj, 0, ())
+    return out
 
 
 # ----------------------------------------------------------------------------- pod sets
@@ -227,6 +281,7 @@ KINDS: tuple[KindInfo, ...] = (
         deadline=("spec", "activeDeadlineSeconds"),
         env_target="trainer",
         entry_target="trainer",
+        refusals=generated.trainjob_refusals,
     ),
     KindInfo(
         api_version="leaderworkerset.x-k8s.io/v1",
@@ -263,6 +318,9 @@ KINDS: tuple[KindInfo, ...] = (
         # KubeRay rejects ttlSecondsAfterFinished unless the cluster is shut down afterwards.
         ttl_requires=("spec", "shutdownAfterJobFinishes"),
         entry_target="rayjob",
+        refusals=generated.rayjob_refusals,
+        materialise=generated.rayjob_materialise,
+        operator_containers=generated.rayjob_operator_containers,
     ),
     KindInfo(
         api_version="batch.volcano.sh/v1alpha1",

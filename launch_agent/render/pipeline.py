@@ -9,7 +9,15 @@ The stages, in order (each one pure; none reaches back):
    the later stages edit in place;
 4. name, namespace, labels, annotations, image, entry point, W&B environment, kind defaults,
    Kueue and diagnostics labels, per the kind's row in `kinds.py`;
-5. enforced security, last, on every pod template (`security.py`).
+5. every pod that will exist made reachable (`generated.py`: pods the operator would generate
+   are written out, pod specs outside the kind's templates and pods defined elsewhere are
+   refused), then enforced security, last, on every pod template and every container the
+   operator builds from workload fields (`security.py`).
+
+Everything copied from the item into a field the kubelet expands (`command`, `args`,
+`env[].value`) is escaped (`kubelet.py`); a `$(VAR)` reference the submitter writes into such
+a field of their layer is refused, since only the admin decides what a pod may read from its
+environment (write `$$(VAR)` for the literal text).
 
 Errors raise `InvalidInput` with every problem; warnings come back in `RenderResult`. Nothing
 here validates against JSON schemas: that is `output_check`, for `validate`, tests and an
@@ -25,14 +33,15 @@ from typing import Any
 from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import CustomKind, InvalidInput, Problem, QueueSpec
 from launch_agent.model.run_item import RunItem, parse_run_item
-from launch_agent.render import naming
+from launch_agent.render import generated, naming
 from launch_agent.render.decisions import NO_DECISIONS, Admission, apply_decisions
 from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, known_kinds, lookup
-from launch_agent.render.macros import macro_values, substitute
-from launch_agent.render.merge import normalise
-from launch_agent.render.paths import Glob, find, format_path, parse_glob
-from launch_agent.render.policy import LAYER_PREFIX, apply_layer, check_overrides
-from launch_agent.render.security import enforce_pod_template
+from launch_agent.render.kubelet import escape, expanded_field, references
+from launch_agent.render.macros import macro_values, substitute_checked
+from launch_agent.render.merge import REMOVED, Change, merge_changes, normalise
+from launch_agent.render.paths import Glob, Item, Path, find, format_path, item_label, parse_glob
+from launch_agent.render.policy import LAYER_PREFIX, check_changes, check_overrides
+from launch_agent.render.security import enforce_container, enforce_pod_template
 from launch_agent.render.settings import RenderResult, RenderSettings
 from launch_agent.render.wandb_env import payloads, set_env, wandb_env
 
@@ -124,8 +133,9 @@ def render(
                     Problem(f"{LAYER_PREFIX}.{key}", f"is {got!r}; the queue spec runs {want!r}")
                 )
     # The merge reports each change it makes and the policy decides on those: checked == applied.
-    merged, refused = apply_layer(layer, spec, _globs(spec)) if layer else (spec.template, [])
-    problems += refused
+    merged, changes = merge_changes(spec.template, layer) if layer else (spec.template, [])
+    problems += check_changes(changes, _globs(spec), spec)
+    problems += kubelet_references(changes)
     problems += check_overrides(
         run, _globs(spec), spec.name, spec.overridable, info=info, manifest=merged
     )
@@ -156,7 +166,10 @@ def render(
         author=run.author,
         queue_name=queue,
     )
-    manifest: dict[str, Any] = substitute(merged, values)
+    manifest, macro_problems = substitute_checked(merged, values)
+    if macro_problems:
+        raise InvalidInput(macro_problems)
+    assert isinstance(manifest, dict)
 
     name = naming.workload_name(spec.name, run.run_queue_item_id, info.max_name)
     meta = _map(manifest, "metadata")
@@ -205,9 +218,9 @@ def render(
             main["image"] = image
         if info.entry_target == "containers":
             if run.entry_point:
-                main["command"] = list(run.entry_point)
-            if run.args is not None:
-                main["args"] = list(run.args)
+                main["command"] = [escape(a) for a in run.entry_point]
+            if run.args:  # W&B applies only non-empty args (kubernetes_runner.py)
+                main["args"] = [escape(a) for a in run.args]
         env = wandb_env(
             run,
             settings,
@@ -223,10 +236,11 @@ def render(
     if info.env_target == "trainer":
         trainer = _map(spec_body, "trainer")
         trainer.setdefault("image", image)
+        # The trainer's command, args and env become the container's: the kubelet expands them.
         if run.entry_point:
-            trainer["command"] = list(run.entry_point)
-        if run.args is not None:
-            trainer["args"] = list(run.args)
+            trainer["command"] = [escape(a) for a in run.entry_point]
+        if run.args:
+            trainer["args"] = [escape(a) for a in run.args]
         set_env(
             trainer,
             wandb_env(
@@ -239,13 +253,16 @@ def render(
                 primary=True,
             ),
         )
-    if info.entry_target == "rayjob" and (run.entry_point or run.args is not None):
+    if info.entry_target == "rayjob" and (run.entry_point or run.args):
+        # KubeRay puts the entrypoint into the submitter container's command (K8sJobMode), which
+        # the kubelet expands; HTTPMode sends it to the dashboard as it is.
+        quote = escape if generated.ray_submission_mode(manifest) == "K8sJobMode" else str
         head = (
-            list(run.entry_point)
+            [quote(a) for a in run.entry_point]
             if run.entry_point
             else shlex.split(str(spec_body.get("entrypoint", "")))
         )
-        spec_body["entrypoint"] = shlex.join(head + list(run.args or ()))
+        spec_body["entrypoint"] = shlex.join(head + [quote(a) for a in run.args or ()])
 
     _apply_defaults(manifest, info, spec, settings)
 
@@ -265,13 +282,79 @@ def render(
             )
 
     apply_decisions(manifest, info, decisions)
-    for path, tmpl in templates:
-        warnings += enforce_pod_template(tmpl, spec.security, format_path(path))
+    warnings += enforce_every_pod(manifest, info, spec, templates)
     # Conventional key order, so `render` output reads like a hand-written manifest.
     first: dict[str, Any] = {
         k: manifest.pop(k) for k in ("apiVersion", "kind", "metadata") if k in manifest
     }
     return RenderResult([{**first, **manifest}], warnings)
+
+
+def enforce_every_pod(
+    manifest: dict[str, Any],
+    info: KindInfo,
+    spec: QueueSpec,
+    templates: list[tuple[Any, Any]] | None = None,
+) -> list[Problem]:
+    """Enforcement on every pod that will exist; raises `InvalidInput` for pods it cannot
+    reach. Returns what it changed (render warnings; `validate` errors for the admin's).
+    `templates` are the manifest's pod templates if the caller has them already."""
+    problems = info.refusals(manifest, spec.security) if info.refusals else []
+    if info.materialise is not None:
+        info.materialise(manifest)
+        templates = None  # it may have written out a template
+    if templates is None:
+        templates = info.pod_template_matches(manifest)
+    hint = (
+        "declare its path in spec.podTemplatePaths"
+        if spec.custom_kind is not None
+        else f"a {info.label} has pod templates only at {', '.join(info.pod_templates)}"
+    )
+    foreign, changes = generated.scan(manifest, templates, hint)
+    problems += foreign
+    if problems:
+        raise InvalidInput(problems)
+    for path, tmpl in templates:
+        changes += enforce_pod_template(tmpl, spec.security, format_path(path))
+    for where, container in info.operator_containers(manifest) if info.operator_containers else ():
+        changes += enforce_container(container, spec.security, where, set())
+    return changes
+
+
+def kubelet_references(changes: list[Change]) -> list[Problem]:
+    """The submitter's changed strings in fields the kubelet expands that hold a `$(VAR)`
+    reference."""
+    problems = []
+    for change in changes:
+        if change.value is REMOVED:
+            continue
+        leaf_path, leaf = change.path, change.value
+        for where, text in _strings(leaf_path, leaf):
+            if not expanded_field(where):
+                continue
+            for name in references(text):
+                problems.append(
+                    Problem(
+                        format_path(where, LAYER_PREFIX),
+                        f"$({name}) would be expanded by the kubelet; submitters may not"
+                        f" reference environment variables here (write $$({name}) for the"
+                        " literal text)",
+                    )
+                )
+    return problems
+
+
+def _strings(path: Path, value: Any) -> list[tuple[Path, str]]:
+    if isinstance(value, str):
+        return [(path, value)]
+    out = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _strings((*path, str(k)), v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _strings((*path, Item(item_label(v, i))), v)
+    return out
 
 
 def _map(parent: dict[str, Any], key: str) -> dict[str, Any]:

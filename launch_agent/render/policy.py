@@ -340,14 +340,15 @@ def check_overrides(
 ) -> list[Problem]:
     """Problems for each W&B `overrides` entry the pipeline would apply and the spec refuses.
 
-    Each entry counts exactly when the pipeline applies it: `entry_point`, `run_config`,
-    `files` and `artifacts` when non-empty; `args` whenever present (`[]` clears the args, as
-    in W&B), unless it leaves every place it is written as it is (`args: []` where the
-    template has none, or an echo). `info` and `manifest` (the merged workload) say where
-    those places are; without them any present `args` counts.
+    Each entry counts exactly when the pipeline applies it, and the pipeline applies each only
+    when it is non-empty, as W&B's agent does (`if override_args:` in wandb's
+    kubernetes_runner.py): W&B's UI sends `args: []`, `entry_point: []` and `run_config: {}`
+    with every launch, meaning "the job's own". Non-empty `args` that leave every place they
+    are written as it is (an echo) change nothing either; `info` and `manifest` (the merged
+    workload) say where those places are; without them any non-empty `args` counts.
     """
     present = {
-        "args": item.args is not None and not _args_unchanged(item, info, manifest),
+        "args": bool(item.args) and not _args_unchanged(item, info, manifest),
         "entry_point": bool(item.entry_point),
         "run_config": bool(item.run_config),
         "artifacts": bool(item.artifacts),
@@ -369,9 +370,8 @@ def _args_unchanged(
     args = list(item.args)
     if info.entry_target == "rayjob":
         if item.entry_point:
-            return not args  # the entrypoint is replaced anyway (and checked on its own)
-        # The pipeline re-joins the template's entrypoint with the args: even `[]` changes it
-        # when re-quoting does (`a && b` becomes `a '&&' b`).
+            return False  # the args are appended to the submitter's entry point
+        # The pipeline re-joins the template's entrypoint with the args.
         spec = manifest.get("spec")
         current = spec.get("entrypoint", "") if isinstance(spec, dict) else ""
         try:

@@ -23,12 +23,22 @@ What is enforced, per pod template (containers, initContainers and ephemeralCont
 | only safe sysctls | `sysctls: [name]` |
 | no Unconfined AppArmor | `appArmorUnconfined` |
 | no custom SELinux user/role, no Unmasked procMount, no hostProcess | (none) |
+| legacy seccomp annotations only confined (below) | `seccompUnconfined` |
+| legacy AppArmor annotations only confined (below) | `appArmorUnconfined` |
+| no `metadata.namespace` inside a pod template | (none) |
 | `serviceAccountName` only from `security.serviceAccountName` | (admin only) |
 | `automountServiceAccountToken: false` | `automountServiceAccountToken: true` |
+
+Confined legacy annotation values: seccomp `runtime/default`, `docker/default`, `localhost/*`;
+AppArmor `runtime/default`, `localhost/*`. Any other value is removed (the exceptions allow
+exactly `unconfined`). Every securityContext field of the wrong type (`privileged: "true"`,
+`runAsUser: "0"`, `capabilities.add: SYS_ADMIN`) is removed before the rules run, and a
+hostPath must lie under a granted prefix on whole components of its normalised path.
 """
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 from launch_agent.model.queue_spec import Problem, SecurityExceptions
@@ -62,7 +72,99 @@ SAFE_SYSCTLS = frozenset(
 BASE_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
 SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "init_t"})
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
+SECCOMP_POD_ANNOTATION = "seccomp.security.alpha.kubernetes.io/pod"
+SECCOMP_CONTAINER_ANNOTATION = "container.seccomp.security.alpha.kubernetes.io/"
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+
+# The types of the securityContext fields (core/v1). A value of the wrong type is removed, never
+# passed on: `privileged: "true"` or `runAsUser: "0"` must not slip past a check written for
+# booleans and integers because some decoder downstream is lenient (or an operator copies the
+# raw JSON). The rules below then fill in the restricted value.
+_BOOL, _INT, _STR, _MAP, _LIST = "a boolean", "an integer", "a string", "a mapping", "a list"
+_POD_CONTEXT_TYPES = {
+    "runAsNonRoot": _BOOL,
+    "runAsUser": _INT,
+    "runAsGroup": _INT,
+    "fsGroup": _INT,
+    "fsGroupChangePolicy": _STR,
+    "supplementalGroups": _LIST,
+    "supplementalGroupsPolicy": _STR,
+    "seccompProfile": _MAP,
+    "appArmorProfile": _MAP,
+    "seLinuxOptions": _MAP,
+    "seLinuxChangePolicy": _STR,
+    "windowsOptions": _MAP,
+    "sysctls": _LIST,
+}
+_CONTAINER_CONTEXT_TYPES = {
+    "privileged": _BOOL,
+    "allowPrivilegeEscalation": _BOOL,
+    "readOnlyRootFilesystem": _BOOL,
+    "runAsNonRoot": _BOOL,
+    "runAsUser": _INT,
+    "runAsGroup": _INT,
+    "procMount": _STR,
+    "capabilities": _MAP,
+    "seccompProfile": _MAP,
+    "appArmorProfile": _MAP,
+    "seLinuxOptions": _MAP,
+    "windowsOptions": _MAP,
+}
+_PROFILE_TYPES = {"type": _STR, "localhostProfile": _STR}
+_SELINUX_TYPES = {"user": _STR, "role": _STR, "type": _STR, "level": _STR}
+_WINDOWS_TYPES = {
+    "hostProcess": _BOOL,
+    "gmsaCredentialSpecName": _STR,
+    "gmsaCredentialSpec": _STR,
+    "runAsUserName": _STR,
+}
+_POD_SPEC_TYPES = {
+    "hostNetwork": _BOOL,
+    "hostPID": _BOOL,
+    "hostIPC": _BOOL,
+    "hostUsers": _BOOL,
+    "shareProcessNamespace": _BOOL,
+    "automountServiceAccountToken": _BOOL,
+    "serviceAccountName": _STR,
+    "serviceAccount": _STR,
+    "securityContext": _MAP,
+    "volumes": _LIST,
+    "initContainers": _LIST,
+    "ephemeralContainers": _LIST,
+}
+_CONTAINER_TYPES = {"securityContext": _MAP, "ports": _LIST, "volumeMounts": _LIST}
+
+
+def _has_type(value: Any, want: str) -> bool:
+    if want == _BOOL:
+        return isinstance(value, bool)
+    if want == _INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if want == _STR:
+        return isinstance(value, str)
+    if want == _MAP:
+        return isinstance(value, dict)
+    return isinstance(value, list)
+
+
+def host_path_allowed(path: Any, prefixes: tuple[str, ...]) -> bool:
+    """`path` lies under one of `prefixes`, compared as normalised path components.
+
+    A relative path or one with a `..` component is refused outright: the kubelet resolves it
+    on the node, where `/data/../etc` is `/etc`. `/data` admits `/data/x`, not `/database`.
+    """
+    if not isinstance(path, str) or not path.startswith("/") or "\x00" in path:
+        return False
+    if ".." in path.split("/"):
+        return False
+    norm = "/" + posixpath.normpath(path).lstrip("/")
+    for prefix in prefixes:
+        if not prefix.startswith("/") or ".." in prefix.split("/"):
+            continue
+        root = "/" + posixpath.normpath(prefix).lstrip("/")
+        if norm == root or norm.startswith(root.rstrip("/") + "/"):
+            return True
+    return False
 
 
 def _map(parent: dict[str, Any], key: str) -> dict[str, Any]:
@@ -82,9 +184,23 @@ class _Enforcer:
     def note(self, path: str, reason: str) -> None:
         self.changes.append(Problem(f"{self.where}.{path}", reason))
 
+    def typed(self, node: dict[str, Any], types: dict[str, str], where: str) -> None:
+        """Remove every field of `node` whose value has the wrong type (see the tables)."""
+        for key, want in types.items():
+            if key in node and node[key] is not None and not _has_type(node[key], want):
+                self.note(f"{where}.{key}" if where else key, f"removed: must be {want}")
+                del node[key]
+
     def pod(self, tmpl: dict[str, Any]) -> None:
         sec = self.sec
+        meta = tmpl.get("metadata")
+        if isinstance(meta, dict) and "namespace" in meta:
+            # Some operators copy template metadata onto the pods they create: a namespace
+            # here could put them outside the queue spec's namespace (and its Secret, quota).
+            del meta["namespace"]
+            self.note("metadata.namespace", "removed: pods run in the queue spec's namespace")
         spec = _map(tmpl, "spec")
+        self.typed(spec, _POD_SPEC_TYPES, "spec")
         for key in ("serviceAccountName", "serviceAccount"):
             value = spec.pop(key, None)
             if value and value != sec.service_account_name:
@@ -125,12 +241,15 @@ class _Enforcer:
             kinds = set(v) - {"name"}
             name = str(v.get("name", ""))
             if "hostPath" in kinds:
-                path = str((v.get("hostPath") or {}).get("path", ""))
-                if not any(
-                    path == p or path.startswith(p.rstrip("/") + "/") for p in self.sec.host_paths
-                ):
+                hp = v.get("hostPath")
+                path = hp.get("path") if isinstance(hp, dict) else None
+                if not host_path_allowed(path, self.sec.host_paths):
                     removed.add(name)
-                    self.note(f"spec.volumes[{name}].hostPath", "removed: needs security.hostPaths")
+                    self.note(
+                        f"spec.volumes[{name}].hostPath",
+                        f"removed: {path!r} is not under security.hostPaths"
+                        " (normalised, no '..', whole path components)",
+                    )
                     continue
             elif kinds - RESTRICTED_VOLUME_TYPES - self.sec.volume_types:
                 removed.add(name)
@@ -145,6 +264,8 @@ class _Enforcer:
     def pod_context(self, spec: dict[str, Any]) -> None:
         sec = self.sec
         psc = _map(spec, "securityContext")
+        self.typed(psc, _POD_CONTEXT_TYPES, "spec.securityContext")
+        self.nested_types(psc, "spec.securityContext")
         if sec.run_as_user is not None:
             psc["runAsUser"] = sec.run_as_user
         if sec.run_as_root:
@@ -210,22 +331,52 @@ class _Enforcer:
             self.note(f"{where}.seLinuxOptions.type", "removed: not an allowed type")
             del se["type"]
 
+    def nested_types(self, ctx: dict[str, Any], where: str) -> None:
+        for key, types in (
+            ("seccompProfile", _PROFILE_TYPES),
+            ("appArmorProfile", _PROFILE_TYPES),
+            ("seLinuxOptions", _SELINUX_TYPES),
+            ("windowsOptions", _WINDOWS_TYPES),
+        ):
+            node = ctx.get(key)
+            if isinstance(node, dict):
+                self.typed(node, types, f"{where}.{key}")
+
     def annotations(self, tmpl: dict[str, Any]) -> None:
+        """The annotations older kubelets still read (seccomp before 1.25, AppArmor before
+        1.30): the Pod Security Standards allow only the confined values."""
         ann = (tmpl.get("metadata") or {}).get("annotations")
-        if not isinstance(ann, dict) or self.sec.apparmor_unconfined:
+        if not isinstance(ann, dict):
             return
-        for key in [
-            k for k, v in ann.items() if k.startswith(APPARMOR_ANNOTATION) and v == "unconfined"
-        ]:
-            del ann[key]
-            self.note(
-                f'metadata.annotations["{key}"]', "removed: needs security.appArmorUnconfined"
-            )
+        for key in list(ann):
+            value = ann[key]
+            if not isinstance(key, str):
+                continue
+            if key == SECCOMP_POD_ANNOTATION or key.startswith(SECCOMP_CONTAINER_ANNOTATION):
+                confined = value in ("runtime/default", "docker/default") or (
+                    isinstance(value, str) and value.startswith("localhost/")
+                )
+                granted = self.sec.seccomp_unconfined and value == "unconfined"
+                need = "security.seccompUnconfined"
+            elif key.startswith(APPARMOR_ANNOTATION):
+                confined = value == "runtime/default" or (
+                    isinstance(value, str) and value.startswith("localhost/")
+                )
+                granted = self.sec.apparmor_unconfined and value == "unconfined"
+                need = "security.appArmorUnconfined"
+            else:
+                continue
+            if not (confined or granted):
+                del ann[key]
+                self.note(f'metadata.annotations["{key}"]', f"removed {value!r}: needs {need}")
 
     def container(self, c: dict[str, Any], where: str, removed_volumes: set[str]) -> None:
         sec = self.sec
+        self.typed(c, _CONTAINER_TYPES, where)
         csc = _map(c, "securityContext")
-        privileged = bool(csc.get("privileged"))
+        self.typed(csc, _CONTAINER_CONTEXT_TYPES, f"{where}.securityContext")
+        self.nested_types(csc, f"{where}.securityContext")
+        privileged = csc.get("privileged") is True
         if privileged and not sec.privileged:
             del csc["privileged"]
             self.note(f"{where}.securityContext.privileged", "removed: needs security.privileged")
@@ -242,15 +393,19 @@ class _Enforcer:
             csc["allowPrivilegeEscalation"] = False
         caps = _map(csc, "capabilities")
         add = caps.get("add")
-        if isinstance(add, list):
+        if add is not None and not isinstance(add, list):
+            # A string (`add: SYS_ADMIN`) is not a list of one: never guess, never pass it.
+            del caps["add"]
+            self.note(f"{where}.securityContext.capabilities.add", "removed: must be a list")
+        elif isinstance(add, list):
             allowed = BASE_CAPABILITIES | sec.capabilities
             for cap in add:
-                if cap not in allowed:
+                if not isinstance(cap, str) or cap not in allowed:
                     self.note(
                         f"{where}.securityContext.capabilities.add[{cap}]",
                         "removed: needs security.capabilities",
                     )
-            caps["add"] = [cap for cap in add if cap in allowed]
+            caps["add"] = [cap for cap in add if isinstance(cap, str) and cap in allowed]
             if not caps["add"]:
                 del caps["add"]
         drop = caps.get("drop")
@@ -258,6 +413,9 @@ class _Enforcer:
             if drop:
                 self.note(f"{where}.securityContext.capabilities.drop", "set to [ALL]")
             caps["drop"] = ["ALL"]
+        elif any(not isinstance(d, str) for d in drop):
+            caps["drop"] = ["ALL"]
+            self.note(f"{where}.securityContext.capabilities.drop", "set to [ALL]")
         if not sec.run_as_root:
             if csc.get("runAsNonRoot") is False:
                 del csc["runAsNonRoot"]
@@ -300,4 +458,15 @@ def enforce_pod_template(
     """Make one PodTemplateSpec restricted (in place); returns what had to be changed."""
     enforcer = _Enforcer(sec, where)
     enforcer.pod(tmpl)
+    return enforcer.changes
+
+
+def enforce_container(
+    container: dict[str, Any], sec: SecurityExceptions, where: str, removed_volumes: set[str]
+) -> list[Problem]:
+    """Make one container restricted (in place), for a container an operator builds from
+    fields of the workload (KubeRay's autoscaler from `autoscalerOptions`)."""
+    parent, _, last = where.rpartition(".")
+    enforcer = _Enforcer(sec, parent)
+    enforcer.container(container, last, removed_volumes)
     return enforcer.changes

@@ -10,7 +10,10 @@ Checks, in order, all collected before anything is raised:
 4. `overridable` and `podTemplatePaths` parse as paths; Kueue is only asked of kinds it can
    queue;
 5. the template already meets the restricted profile, or the admin granted the exception:
-   enforcement would otherwise change the admin's own settings behind their back.
+   enforcement would otherwise change the admin's own settings behind their back; and every
+   pod it makes is one enforcement reaches (no pod spec outside the kind's pod templates, no
+   RayJob `clusterSelector` or SidecarMode, a TrainJob runtime named in
+   `security.trainingRuntimes`).
 
 The text comes in as a string: reading files is the caller's business (this layer is pure).
 """
@@ -29,9 +32,8 @@ from launch_agent.model.safe_load import SPEC_LIMITS, InputError, Limits, load_y
 from launch_agent.render.kinds import lookup
 from launch_agent.render.macros import substitute
 from launch_agent.render.merge import normalise
-from launch_agent.render.paths import Deep, PathSyntaxError, find, format_path, parse_glob
-from launch_agent.render.pipeline import kind_info, unknown_kind
-from launch_agent.render.security import enforce_pod_template
+from launch_agent.render.paths import Deep, PathSyntaxError, find, parse_glob
+from launch_agent.render.pipeline import enforce_every_pod, kind_info, unknown_kind
 
 MAX_SPEC_BYTES = 1_000_000
 SCHEMA_FILE = "queue-spec.v1.schema.json"
@@ -153,16 +155,21 @@ def build_queue_spec(data: Any) -> tuple[QueueSpec, list[Problem]]:
     if queue_spec.kueue_queue_name and info.kueue is None:
         problems.append(Problem("spec.kueue", f"Kueue cannot queue a {info.label}"))
 
-    # The admin's own template must already be restricted (or granted): check a copy.
+    # The admin's own template must already be restricted (or granted), every pod it makes
+    # must be reachable by enforcement (`generated.py`): check a copy.
     probe = substitute(template, {})
-    for path, tmpl in info.pod_template_matches(probe):
-        for change in enforce_pod_template(tmpl, queue_spec.security, format_path(path)):
-            problems.append(
-                Problem(
-                    f"spec.template.{change.path}",
-                    change.reason.replace("removed", "not allowed", 1),
-                )
+    try:
+        changes = enforce_every_pod(probe, info, queue_spec)
+    except InvalidInput as exc:
+        problems += [Problem(f"spec.template.{p.path}", p.reason) for p in exc.problems]
+        changes = []
+    for change in changes:
+        problems.append(
+            Problem(
+                f"spec.template.{change.path}",
+                change.reason.replace("removed", "not allowed", 1),
             )
+        )
     if problems:
         raise InvalidInput(problems)
     return queue_spec, warnings

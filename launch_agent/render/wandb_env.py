@@ -9,6 +9,14 @@ Differences from `wandb launch-agent`, on purpose:
   (W&B leaves both and relies on "last one wins"): one entry per name, no ambiguity.
 - `WANDB_RUN_ID` goes to the primary pod template only (W&B: the first container of a custom
   resource); every other variable goes to the main container of every pod template.
+- Every value is escaped for the kubelet's `$(VAR)` expansion (`kubelet.escape`): the run
+  name, config, files and artifacts are the submitter's text, and `$(WANDB_API_KEY)` in a run
+  name must reach W&B as those characters, not as the key.
+- The agent's variables come *after* the template's and the submitter's, and `WANDB_API_KEY`
+  is the last of them: the kubelet expands an env value only against the variables listed
+  before it, so no other env value (the admin's included) can read the key through `$(...)`.
+  `command` and `args` are expanded against every variable; the agent escapes what it copies
+  there, and the submitter's own values there are checked by the pipeline.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from launch_agent.model.run_item import RunItem
+from launch_agent.render.kubelet import escape
 from launch_agent.render.settings import RenderSettings
 
 # W&B splits long values into NAME_0..NAME_n (`utils.py:91`, MAX_ENV_LENGTHS default).
@@ -61,15 +70,6 @@ def wandb_env(
 ) -> Env:
     env: Env = [
         {"name": "WANDB_BASE_URL", "value": settings.base_url},
-        {
-            "name": "WANDB_API_KEY",
-            "valueFrom": {
-                "secretKeyRef": {
-                    "name": settings.api_key_secret,
-                    "key": settings.api_key_secret_key,
-                }
-            },
-        },
         {"name": "WANDB_PROJECT", "value": run.project},
         {"name": "WANDB_ENTITY", "value": run.entity},
         {"name": "WANDB_LAUNCH", "value": "True"},
@@ -90,6 +90,19 @@ def wandb_env(
     env.append({"name": "WANDB_LAUNCH_TRACE_ID", "value": run.run_queue_item_id})
     for name, value in payload.items():
         env.extend(chunked(name, value))
+    for e in env:
+        e["value"] = escape(e["value"])
+    env.append(
+        {
+            "name": "WANDB_API_KEY",
+            "valueFrom": {
+                "secretKeyRef": {
+                    "name": settings.api_key_secret,
+                    "key": settings.api_key_secret_key,
+                }
+            },
+        }
+    )
     return env
 
 

@@ -63,9 +63,10 @@ ROWS = [
     ("trainjob.yaml", 0, [2], ("spec", "suspend"), {"spec.activeDeadlineSeconds": 604800}, []),
     ("leaderworkerset.yaml", 2, [1, 3], None, {}, ["leader", "worker"]),
     (
+        # The third template is KubeRay's default submitter pod, written out to be enforced.
         "rayjob.yaml",
-        2,
-        [1, 2],
+        3,
+        [1, 2, 1],
         ("spec", "suspend"),
         {
             "spec.shutdownAfterJobFinishes": True,
