@@ -65,6 +65,7 @@ from launch_agent.adapters.object_store import ObjectStore, ObjectStoreError
 from launch_agent.adapters.registry import RegistryClient, RegistryError
 from launch_agent.model import labels
 from launch_agent.model.build import BuildRequest, BuildSource, Destination, SourceKind
+from launch_agent.model.config import GitSourceConfig
 from launch_agent.render.kaniko import COMPONENT, CONTAINER, KanikoSettings, kaniko_job
 from launch_agent.tracking.build_pods import (
     BuildContext,
@@ -148,11 +149,11 @@ class _Waiter:
 
 @dataclass(frozen=True, slots=True)
 class Credentials:
-    """Where sources come from: W&B (code artifacts) and a git-credentials file."""
+    """Where sources come from: W&B (code artifacts) and git (allowed schemes, credentials)."""
 
     wandb_base_url: str = ""
     wandb_api_key: str = ""
-    git_credentials_file: Path | None = None
+    git: GitSourceConfig = field(default_factory=GitSourceConfig)
 
 
 class ImageBuilder:
@@ -278,7 +279,7 @@ class ImageBuilder:
         creds = self.credentials
         try:
             if spec.source is SourceKind.GIT:
-                digest = await resolve_git(spec.uri, spec.ref, tree, creds.git_credentials_file)
+                digest = await resolve_git(spec.uri, spec.ref, tree, creds.git)
             else:
                 digest = await resolve_artifact(
                     spec.uri, tree, creds.wandb_base_url, creds.wandb_api_key
