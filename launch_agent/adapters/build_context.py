@@ -22,6 +22,7 @@ import gzip
 import hashlib
 import io
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -31,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from launch_agent.model.build import python_dockerfile
 from launch_agent.model.build_source import (
@@ -214,13 +215,20 @@ def _credential_origins(path: Path) -> set[tuple[str, str, int | None]]:
         raise ContextError(f"builder.git.credentials_file {path}: cannot be read: {exc}") from None
     origins: set[tuple[str, str, int | None]] = set()
     for line in text.splitlines():
-        try:
-            parts = urlsplit(line.strip())
-            if parts.scheme and parts.hostname:
-                origins.add((parts.scheme.lower(), parts.hostname.lower(), parts.port))
-        except ValueError:
-            continue  # git's store helper skips such lines too
+        parts = urlsplit(line.strip())
+        # git writes `host:port` as `host%3aport`; the user and password are not kept.
+        host, _, port = unquote(parts.netloc.rpartition("@")[2]).partition(":")
+        if parts.scheme and host:
+            origins.add((parts.scheme.lower(), host.lower(), int(port) if port.isdigit() else None))
     return origins
+
+
+def _read_only_store(path: Path) -> str:
+    """A credential helper that answers `get` from the store file and ignores `store`/`erase`:
+    git's own `store` helper rewrites the file after every fetch and deletes a line after one
+    refused request, which would lose the admin's credentials to a transient 401."""
+    store = f"git credential-store --file={shlex.quote(str(path))} get"
+    return f'!f() {{ test "$1" = get && exec {store}; }}; f'
 
 
 def git_invocation(
@@ -235,7 +243,7 @@ def git_invocation(
     if settings.credentials_file and url.scheme in ("https", "http"):
         creds = Path(settings.credentials_file)
         if url.origin in _credential_origins(creds):
-            config += ["-c", f"credential.helper=store --file={creds}"]
+            config += ["-c", f"credential.helper={_read_only_store(creds)}"]
     env = {
         "PATH": os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin",
         "HOME": str(home),
@@ -308,7 +316,8 @@ def fetch_git(
         want = ref or "HEAD"
         try:
             git("fetch", "-q", "--depth", "1", "--end-of-options", "origin", want)
-            git("checkout", "-q", "--end-of-options", "FETCH_HEAD")
+            # Our own values (FETCH_HEAD, a sha rev-parse printed); `--` ends the revision.
+            git("checkout", "-q", "FETCH_HEAD", "--")
         except ContextError:
             # Servers that cannot fetch one ref shallowly (dumb HTTP, a bare sha without
             # allowReachableSHA1InWant): fetch every branch and tag, then find `want` there.
@@ -325,7 +334,7 @@ def fetch_git(
                               f"{candidate}^{{commit}}")  # fmt: skip
                 except ContextError:
                     continue
-                git("checkout", "-q", "--end-of-options", sha)
+                git("checkout", "-q", sha, "--")
                 break
             else:
                 raise ContextError(
