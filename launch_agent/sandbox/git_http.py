@@ -74,7 +74,7 @@ class GitHttpServer:
         self.root = root
         self.users = dict(users or {})
         self.requests: list[tuple[str, str, str]] = []
-        self._backend = _backend()
+        self._backend = ""  # found on entry: construction does no I/O
         self._server: http.server.ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -99,6 +99,7 @@ class GitHttpServer:
         return self.repo_url(name)
 
     def __enter__(self) -> GitHttpServer:
+        self._backend = _backend()
         handler = _handler(self)
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
