@@ -65,6 +65,7 @@ from launch_agent.adapters.object_store import ObjectStore, ObjectStoreError
 from launch_agent.adapters.registry import RegistryClient, RegistryError
 from launch_agent.model import labels
 from launch_agent.model.build import BuildRequest, BuildSource, Destination, SourceKind
+from launch_agent.model.build_source import SourceError, check_build_arg
 from launch_agent.model.config import GitSourceConfig
 from launch_agent.render.kaniko import COMPONENT, CONTAINER, KanikoSettings, kaniko_job
 from launch_agent.tracking.build_pods import (
@@ -277,6 +278,11 @@ class ImageBuilder:
     async def _prepare(self, spec: BuildSpec, tmp: Path) -> tuple[BuildRequest, Path]:
         tree = tmp / "src"
         creds = self.credentials
+        try:
+            for key, value in spec.build_args:
+                check_build_arg(key, value, "build arguments")
+        except SourceError as exc:
+            raise BuildFailed(f"preparing the build: {exc}", explained=True) from exc
         try:
             if spec.source is SourceKind.GIT:
                 digest = await resolve_git(spec.uri, spec.ref, tree, creds.git)
