@@ -167,12 +167,12 @@ def check_git_url(value: object, where: str, allowed: Iterable[str] = DEFAULT_SC
         raise SourceError(f"{where}: is empty")
     if len(value) > MAX_URL:
         raise SourceError(f"{where}: is longer than {MAX_URL} characters")
+    if value.startswith("-"):
+        raise SourceError(f"{where}: {shown} starts with '-' (git would read it as an option)")
     if any(c.isspace() for c in value) or _control(value):
         raise SourceError(f"{where}: {shown} contains whitespace or a control character")
     if _control(unquote(value)) or any(c.isspace() for c in unquote(value)):
         raise SourceError(f"{where}: {shown} contains an encoded whitespace or control character")
-    if value.startswith("-"):
-        raise SourceError(f"{where}: {shown} starts with '-' (git would read it as an option)")
     scheme_end = value.find("://")
     helper = value.find("::")
     if helper != -1 and (scheme_end == -1 or helper < scheme_end):
