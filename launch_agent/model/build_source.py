@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from urllib.parse import unquote, urlsplit
 
+# The default of `builder.git.allowed_schemes`; the admin may add `git` and `http`
+# (`model.config.GitScheme`); `file`, `ext`, `fd` and remote helpers are not selectable at all.
 DEFAULT_SCHEMES = ("https", "ssh")
-# What an admin may add; `file`, `ext`, `fd` and remote helpers are not selectable at all.
-ADMIN_SCHEMES = frozenset({"https", "ssh", "git", "http"})
 # git's own spellings of ssh.
 _SSH_ALIASES = {"git+ssh": "ssh", "ssh+git": "ssh"}
 
@@ -239,17 +239,6 @@ def _scp_like(value: str, where: str, shown: str, allowed: tuple[str, ...]) -> G
     if not path or path.startswith(("-", ":")):
         raise SourceError(f"{where}: {shown} names no repository path")
     return GitUrl("ssh", host, None, value)
-
-
-def allowed_schemes(values: Sequence[str]) -> tuple[str, ...]:
-    """The admin's allow-list, checked (start-up problems name `builder.git.allowed_schemes`)."""
-    bad = [v for v in values if v not in ADMIN_SCHEMES]
-    if bad:
-        raise SourceError(
-            f"builder.git.allowed_schemes: {bad} not supported (choose from"
-            f" {', '.join(sorted(ADMIN_SCHEMES))})"
-        )
-    return tuple(dict.fromkeys(values))
 
 
 # --- paths -------------------------------------------------------------------------------------

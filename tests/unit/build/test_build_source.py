@@ -3,6 +3,7 @@ oracle for the ref rules (`git check-ref-format --allow-onelevel`)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -21,6 +22,8 @@ from launch_agent.model.build_source import (
     redact_url,
     ref_problem,
 )
+from launch_agent.model.config import GitSourceConfig
+from launch_agent.model.config_resolve import ConfigError, resolve
 
 SHA1 = "0123456789abcdef0123456789abcdef01234567"
 SHA256 = "ab" * 32
@@ -267,3 +270,34 @@ def test_entrypoints_images_and_build_args() -> None:
     for key, value in (("X --destination=evil", "v"), ("1X", "v"), ("X", "a\nb"), ("X", 1)):
         with pytest.raises(SourceError, match=r"^b"):
             check_build_arg(key, value, "b")
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("builder:\n  type: kaniko\n  git:\n    allowed_schemes: [https, file]\n",
+         "launch-config.yaml:4: builder.git.allowed_schemes[1]: expected one of"),
+        ("builder:\n  git:\n    allowed_schemes: [ext]\n", "builder.git.allowed_schemes[0]"),
+        ("builder:\n  git:\n    allowed_schemes: []\n", "builder.git.allowed_schemes: List"),
+    ],
+)  # fmt: skip
+def test_the_allow_list_takes_only_network_schemes(text: str, reason: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(reason)):
+        resolve(file_text=text)
+
+
+def test_git_settings_default_and_from_the_chart_environment() -> None:
+    assert resolve(file_text="queues: [q]\n").config.builder is None
+    assert GitSourceConfig().allowed_schemes == ["https", "ssh"]
+    env = {
+        "LAUNCH_AGENT_GIT_CREDENTIALS_FILE": "/etc/launch-agent/git/.git-credentials",
+        "LAUNCH_AGENT_GIT_SSH_COMMAND": "ssh -F /etc/launch-agent/ssh/config/config",
+    }
+    resolved = resolve(file_text="queues: [q]\n", env=env)
+    git = resolved.config.builder.git if resolved.config.builder else None
+    assert git is not None
+    assert git.credentials_file == "/etc/launch-agent/git/.git-credentials"
+    assert git.ssh_command == "ssh -F /etc/launch-agent/ssh/config/config"
+    assert str(resolved.sources["builder.git.credentials_file"]) == (
+        "env LAUNCH_AGENT_GIT_CREDENTIALS_FILE"
+    )
