@@ -35,6 +35,7 @@ def config(b: Builds, unschedulable_s: float = 120, **builder: Any) -> AgentConf
             "type": "kaniko",
             "build-context-store": b.store,
             "destination": b.destination,
+            "git": {"allowed_schemes": ["http"]},  # the loopback git server
             **builder,
         },
         kaniko_namespace=KANIKO_NS,
