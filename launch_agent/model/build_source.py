@@ -142,7 +142,9 @@ class GitUrl:
 
 
 def redact_url(text: str) -> str:
-    """`text` with any `user:password@` of a URL replaced, for messages and logs."""
+    """`text` with a URL's `user:password@` (any user info of an http(s) URL: a token alone is
+    a valid GitHub user name) replaced, for messages and logs."""
+    text = re.sub(r"(?i)(?<=https://)[^/@\s]+@|(?<=http://)[^/@\s]+@", "***@", text)
     return re.sub(r"(?<=://)[^/@\s]*:[^/@\s]*@", "***@", text)
 
 

@@ -191,6 +191,8 @@ def test_a_refused_url_never_shows_its_password() -> None:
         redact_url("see https://u:p@h/x and ssh://git@h/y")
         == "see https://***@h/x and ssh://git@h/y"
     )
+    assert redact_url("https://ghp_token@github.com/o/r") == "https://***@github.com/o/r"
+    assert redact_url("ssh://git:pw@h/x") == "ssh://***@h/x"
 
 
 @pytest.mark.parametrize(
