@@ -117,6 +117,8 @@ async def test_hostile_sources_fail_their_items_and_the_next_item_still_builds(
             ),
             ["runSpec.overrides.dockerfile", "relative path"],
         ),
+        # The job's name reaches the wandb SDK: checked before the job artifact is read.
+        (item("h9", "ent/proj/../../x:latest"), ["runSpec.job", "is not an artifact name"]),
     ]
     async with env.running(env.agent(b.config())) as agent:
         # One at a time: each refusal is followed by the agent taking the next item.

@@ -210,6 +210,24 @@ async def test_code_artifact_source(wandb_server: WandbServer, tmp_path: Path) -
                                wandb_server.api_key)  # fmt: skip
 
 
+async def test_a_code_artifact_escaping_its_directory_is_refused_before_download(
+    wandb_server: WandbServer, tmp_path: Path
+) -> None:
+    """Zip-slip: a file named `../...` in the manifest; nothing is written anywhere."""
+    files = {"train.py": b"print(1)\n", "../escaped.py": b"evil\n"}
+    wandb_server.state.add_artifact("ent", "proj", "slip", "code", files=files)
+    dest = tmp_path / "ctx" / "src"
+    with pytest.raises(ContextError) as caught:
+        await resolve_artifact(
+            "wandb-artifact://ent/proj/slip:latest", dest, wandb_server.url, wandb_server.api_key
+        )
+    assert "code artifact wandb-artifact://ent/proj/slip:latest: file '../escaped.py'" in str(
+        caught.value
+    )
+    assert not await asyncio.to_thread((tmp_path / "ctx" / "escaped.py").exists)
+    assert not await asyncio.to_thread(dest.exists)
+
+
 NAMES = st.text(alphabet="abcdefgh_-.", min_size=1, max_size=8).filter(
     lambda n: n not in (".", "..", ".git", "Dockerfile")
 )
