@@ -22,16 +22,29 @@ import gzip
 import hashlib
 import io
 import os
+import shlex
 import shutil
 import stat
 import subprocess
 import tarfile
-from collections.abc import Callable, Iterator
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 from launch_agent.model.build import python_dockerfile
+from launch_agent.model.build_source import (
+    GitUrl,
+    SourceError,
+    check_git_url,
+    check_member_name,
+    check_ref,
+    check_relative_path,
+    redact_url,
+)
+from launch_agent.model.config import GitSourceConfig
 
 T = TypeVar("T")
 SKIP_DIRS = frozenset({".git"})
@@ -121,14 +134,26 @@ async def pack(root: Path, dockerfile: str, out: Path) -> PackedContext:
 # --- Dockerfile choice -------------------------------------------------------------------------
 
 
+MAX_DOCKERFILE = 1 << 20
+
+
 def _inside(root: Path, relative: str, what: str) -> Path:
-    rel = PurePosixPath(relative)
-    if rel.is_absolute() or ".." in rel.parts:
-        raise ContextError(f"{what} {relative!r} must be a path inside the source tree")
+    """`root/relative` as a regular file inside `root`, symbolic links resolved."""
+    try:
+        rel = check_relative_path(relative, what)
+    except SourceError as exc:
+        raise ContextError(str(exc)) from None
     path = root / rel
-    if not path.is_file():
-        raise ContextError(f"{what} {relative!r} does not exist in the source tree")
-    return path
+    real = Path(os.path.realpath(path))
+    if not real.is_relative_to(Path(os.path.realpath(root))):
+        # A link in the submitter's tree (`Dockerfile -> /var/run/secrets/...`) must not make
+        # the agent read its own files into the build.
+        raise ContextError(f"{what}: {relative!r} links outside the source tree")
+    if not real.is_file():
+        raise ContextError(f"{what}: {relative!r} does not exist in the source tree")
+    if real.stat().st_size > MAX_DOCKERFILE:
+        raise ContextError(f"{what}: {relative!r} is larger than {MAX_DOCKERFILE} bytes")
+    return real
 
 
 def choose_dockerfile(
@@ -140,7 +165,10 @@ def choose_dockerfile(
     entrypoint: list[str] | None = None,
 ) -> str:
     """The Dockerfile text: `overrides.dockerfile`, else the job's own, else a generated one."""
-    for relative, what in ((override, "overrides.dockerfile"), (job_dockerfile, "dockerfile")):
+    for relative, what in (
+        (override, "runSpec.overrides.dockerfile"),
+        (job_dockerfile, "wandb-job.json source.dockerfile"),
+    ):
         if relative:
             return _inside(root, relative, what).read_text(encoding="utf-8")
     if not base_image or not entrypoint:
@@ -161,73 +189,207 @@ async def dockerfile_for(root: Path, **kwargs: Any) -> str:
 
 # --- git sources -------------------------------------------------------------------------------
 
+# Config for every git call: no local or command transports whatever the URL says, no
+# credential helper unless the admin configured one for this host, no hooks, no submodules.
+_GIT_CONFIG = (
+    "-c", "protocol.file.allow=never",
+    "-c", "protocol.ext.allow=never",
+    "-c", "credential.helper=",
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "fetch.recurseSubmodules=false",
+    "-c", "advice.detachedHead=false",
+)  # fmt: skip
+# Variables git may inherit: they configure TLS trust and proxies, which the admin sets for
+# the pod, and hold no W&B or cloud credential.
+_PASSED_THROUGH = (
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "GIT_SSL_CAINFO",
+    "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy",
+)  # fmt: skip
 
-def _git(args: list[str], cwd: Path, credentials_file: Path | None) -> str:
-    config: list[str] = ["-c", "advice.detachedHead=false"]
-    if credentials_file is not None:
-        # The chart's `gitCreds` Secret is a git-credentials file: `https://user:token@host`.
-        config += ["-c", f"credential.helper=store --file={credentials_file}"]
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+
+def _credential_origins(path: Path) -> set[tuple[str, str, int | None]]:
+    """(scheme, host, port) of every line of a git-credentials file (secrets not kept)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ContextError(f"builder.git.credentials_file {path}: cannot be read: {exc}") from None
+    origins: set[tuple[str, str, int | None]] = set()
+    for line in text.splitlines():
+        parts = urlsplit(line.strip())
+        # git writes `host:port` as `host%3aport`; the user and password are not kept.
+        host, _, port = unquote(parts.netloc.rpartition("@")[2]).partition(":")
+        if parts.scheme and host:
+            origins.add((parts.scheme.lower(), host.lower(), int(port) if port.isdigit() else None))
+    return origins
+
+
+def _read_only_store(path: Path) -> str:
+    """A credential helper that answers `get` from the store file and ignores `store`/`erase`:
+    git's own `store` helper rewrites the file after every fetch and deletes a line after one
+    refused request, which would lose the admin's credentials to a transient 401."""
+    store = f"git credential-store --file={shlex.quote(str(path))} get"
+    return f'!f() {{ test "$1" = get && exec {store}; }}; f'
+
+
+def git_invocation(
+    url: GitUrl, settings: GitSourceConfig, home: Path
+) -> tuple[list[str], dict[str, str]]:
+    """The `git -c ...` prefix and the whole environment for fetching `url`.
+
+    The environment is built, never copied from the agent's: git and its helpers (ssh, curl)
+    would otherwise see WANDB_API_KEY, cloud credentials and the service account's token path.
+    """
+    config = list(_GIT_CONFIG)
+    if settings.credentials_file and url.scheme in ("https", "http"):
+        creds = Path(settings.credentials_file)
+        if url.origin in _credential_origins(creds):
+            config += ["-c", f"credential.helper={_read_only_store(creds)}"]
+    env = {
+        "PATH": os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "LC_ALL": "C",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ASKPASS": "",
+        "SSH_ASKPASS": "",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_ALLOW_PROTOCOL": ":".join(settings.allowed_schemes),
+    }
+    env.update({k: v for k in _PASSED_THROUGH if (v := os.environ.get(k))})
+    if url.scheme == "ssh":
+        # Without the admin's ssh config, BatchMode: never a prompt, never a password.
+        env["GIT_SSH_COMMAND"] = settings.ssh_command or "ssh -o BatchMode=yes"
+        env["GIT_SSH_VARIANT"] = "ssh"
+    return config, env
+
+
+def _git(args: list[str], cwd: Path, prefix: list[str], env: Mapping[str, str]) -> str:
     try:
         done = subprocess.run(
-            ["git", *config, *args],
+            ["git", *prefix, *args],
             cwd=cwd,
-            env=env,
+            env=dict(env),
             capture_output=True,
             text=True,
             timeout=GIT_TIMEOUT,
             check=False,
+            stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
         raise ContextError(f"git {args[0]} timed out after {GIT_TIMEOUT:g}s") from None
     except FileNotFoundError:
         raise ContextError("the git command is not installed") from None
     if done.returncode != 0:
-        tail = " ".join(done.stderr.strip().splitlines()[-3:])
-        raise ContextError(f"git {' '.join(args[:2])} failed: {tail}")
+        tail = redact_url(" ".join(done.stderr.strip().splitlines()[-3:]))
+        raise ContextError(f"git {args[0]} failed: {tail}")
     return done.stdout.strip()
 
 
-def fetch_git(url: str, ref: str | None, dest: Path, credentials_file: Path | None = None) -> str:
-    """Check out `ref` (commit, branch or tag; default HEAD) of `url` into `dest`; the sha."""
-    dest.mkdir(parents=True, exist_ok=True)
-    _git(["init", "-q"], dest, credentials_file)
-    _git(["remote", "add", "origin", url], dest, credentials_file)
-    want = ref or "HEAD"
+def fetch_git(
+    url: str,
+    ref: str | None,
+    dest: Path,
+    settings: GitSourceConfig | None = None,
+    *,
+    where: str = "git source",
+) -> str:
+    """Check out `ref` (commit, branch or tag; default HEAD) of `url` into `dest`; the sha.
+
+    `url` and `ref` are checked again here (`SourceError` -> `ContextError`) so no caller can
+    hand git an option or a local path; every user value follows `--end-of-options`.
+    """
+    settings = settings or GitSourceConfig()
     try:
-        _git(["fetch", "-q", "--depth", "1", "origin", want], dest, credentials_file)
-        _git(["checkout", "-q", "FETCH_HEAD"], dest, credentials_file)
-    except ContextError:
-        # Servers that cannot fetch one ref shallowly (dumb HTTP, a bare sha without
-        # allowReachableSHA1InWant): fetch every branch and tag, then find `want` among them.
-        _git(["fetch", "-q", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*"],
-             dest, credentials_file)  # fmt: skip
-        if ref is None:
-            _git(["remote", "set-head", "origin", "--auto"], dest, credentials_file)
-            candidates = ["origin/HEAD"]
-        else:
-            candidates = [f"origin/{ref}", ref]
-        for candidate in candidates:
-            try:
-                sha = _git(["rev-parse", "--verify", "-q", f"{candidate}^{{commit}}"],
-                           dest, credentials_file)  # fmt: skip
-            except ContextError:
-                continue
-            _git(["checkout", "-q", sha], dest, credentials_file)
-            break
-        else:
-            raise ContextError(f"{url}: {want!r} is not a commit, branch or tag there")
-    return _git(["rev-parse", "HEAD"], dest, credentials_file)
+        remote = check_git_url(url, f"{where} repository", settings.allowed_schemes)
+        ref = check_ref(ref, f"{where} ref")
+    except SourceError as exc:
+        raise ContextError(str(exc)) from None
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="git-home-") as home:
+        prefix, env = git_invocation(remote, settings, Path(home))
+
+        def git(*args: str) -> str:
+            return _git(list(args), dest, prefix, env)
+
+        git("init", "-q")
+        git("remote", "add", "--end-of-options", "origin", remote.url)
+        want = ref or "HEAD"
+        try:
+            git("fetch", "-q", "--depth", "1", "--end-of-options", "origin", want)
+            # Our own values (FETCH_HEAD, a sha rev-parse printed); `--` ends the revision.
+            git("checkout", "-q", "FETCH_HEAD", "--")
+        except ContextError:
+            # Servers that cannot fetch one ref shallowly (dumb HTTP, a bare sha without
+            # allowReachableSHA1InWant): fetch every branch and tag, then find `want` there.
+            git("fetch", "-q", "--tags", "--end-of-options", "origin",
+                "+refs/heads/*:refs/remotes/origin/*")  # fmt: skip
+            if ref is None:
+                git("remote", "set-head", "origin", "--auto")
+                candidates = ["origin/HEAD"]
+            else:
+                candidates = [f"origin/{ref}", ref]
+            for candidate in candidates:
+                try:
+                    sha = git("rev-parse", "--verify", "-q", "--end-of-options",
+                              f"{candidate}^{{commit}}")  # fmt: skip
+                except ContextError:
+                    continue
+                git("checkout", "-q", sha, "--")
+                break
+            else:
+                raise ContextError(
+                    f"{redact_url(remote.url)}: {want!r} is not a commit, branch or tag there"
+                ) from None
+        return git("rev-parse", "HEAD")
 
 
 async def resolve_git(
-    url: str, ref: str | None, dest: Path, credentials_file: Path | None = None
+    url: str,
+    ref: str | None,
+    dest: Path,
+    settings: GitSourceConfig | None = None,
+    *,
+    where: str = "git source",
 ) -> str:
     """`fetch_git` in the executor; the exact commit sha."""
-    return await _in_executor(functools.partial(fetch_git, url, ref, dest, credentials_file))
+    call = functools.partial(fetch_git, url, ref, dest, settings, where=where)
+    return await _in_executor(call)
 
 
 # --- W&B code artifacts -----------------------------------------------------------------------
+
+
+# The chart's /tmp is a 1 GiB emptyDir; a larger code artifact could not be packed anyway.
+MAX_ARTIFACT_BYTES = 1 << 30
+MAX_ARTIFACT_FILES = 100_000
+
+
+def artifact_problems(name: str, entries: Mapping[str, Any]) -> list[str]:
+    """Why a code artifact's manifest may not be downloaded into a build context (pure).
+
+    Reference entries are refused: a `file://` reference makes the SDK copy a file from the
+    agent's own disk (its service account token, say) into the build context.
+    """
+    where = f"code artifact {name}"
+    problems: list[str] = []
+    if len(entries) > MAX_ARTIFACT_FILES:
+        problems.append(f"{where}: more than {MAX_ARTIFACT_FILES} files")
+    total = 0
+    for path, entry in entries.items():
+        try:
+            check_member_name(path, where)
+        except SourceError as exc:
+            problems.append(str(exc))
+        ref = getattr(entry, "ref", None)
+        if ref is not None:
+            problems.append(
+                f"{where}: file {path!r} is a reference ({redact_url(str(ref))}), not content"
+            )
+        size = getattr(entry, "size", None)
+        total += size if isinstance(size, int) and size > 0 else 0
+    if total > MAX_ARTIFACT_BYTES:
+        problems.append(f"{where}: {total} bytes is more than {MAX_ARTIFACT_BYTES}")
+    return problems
 
 
 def fetch_artifact(name: str, dest: Path, base_url: str, api_key: str) -> str:
@@ -237,6 +399,12 @@ def fetch_artifact(name: str, dest: Path, base_url: str, api_key: str) -> str:
     try:
         api = wandb.Api(api_key=api_key, overrides={"base_url": base_url}, timeout=60)
         artifact = api.artifact(name.removeprefix("wandb-artifact://"), type="code")
+        problems = artifact_problems(name, artifact.manifest.entries)
+    except Exception as exc:
+        raise ContextError(f"code artifact {name}: {exc}") from exc
+    if problems:
+        raise ContextError("; ".join(problems[:5]))
+    try:
         artifact.download(root=str(dest))
     except Exception as exc:
         raise ContextError(f"code artifact {name}: {exc}") from exc

@@ -65,6 +65,8 @@ from launch_agent.adapters.object_store import ObjectStore, ObjectStoreError
 from launch_agent.adapters.registry import RegistryClient, RegistryError
 from launch_agent.model import labels
 from launch_agent.model.build import BuildRequest, BuildSource, Destination, SourceKind
+from launch_agent.model.build_source import SourceError, check_build_arg
+from launch_agent.model.config import GitSourceConfig
 from launch_agent.render.kaniko import COMPONENT, CONTAINER, KanikoSettings, kaniko_job
 from launch_agent.tracking.build_pods import (
     BuildContext,
@@ -149,11 +151,11 @@ class _Waiter:
 
 @dataclass(frozen=True, slots=True)
 class Credentials:
-    """Where sources come from: W&B (code artifacts) and a git-credentials file."""
+    """Where sources come from: W&B (code artifacts) and git (allowed schemes, credentials)."""
 
     wandb_base_url: str = ""
     wandb_api_key: str = ""
-    git_credentials_file: Path | None = None
+    git: GitSourceConfig = field(default_factory=GitSourceConfig)
 
 
 class ImageBuilder:
@@ -278,8 +280,13 @@ class ImageBuilder:
         tree = tmp / "src"
         creds = self.credentials
         try:
+            for key, value in spec.build_args:
+                check_build_arg(key, value, "build arguments")
+        except SourceError as exc:
+            raise BuildFailed(f"preparing the build: {exc}", explained=True) from exc
+        try:
             if spec.source is SourceKind.GIT:
-                digest = await resolve_git(spec.uri, spec.ref, tree, creds.git_credentials_file)
+                digest = await resolve_git(spec.uri, spec.ref, tree, creds.git)
             else:
                 digest = await resolve_artifact(
                     spec.uri, tree, creds.wandb_base_url, creds.wandb_api_key

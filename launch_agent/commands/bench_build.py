@@ -16,20 +16,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import platform
 import random
 import socket
-import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from launch_agent.adapters.build_context import pack_context
+from launch_agent.sandbox.git_http import GitHttpServer
 
 
 def make_tree(root: Path, megabytes: int, seed: int = 7) -> int:
@@ -84,15 +86,18 @@ def _free_port() -> int:
         return port
 
 
-def _git_repo(root: Path) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.com",
-           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.com"}  # fmt: skip
-    root.mkdir(parents=True)
-    (root / "train.py").write_text("print('bench')\n")
-    (root / "requirements.txt").write_text("numpy\n")
-    for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-qm", "bench"]):
-        subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True)
-    return root.as_uri()
+BENCH_FILES = {"train.py": "print('bench')\n", "requirements.txt": "numpy\n"}
+
+
+@contextlib.asynccontextmanager
+async def _served(root: Path) -> AsyncIterator[GitHttpServer]:
+    """The sandbox's smart-HTTP git server: the agent takes no local paths as sources."""
+    server = GitHttpServer(root)
+    await asyncio.to_thread(server.__enter__)
+    try:
+        yield server
+    finally:
+        await asyncio.to_thread(server.__exit__, None, None, None)
 
 
 async def measure_single_flight(runs: int) -> dict[str, Any]:
@@ -100,12 +105,12 @@ async def measure_single_flight(runs: int) -> dict[str, Any]:
         from moto.server import ThreadedMotoServer
     except ImportError:
         return {"skipped": "moto is not installed (pip install -e '.[dev]')"}
-    from launch_agent.adapters.builder import BuildSpec, ImageBuilder
+    from launch_agent.adapters.builder import BuildSpec, Credentials, ImageBuilder
     from launch_agent.adapters.kube import KubeClient
     from launch_agent.adapters.object_store import ObjectStore
     from launch_agent.adapters.registry import RegistryClient
     from launch_agent.model.build import SourceKind, parse_destination
-    from launch_agent.model.config import BuilderConfig
+    from launch_agent.model.config import BuilderConfig, GitSourceConfig
     from launch_agent.render.kaniko import IMAGE_TAG, KanikoSettings
     from launch_agent.sandbox.cluster import RealClock, SimulatedCluster
     from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
@@ -122,14 +127,17 @@ async def measure_single_flight(runs: int) -> dict[str, Any]:
         store = ObjectStore("s3://bench-ctx/ctx", endpoint_url=endpoint, region="us-east-1")
         await store.ensure_bucket()
         with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:
-            url = await asyncio.to_thread(_git_repo, Path(tmp) / "repo")
+            served = Path(tmp) / "served"
+            served.mkdir()
             async with (
+                _served(served) as git_server,
                 KubeApiServer(host="127.0.0.1", port=0, bookmark_interval=60.0) as kube,
                 SimulatedCluster(
                     kube, clock=RealClock(), default_outcome="succeed after=1s start=0.2s"
                 ),
                 RegistryServer(users={"ci": "pw"}) as registry,
             ):
+                url, _ = await asyncio.to_thread(git_server.add, "repo", BENCH_FILES)
 
                 def on_write(storage: str, kind: str, obj: dict[str, Any]) -> None:
                     labels = obj.get("metadata", {}).get("labels", {})
@@ -155,6 +163,7 @@ async def measure_single_flight(runs: int) -> dict[str, Any]:
                     ImageBuilder(
                         client, store, reg, KanikoSettings(builder_config, "kaniko"), dest,
                         workdir=Path(tmp),
+                        credentials=Credentials(git=GitSourceConfig(allowed_schemes=["http"])),
                     ) as builder,
                 ):  # fmt: skip
                     namespace = {"apiVersion": "v1", "kind": "Namespace",

@@ -46,6 +46,28 @@ class EnvironmentConfig(_Strict):
     project: str | None = None
 
 
+# Transports a git build source may use. `file`, `ext` and `fd` are never on the list: a
+# submitter's URL must not reach the agent's own disk or run a command.
+GitScheme = Literal["https", "ssh", "git", "http"]
+
+
+def _default_schemes() -> list[GitScheme]:
+    return ["https", "ssh"]
+
+
+class GitSourceConfig(_Strict):
+    """How the agent fetches git build sources (this agent's key, `builder.git`)."""
+
+    # `git` and `http` are unauthenticated and unencrypted: an admin opts in (loopback test
+    # servers, an internal mirror).
+    allowed_schemes: list[GitScheme] = Field(default_factory=_default_schemes, min_length=1)
+    # A git-credentials file (`https://user:token@host` lines; the chart's `gitCreds`). Its
+    # helper is configured only for hosts that have a line in it.
+    credentials_file: str | None = None
+    # `GIT_SSH_COMMAND` for ssh sources (the chart's `sshAuthSecrets` config).
+    ssh_command: str | None = None
+
+
 class BuilderConfig(_Strict):
     """W&B's `builder` block, with its Kaniko keys spelled as W&B spells them."""
 
@@ -61,6 +83,7 @@ class BuilderConfig(_Strict):
     )
     # A Job manifest overlay for the build Job; free-form by design (W&B does the same).
     kaniko_config: dict[str, Any] | None = Field(default=None, alias="kaniko-config")
+    git: GitSourceConfig = GitSourceConfig()
 
     @model_validator(mode="after")
     def _secret_pair(self) -> BuilderConfig:

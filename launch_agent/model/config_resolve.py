@@ -101,6 +101,10 @@ ENVIRONMENT: tuple[tuple[str, Path, str], ...] = (
     ("LAUNCH_AGENT_KANIKO_SERVICE_ACCOUNT", ("kaniko_service_account",), "str"),
     ("WANDB_LAUNCH_KANIKO_AUTH_SECRET", ("kaniko_docker_config_secret",), "str"),
     ("WANDB_LAUNCH_START_TIMEOUT", ("tracking", "start_timeout_seconds"), "str"),
+    # The chart's `gitCreds` and `sshAuthSecrets`: git itself never sees the agent's
+    # environment, so these reach it through the builder's git settings.
+    ("LAUNCH_AGENT_GIT_CREDENTIALS_FILE", ("builder", "git", "credentials_file"), "str"),
+    ("LAUNCH_AGENT_GIT_SSH_COMMAND", ("builder", "git", "ssh_command"), "str"),
 )
 
 _EXPECTED = {

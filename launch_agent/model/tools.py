@@ -36,15 +36,23 @@ BUILDING = frozenset({"kaniko", "docker"})
 
 
 def needed_tools(config: AgentConfig, env: Mapping[str, str]) -> list[Need]:
-    """The tools this configuration runs, each with the reason, in `TOOLS` order."""
-    builder = config.builder.type if config.builder is not None else None
+    """The tools this configuration runs, each with the reason, in `TOOLS` order.
+
+    `env` is the agent's environment; today only the builder's settings decide (git never
+    sees the agent's environment: build_context.py), so it is kept for callers and tests.
+    """
+    del env
+    builder = config.builder
+    kind = builder.type if builder is not None else None
     needs = []
-    if builder in BUILDING:
-        needs.append(Need(GIT, f"builder.type {builder} builds git-source runs with git"))
-    ssh_command = env.get("GIT_SSH_COMMAND", "").split()
+    if kind in BUILDING:
+        needs.append(Need(GIT, f"builder.type {kind} builds git-source runs with git"))
+    ssh_command = (builder.git.ssh_command or "").split() if builder is not None else []
     if ssh_command[:1] == ["ssh"]:
-        # The chart sets GIT_SSH_COMMAND for sshAuthSecrets; git then runs ssh for ssh remotes.
-        needs.append(Need(SSH, "GIT_SSH_COMMAND (sshAuthSecrets) runs ssh for git over ssh"))
+        # The chart sets builder.git.ssh_command for sshAuthSecrets
+        # (LAUNCH_AGENT_GIT_SSH_COMMAND); git then runs ssh for ssh remotes.
+        why = "builder.git.ssh_command (sshAuthSecrets)"
+        needs.append(Need(SSH, f"{why} runs ssh for git over ssh"))
         if not any(n.tool == GIT for n in needs):
-            needs.insert(0, Need(GIT, "GIT_SSH_COMMAND (sshAuthSecrets) is used by git"))
+            needs.insert(0, Need(GIT, f"{why} is used by git"))
     return needs

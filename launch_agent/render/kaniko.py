@@ -29,6 +29,7 @@ from typing import Any
 
 from launch_agent.model import labels
 from launch_agent.model.build import BuildRequest, Destination, RegistryKind
+from launch_agent.model.build_source import check_build_arg
 from launch_agent.model.config import BuilderConfig
 from launch_agent.render.merge import merge
 
@@ -82,6 +83,12 @@ def kaniko_args(
         else:
             extra.append(arg)
     return [f"{flag}={value}" for flag, value in ours.items()] + extra
+
+
+def _build_args(pairs: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+    """Checked `--build-arg` pairs: each is one argv element of Kaniko whatever its value, but
+    a key that is not an identifier (`X --destination=evil`) is refused, not passed on."""
+    return [check_build_arg(k, v, "build arguments") for k, v in pairs]
 
 
 def _credentials(
@@ -155,7 +162,7 @@ def kaniko_job(
         "args": kaniko_args(
             context_uri, request.image, dest.uri, settings.cache, list(overlay_args)
         )
-        + [f"--build-arg={k}={v}" for k, v in request.build_args],
+        + [f"--build-arg={k}={v}" for k, v in _build_args(request.build_args)],
         "resources": DEFAULT_RESOURCES,
         # Root is required (see the module docstring); escalation beyond it is not.
         "securityContext": {"allowPrivilegeEscalation": False, "runAsUser": 0},

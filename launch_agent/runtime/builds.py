@@ -32,9 +32,9 @@ import asyncio
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from launch_agent.adapters.builder import BuildFailed, BuildSpec, Credentials, ImageBuilder
@@ -54,6 +54,16 @@ from launch_agent.model.build import (
     destination_uri,
     parse_destination,
 )
+from launch_agent.model.build_source import (
+    DEFAULT_SCHEMES,
+    SourceError,
+    check_artifact_name,
+    check_entrypoint,
+    check_git_url,
+    check_image,
+    check_ref,
+    check_relative_path,
+)
 from launch_agent.model.config import AgentConfig
 from launch_agent.model.run_item import RunItem
 from launch_agent.model.safe_load import load_json
@@ -65,7 +75,7 @@ from launch_agent.runtime.startup import StartupError
 log = logging.getLogger(__name__)
 
 DEFAULT_PYTHON = "3.11"
-_RUNTIME = re.compile(r"^(\d+\.\d+)")
+_RUNTIME = re.compile(r"^(\d{1,2}\.\d{1,3})(?!\d)")
 JobReader = Callable[[str], Awaitable[Mapping[str, Any]]]
 
 
@@ -74,14 +84,6 @@ class JobSpecError(ValueError):
 
 
 # --- the pure part: job artifact + run → BuildSpec ---------------------------------------------
-
-
-def _strings(value: Any, path: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise JobSpecError(f"{path}: must be a list of strings")
-    return tuple(value)
 
 
 def _text(mapping: Mapping[str, Any], key: str, path: str) -> str | None:
@@ -93,39 +95,80 @@ def _text(mapping: Mapping[str, Any], key: str, path: str) -> str | None:
     return value
 
 
+def _mapping(value: Any, path: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise JobSpecError(f"{path}: must be a mapping, not {type(value).__name__}")
+    return value
+
+
 def base_image_for(info: Mapping[str, Any]) -> str:
-    """`python:<runtime>-slim` from the job's recorded Python version (W&B's `runtime`)."""
+    """`python:<runtime>-slim` from the job's recorded Python version (W&B's `runtime`).
+
+    Only `MAJOR.MINOR` digits are taken from the submitter's text, so nothing else of it
+    reaches the generated Dockerfile's FROM line.
+    """
     runtime = info.get("runtime")
     match = _RUNTIME.match(runtime) if isinstance(runtime, str) else None
     return f"python:{match.group(1) if match else DEFAULT_PYTHON}-slim"
 
 
-def _dockerfile_path(source: Mapping[str, Any]) -> str | None:
-    dockerfile = _text(source, "dockerfile", "wandb-job.json source")
-    context = _text(source, "build_context", "wandb-job.json source")
-    if context and PurePosixPath(context) != PurePosixPath("."):
+def _dockerfile_path(source: Mapping[str, Any], where: str) -> str | None:
+    dockerfile = _text(source, "dockerfile", where)
+    context = _text(source, "build_context", where)
+    if context is not None:
+        context = check_relative_path(context, f"{where}.build_context", allow_dot=True)
+    if context is not None and context != ".":
         # The context is the whole source tree here; a sub-directory context would make the
         # Dockerfile's COPY paths point elsewhere, so it is refused rather than mis-built.
         raise JobSpecError(
-            f"wandb-job.json source.build_context: {context!r} is not supported (the build"
+            f"{where}.build_context: {context!r} is not supported (the build"
             " context is the root of the source); move the Dockerfile's paths to the root"
         )
-    return dockerfile
+    if dockerfile is None:
+        return None
+    return check_relative_path(dockerfile, f"{where}.dockerfile")
 
 
-def spec_for(run: RunItem, info: Mapping[str, Any], job: str) -> BuildSpec:
-    """What to build for `run`, from its job's `wandb-job.json`; `JobSpecError` if nothing."""
+def spec_for(
+    run: RunItem,
+    info: Mapping[str, Any],
+    job: str,
+    allowed_schemes: Sequence[str] = DEFAULT_SCHEMES,
+) -> BuildSpec:
+    """What to build for `run`, from its job's `wandb-job.json`; `JobSpecError` if nothing.
+
+    Every submitter value of the build path is checked here (`build_source`), so a refused
+    one fails the item with its runSpec or job artifact path before any git or file access.
+    """
+    try:
+        return _spec_for(run, info, job, tuple(allowed_schemes))
+    except SourceError as exc:
+        raise JobSpecError(str(exc)) from None
+
+
+def _spec_for(
+    run: RunItem, info: Mapping[str, Any], job: str, allowed: tuple[str, ...]
+) -> BuildSpec:
+    check_artifact_name(job, "runSpec.job")
+    where = f"job artifact {job}: source"
     source_type = info.get("source_type")
     source = info.get("source")
     if not isinstance(source, Mapping):
-        raise JobSpecError(f"job {job}: wandb-job.json has no `source` object")
+        raise JobSpecError(f"job artifact {job}: wandb-job.json has no `source` object")
     run_id = run.run_id or derived_run_id(run.run_queue_item_id)
-    spec: Mapping[str, Any] = run.raw.get("runSpec") or {}
-    overrides = spec.get("overrides") if isinstance(spec.get("overrides"), Mapping) else {}
-    override_dockerfile = _text(overrides or {}, "dockerfile", "runSpec.overrides")
-    entrypoint = run.entry_point or _strings(
-        source.get("entrypoint"), "wandb-job.json source.entrypoint"
-    )
+    spec = _mapping(run.raw.get("runSpec"), "runSpec")
+    overrides = _mapping(spec.get("overrides"), "runSpec.overrides")
+    override_dockerfile = _text(overrides, "dockerfile", "runSpec.overrides")
+    if override_dockerfile is not None:
+        override_dockerfile = check_relative_path(
+            override_dockerfile, "runSpec.overrides.dockerfile"
+        )
+    if run.entry_point:
+        entrypoint = check_entrypoint(list(run.entry_point), "runSpec.overrides.entry_point")
+    else:
+        entrypoint = check_entrypoint(source.get("entrypoint"), f"{where}.entrypoint")
     common: dict[str, Any] = {
         "override_dockerfile": override_dockerfile,
         "base_image": base_image_for(info),
@@ -133,34 +176,49 @@ def spec_for(run: RunItem, info: Mapping[str, Any], job: str) -> BuildSpec:
         "run_queue_item": run.run_queue_item_id,
     }
     if source_type == "image":
-        image = _text(source, "image", "wandb-job.json source")
+        image = _text(source, "image", where)
         if image is None:
-            raise JobSpecError(f"job {job}: wandb-job.json source.image is missing")
-        return BuildSpec(run_id, SourceKind.IMAGE, image)
+            raise JobSpecError(f"{where}.image is missing")
+        return BuildSpec(run_id, SourceKind.IMAGE, check_image(image, f"{where}.image"))
     if source_type == "repo":
         git = source.get("git")
         if not isinstance(git, Mapping):
-            raise JobSpecError(f"job {job}: wandb-job.json source.git is missing")
-        remote = _text(git, "remote", "wandb-job.json source.git")
-        commit = _text(git, "commit", "wandb-job.json source.git")
+            raise JobSpecError(f"{where}.git is missing")
         # `runSpec.git` ({repo, version}) overrides the job's remote and commit, as in W&B.
-        run_git = spec.get("git") if isinstance(spec.get("git"), Mapping) else {}
-        remote = _text(run_git or {}, "repo", "runSpec.git") or remote
-        commit = _text(run_git or {}, "version", "runSpec.git") or commit
+        run_git = _mapping(spec.get("git"), "runSpec.git")
+        remote, remote_at = _text(run_git, "repo", "runSpec.git"), "runSpec.git.repo"
         if remote is None:
-            raise JobSpecError(f"job {job}: wandb-job.json source.git.remote is missing")
+            remote, remote_at = _text(git, "remote", f"{where}.git"), f"{where}.git.remote"
+        commit, commit_at = _text(run_git, "version", "runSpec.git"), "runSpec.git.version"
+        if commit is None:
+            commit, commit_at = _text(git, "commit", f"{where}.git"), f"{where}.git.commit"
+        if remote is None:
+            raise JobSpecError(f"{where}.git.remote is missing")
+        url = check_git_url(remote, remote_at, allowed)
+        ref = check_ref(commit, commit_at)
         return BuildSpec(
-            run_id, SourceKind.GIT, remote, commit, dockerfile=_dockerfile_path(source), **common
+            run_id,
+            SourceKind.GIT,
+            url.url,
+            ref,
+            dockerfile=_dockerfile_path(source, where),
+            **common,
         )
     if source_type == "artifact":
-        artifact = _text(source, "artifact", "wandb-job.json source")
+        artifact = _text(source, "artifact", where)
         if artifact is None:
-            raise JobSpecError(f"job {job}: wandb-job.json source.artifact is missing")
+            raise JobSpecError(f"{where}.artifact is missing")
+        artifact = check_artifact_name(artifact, f"{where}.artifact")
         return BuildSpec(
-            run_id, SourceKind.ARTIFACT, artifact, dockerfile=_dockerfile_path(source), **common
+            run_id,
+            SourceKind.ARTIFACT,
+            artifact,
+            dockerfile=_dockerfile_path(source, where),
+            **common,
         )
     raise JobSpecError(
-        f"job {job}: wandb-job.json source_type {source_type!r} is not one of repo, artifact, image"
+        f"job artifact {job}: wandb-job.json source_type {source_type!r} is not one of repo,"
+        " artifact, image"
     )
 
 
@@ -193,11 +251,13 @@ class BuildService:
         reporter: Reporter,
         stopping: asyncio.Event,
         read_job: JobReader,
+        allowed_schemes: Sequence[str] = DEFAULT_SCHEMES,
     ) -> None:
         self.builder = builder
         self.reporter = reporter
         self.stopping = stopping
         self.read_job = read_job
+        self.allowed_schemes = tuple(allowed_schemes)
         self._active: set[str] = set()
 
     async def image_for(self, item: RunQueueItem, run: RunItem) -> str | None:
@@ -215,8 +275,14 @@ class BuildService:
 
     async def _image(self, item: RunQueueItem, run: RunItem, job: str) -> str | None:
         try:
+            # The name reaches the wandb SDK first: it is checked before that read too.
+            check_artifact_name(job, "runSpec.job")
+        except SourceError as exc:
+            await self.reporter.fail(item.id, f"cannot build this run: {exc}", "agent", "job")
+            return None
+        try:
             info = await self.read_job(job)
-            spec = spec_for(run, info, job)
+            spec = spec_for(run, info, job, self.allowed_schemes)
         except JobArtifactUnavailable as exc:
             # W&B did not answer: not the item's fault; it is offered again after its lease.
             log.warning("item %s left for a later pop: %s", item.id, exc)
@@ -320,7 +386,7 @@ async def open_builds(
             settings,
             destination,
             agent=config.agent_name,
-            credentials=Credentials(config.base_url, api_key),
+            credentials=Credentials(config.base_url, api_key, builder_config.git),
             log_tail_lines=config.tracking.log_tail_lines,
             unschedulable_timeout=config.tracking.unschedulable_timeout_seconds,
         )
@@ -335,4 +401,4 @@ async def open_builds(
         destination.uri,
         settings.namespace,
     )
-    return BuildService(builder, reporter, stopping, read_job)
+    return BuildService(builder, reporter, stopping, read_job, builder_config.git.allowed_schemes)

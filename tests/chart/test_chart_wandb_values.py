@@ -243,7 +243,7 @@ def test_kaniko_pvc_ssh_and_external_secret(helm: Helm, tmp_path: Path) -> None:
     spec = one(manifests, "Deployment")["spec"]["template"]["spec"]
     env = agent_env(manifests)
     assert env["WANDB_LAUNCH_KANIKO_PVC_NAME"] == "kaniko-contexts"
-    assert env["GIT_SSH_COMMAND"] == "ssh -F /etc/launch-agent/ssh/config/config"
+    assert env["LAUNCH_AGENT_GIT_SSH_COMMAND"] == "ssh -F /etc/launch-agent/ssh/config/config"
     assert env["FEATURE"] == "on"
     assert env["WANDB_API_KEY"]["secretKeyRef"] == {
         "name": f"wandb-api-key-{RELEASE}",

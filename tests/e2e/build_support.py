@@ -10,13 +10,16 @@
   real executor's push does. The listener also records every build Job ever created, so a test
   can count builds after the Jobs are deleted.
 - Job artifacts (`wandb-job.json`) and code artifacts are seeded in the sandbox W&B server;
-  git sources are a bare repository made in the test, fetched over `file://`.
+  git sources are bare repositories made in the test, served over smart HTTP by the sandbox's
+  `GitHttpServer` on loopback (the agent refuses local paths and `file://` from submitters);
+  the builder's `git.allowed_schemes` adds `http` for it, the admin's knob.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -31,26 +34,12 @@ from launch_agent.model.config import AgentConfig
 from launch_agent.render.kaniko import IMAGE_TAG
 from launch_agent.sandbox.registry import RegistryServer
 from tests.e2e.conftest import Env
-from tests.git_repos import git
+from tests.git_repos import GitHttpServer
 from tests.loopback_stores import gcs_emulator, moto_s3
 
 KANIKO_NS = "kaniko"
 REPO = "ml/train"
 GCS_BUCKET = "ctx-gcs"
-
-
-def make_repo(root: Path, files: dict[str, str]) -> tuple[str, str]:
-    """A bare repository with one commit of `files`; (file:// URL, commit sha)."""
-    work = root / "work"
-    work.mkdir(parents=True)
-    git(work, "init", "-q", "-b", "main")
-    for name, text in files.items():
-        (work / name).write_text(text)
-    git(work, "add", ".")
-    git(work, "commit", "-qm", "train")
-    bare = root / "origin.git"
-    git(root, "clone", "-q", "--bare", str(work), str(bare))
-    return bare.as_uri(), git(work, "rev-parse", "HEAD")
 
 
 @pytest.fixture(scope="session")
@@ -72,6 +61,7 @@ class Builds:
     env: Env
     registry: RegistryServer
     store: str  # the build-context-store URI
+    git: GitHttpServer
     kaniko_jobs: list[dict[str, Any]] = field(default_factory=list)  # every one ever created
     s3: Any = None
     bucket: str = ""
@@ -80,11 +70,16 @@ class Builds:
     def destination(self) -> str:
         return f"{self.registry.hostport}/{REPO}"
 
+    def make_repo(self, name: str, files: dict[str, str]) -> tuple[str, str]:
+        """A served repository with one commit of `files`: (http URL, commit sha)."""
+        return self.git.add(name, files)
+
     def config(self, **overrides: Any) -> AgentConfig:
         builder = {
             "type": "kaniko",
             "build-context-store": self.store,
             "destination": self.destination,
+            "git": {"allowed_schemes": ["http"]},
         }
         return self.env.config(
             builder=builder,
@@ -143,6 +138,18 @@ def _simulate_push(builds: Builds) -> None:
     builds.env.kube.store.listeners.append(on_write)
 
 
+@contextlib.asynccontextmanager
+async def _git_server(tmp_path: Path) -> AsyncIterator[GitHttpServer]:
+    root = tmp_path / "served"
+    root.mkdir()
+    server = GitHttpServer(root)
+    await asyncio.to_thread(server.__enter__)
+    try:
+        yield server
+    finally:
+        await asyncio.to_thread(server.__exit__, None, None, None)
+
+
 async def _common(
     env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registry: RegistryServer
 ) -> None:
@@ -177,9 +184,9 @@ async def s3_builds(
         boto3.client, "s3", endpoint_url=s3_endpoint, region_name="us-east-1"
     )
     await asyncio.to_thread(s3.create_bucket, Bucket=bucket)
-    async with RegistryServer(users={"ci": "pw"}) as registry:
+    async with RegistryServer(users={"ci": "pw"}) as registry, _git_server(tmp_path) as git:
         await _common(env, tmp_path, monkeypatch, registry)
-        builds = Builds(env, registry, f"s3://{bucket}/contexts", s3=s3, bucket=bucket)
+        builds = Builds(env, registry, f"s3://{bucket}/contexts", git, s3=s3, bucket=bucket)
         _simulate_push(builds)
         yield builds
 
@@ -190,8 +197,8 @@ async def gcs_builds(
 ) -> AsyncIterator[Builds]:
     """Builds with the context store in GCS (the emulator)."""
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_host)
-    async with RegistryServer(users={"ci": "pw"}) as registry:
+    async with RegistryServer(users={"ci": "pw"}) as registry, _git_server(tmp_path) as git:
         await _common(env, tmp_path, monkeypatch, registry)
-        builds = Builds(env, registry, f"gs://{GCS_BUCKET}/contexts")
+        builds = Builds(env, registry, f"gs://{GCS_BUCKET}/contexts", git)
         _simulate_push(builds)
         yield builds

@@ -18,7 +18,7 @@ from launch_agent.model.config import AgentConfig
 from launch_agent.render.kaniko import IMAGE_TAG
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 from tests.e2e import build_support
-from tests.e2e.build_support import KANIKO_NS, Builds, make_repo
+from tests.e2e.build_support import KANIKO_NS, Builds
 from tests.e2e.conftest import run_spec, until
 
 s3_endpoint = build_support.s3_endpoint
@@ -35,6 +35,7 @@ def config(b: Builds, unschedulable_s: float = 120, **builder: Any) -> AgentConf
             "type": "kaniko",
             "build-context-store": b.store,
             "destination": b.destination,
+            "git": {"allowed_schemes": ["http"]},  # the loopback git server
             **builder,
         },
         kaniko_namespace=KANIKO_NS,
@@ -45,7 +46,7 @@ def config(b: Builds, unschedulable_s: float = 120, **builder: Any) -> AgentConf
 
 async def push_job(b: Builds, tmp_path: Path, name: str) -> RunQueueItem:
     files = {**TRAIN, "train.py": f"print('{name}')\n"}  # its own source: its own image tag
-    url, sha = await asyncio.to_thread(make_repo, tmp_path / name, files)
+    url, sha = await asyncio.to_thread(b.make_repo, name, files)
     b.env.state.add_job(
         "ent", "proj", name, repo=url, commit=sha, entrypoint=["python", "train.py"]
     )

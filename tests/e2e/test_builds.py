@@ -1,7 +1,7 @@
 """Builds through the agent, end to end on the sandbox, with real clients over loopback.
 
 A run that names a job and no image: the agent reads the job artifact from the sandbox W&B
-server (wandb SDK), fetches the source (a git repository over file://, or a code artifact),
+server (wandb SDK), fetches the source (a git repository over smart HTTP on loopback, or a code artifact),
 packs and uploads the context (S3 on moto, or GCS on the emulator), checks the sandbox registry
 (token auth), creates the Kaniko Job in the Kaniko namespace, waits for it on a watch, and then
 creates the run's workload with the built image. Kaniko's push is played by a store listener
@@ -23,7 +23,7 @@ from launch_agent.render.kaniko import IMAGE_TAG
 from launch_agent.runtime.startup import StartupError
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 from tests.e2e import build_support
-from tests.e2e.build_support import KANIKO_NS, Builds, make_repo
+from tests.e2e.build_support import KANIKO_NS, Builds
 from tests.e2e.conftest import Env, run_spec, until
 
 # The fixtures of build_support.py, for this module.
@@ -51,9 +51,11 @@ def image_of(workload: dict[str, Any]) -> str:
     return str(workload["spec"]["template"]["spec"]["containers"][0]["image"])
 
 
-async def git_job(env: Env, tmp_path: Path, name: str = "train-git") -> str:
-    url, sha = await asyncio.to_thread(make_repo, tmp_path / "repo", TRAIN)
-    env.state.add_job("ent", "proj", name, repo=url, commit=sha, entrypoint=["python", "train.py"])
+async def git_job(b: Builds, name: str = "train-git") -> str:
+    url, sha = await asyncio.to_thread(b.make_repo, name, TRAIN)
+    b.env.state.add_job(
+        "ent", "proj", name, repo=url, commit=sha, entrypoint=["python", "train.py"]
+    )
     return f"ent/proj/{name}:latest"
 
 
@@ -61,7 +63,7 @@ async def test_git_job_is_built_run_and_the_next_run_skips_the_build(
     s3_builds: Builds, tmp_path: Path
 ) -> None:
     b, env = s3_builds, s3_builds.env
-    job = await git_job(env, tmp_path)
+    job = await git_job(b)
     first = env.push(job_spec("g1", job))
     async with env.running(env.agent(b.config())) as agent:
         workload = await until(
@@ -127,7 +129,7 @@ async def test_concurrent_runs_of_one_job_cause_one_build(
     s3_builds: Builds, tmp_path: Path
 ) -> None:
     b, env = s3_builds, s3_builds.env
-    job = await git_job(env, tmp_path)
+    job = await git_job(b)
     items = [env.push(job_spec(f"n{i}", job)) for i in range(4)]
     async with env.running(env.agent(b.config())):
         workloads = await until(
@@ -149,7 +151,7 @@ async def test_a_build_longer_than_the_lease_still_ends_in_one_acked_run(
 ) -> None:
     b, env = s3_builds, s3_builds.env
     env.state.lease_seconds = 0.5
-    job = await git_job(env, tmp_path)
+    job = await git_job(b)
     item = env.push(job_spec("l1", job))
     async with env.running(env.agent(b.config())) as agent:
         await until(b.build_jobs, within=30, message="build Job created")
@@ -182,7 +184,7 @@ async def test_a_failed_build_fails_the_item_at_stage_build_with_the_log_tail(
 ) -> None:
     b, env = s3_builds, s3_builds.env
     files = {**TRAIN, "Dockerfile.broken": "FROM python:3.11-slim\nRUN pip install nope\n"}
-    url, sha = await asyncio.to_thread(make_repo, tmp_path / "repo", files)
+    url, sha = await asyncio.to_thread(b.make_repo, "broken", files)
     env.state.add_job("ent", "proj", "broken", repo=url, commit=sha)
     env.cluster.script(
         IMAGE_TAG,
@@ -213,7 +215,7 @@ async def test_a_source_that_cannot_be_fetched_fails_the_item_before_any_build(
     s3_builds: Builds, tmp_path: Path
 ) -> None:
     b, env = s3_builds, s3_builds.env
-    missing = (tmp_path / "gone.git").as_uri()
+    missing = b.git.repo_url("gone")  # served by the loopback server, but no such repository
     env.state.add_job("ent", "proj", "gone", repo=missing, commit="0" * 40)
     item = env.push(job_spec("f1", "ent/proj/gone:latest"))
     async with env.running(env.agent(b.config())):
@@ -242,7 +244,7 @@ async def test_stopping_during_a_build_cleans_it_up_and_leaves_the_item(
     s3_builds: Builds, tmp_path: Path
 ) -> None:
     b, env = s3_builds, s3_builds.env
-    job = await git_job(env, tmp_path)
+    job = await git_job(b)
     item = env.push(job_spec("s1", job))
     # The clock is never advanced: the build Job runs until the agent stops.
     async with env.running(env.agent(b.config())):

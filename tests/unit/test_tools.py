@@ -16,14 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from launch_agent.model.config import AgentConfig, BuilderConfig
+from launch_agent.model.config import AgentConfig, BuilderConfig, GitSourceConfig
 from launch_agent.model.tools import GIT, SSH, TOOLS, needed_tools
 from launch_agent.runtime.startup import StartupError
 from launch_agent.runtime.tools import check_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 KANIKO = AgentConfig(builder=BuilderConfig(type="kaniko"))
-SSH_ENV = {"GIT_SSH_COMMAND": "ssh -F /etc/launch-agent/ssh/config/config"}
+SSH_GIT = GitSourceConfig(ssh_command="ssh -F /etc/launch-agent/ssh/config/config")
+# sshAuthSecrets without a builder (the chart sets it whenever the value is given).
+SSH_ONLY = AgentConfig(builder=BuilderConfig(git=SSH_GIT))
+KANIKO_SSH = AgentConfig(builder=BuilderConfig(type="kaniko", git=SSH_GIT))
 
 
 def final_stage(dockerfile: str) -> list[str]:
@@ -71,8 +74,8 @@ def test_no_tool_without_builds_or_ssh() -> None:
 
 def test_builds_need_git_and_ssh_auth_needs_ssh() -> None:
     assert [n.tool for n in needed_tools(KANIKO, {})] == [GIT]
-    assert [n.tool for n in needed_tools(AgentConfig(), SSH_ENV)] == [GIT, SSH]
-    assert [n.tool for n in needed_tools(KANIKO, SSH_ENV)] == [GIT, SSH]
+    assert [n.tool for n in needed_tools(SSH_ONLY, {})] == [GIT, SSH]
+    assert [n.tool for n in needed_tools(KANIKO_SSH, {})] == [GIT, SSH]
 
 
 def executable(folder: Path, name: str) -> None:
@@ -83,7 +86,7 @@ def executable(folder: Path, name: str) -> None:
 
 def test_start_up_refuses_without_a_needed_tool_and_names_it(tmp_path: Path) -> None:
     with pytest.raises(StartupError) as caught:
-        check_tools(KANIKO, {"PATH": str(tmp_path), **SSH_ENV})
+        check_tools(KANIKO_SSH, {"PATH": str(tmp_path)})
     message = str(caught.value)
     assert "`git` is not installed" in message and "builder.type kaniko" in message
     assert "`ssh` is not installed" in message and "openssh-client" in message
@@ -92,10 +95,10 @@ def test_start_up_refuses_without_a_needed_tool_and_names_it(tmp_path: Path) -> 
 def test_start_up_passes_when_the_tools_are_on_path(tmp_path: Path) -> None:
     executable(tmp_path, "git")
     with pytest.raises(StartupError) as caught:
-        check_tools(KANIKO, {"PATH": str(tmp_path), **SSH_ENV})
+        check_tools(KANIKO_SSH, {"PATH": str(tmp_path)})
     assert "`git`" not in str(caught.value) and "`ssh`" in str(caught.value)
     executable(tmp_path, "ssh")
-    check_tools(KANIKO, {"PATH": str(tmp_path), **SSH_ENV})
+    check_tools(KANIKO_SSH, {"PATH": str(tmp_path)})
 
 
 def test_launch_agent_run_exits_with_the_missing_tool(tmp_path: Path) -> None:

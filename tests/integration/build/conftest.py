@@ -1,18 +1,15 @@
-"""Loopback peers for build tests: moto's S3 server, the GCS emulator, a git repository."""
+"""Loopback peers for build tests: moto's S3 server, the GCS emulator, a smart-HTTP git server."""
 
 from __future__ import annotations
 
-import asyncio
-import base64
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
-from aiohttp import web
 
-from tests.git_repos import git
-from tests.loopback_stores import free_port, gcs_emulator, moto_s3
+from tests.git_repos import GitHttpServer, git
+from tests.loopback_stores import gcs_emulator, moto_s3
 
 
 @pytest.fixture(scope="session")
@@ -53,8 +50,17 @@ def gcs_env(gcs_host: str, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture
-def git_repo(tmp_path: Path) -> tuple[Path, str, str]:
-    """A local repository with two commits; returns (path, first sha, second sha)."""
+def git_server(tmp_path: Path) -> Iterator[GitHttpServer]:
+    """The loopback smart-HTTP git server (`git http-backend`), serving `tmp_path/served`."""
+    root = tmp_path / "served"
+    root.mkdir()
+    with GitHttpServer(root) as server:
+        yield server
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path, git_server: GitHttpServer) -> tuple[str, str, str]:
+    """A repository with two commits on `main`, served over smart HTTP: (URL, first, second)."""
     repo = tmp_path / "origin"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
@@ -66,40 +72,17 @@ def git_repo(tmp_path: Path) -> tuple[Path, str, str]:
     (repo / "train.py").write_text("print('v2')\n")
     git(repo, "commit", "-qam", "two")
     second = git(repo, "rev-parse", "HEAD")
-    return repo, first, second
+    git(tmp_path, "clone", "-q", "--bare", str(repo), str(git_server.root / "repo.git"))
+    return git_server.repo_url("repo"), first, second
 
 
 @pytest.fixture
-async def git_http(
-    git_repo: tuple[Path, str, str], tmp_path: Path
-) -> AsyncIterator[tuple[str, str]]:
-    """The repository over git's dumb HTTP protocol behind Basic auth (user `bot`, `token`).
+def git_private(
+    git_repo: tuple[str, str, str], git_server: GitHttpServer
+) -> Iterator[tuple[GitHttpServer, str]]:
+    """The same repository behind Basic auth (user `bot`, password `token`).
 
-    Returns (URL, credentials line for a git-credentials file).
+    Returns (the server, a credentials line for a git-credentials file).
     """
-    origin, _, _ = git_repo
-    served = tmp_path / "served.git"
-    await asyncio.to_thread(git, tmp_path, "clone", "-q", "--bare", str(origin), str(served))
-    await asyncio.to_thread(git, served, "update-server-info")
-    expected = "Basic " + base64.b64encode(b"bot:token").decode()
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        if request.headers.get("Authorization") != expected:
-            return web.Response(status=401, headers={"WWW-Authenticate": 'Basic realm="git"'})
-        rel = request.match_info["path"]
-        path = (served / rel).resolve()
-        if served.resolve() not in path.parents or not await asyncio.to_thread(path.is_file):
-            return web.Response(status=404)
-        return web.Response(body=await asyncio.to_thread(path.read_bytes))
-
-    app = web.Application()
-    app.router.add_get("/repo.git/{path:.*}", handler)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    port = free_port()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{port}/repo.git", f"http://bot:token@127.0.0.1:{port}\n"
-    finally:
-        await runner.cleanup()
+    with GitHttpServer(git_server.root, users={"bot": "token"}) as private:
+        yield private, private.url.replace("http://", "http://bot:token@") + "\n"

@@ -23,7 +23,9 @@ from launch_agent.adapters.build_context import (
     resolve_artifact,
     resolve_git,
 )
+from launch_agent.model.config import GitSourceConfig
 from launch_agent.sandbox.wandb import WandbServer
+from tests.git_repos import LOOPBACK_GIT, GitHttpServer
 
 
 def make_tree(root: Path, order: list[str], mtime: int, umask_mode: int) -> None:
@@ -114,32 +116,68 @@ async def test_choose_dockerfile_errors(
         await dockerfile_for(tmp_path, **kwargs)
 
 
-async def test_git_source_pins_the_commit(git_repo: tuple[Path, str, str], tmp_path: Path) -> None:
-    origin, first, second = git_repo
-    url = origin.as_uri()
-    assert await resolve_git(url, None, tmp_path / "head") == second
-    assert await resolve_git(url, "main", tmp_path / "branch") == second
-    assert await resolve_git(url, first, tmp_path / "sha") == first
+async def test_git_source_pins_the_commit(git_repo: tuple[str, str, str], tmp_path: Path) -> None:
+    url, first, second = git_repo
+    assert await resolve_git(url, None, tmp_path / "head", LOOPBACK_GIT) == second
+    assert await resolve_git(url, "main", tmp_path / "branch", LOOPBACK_GIT) == second
+    assert await resolve_git(url, first, tmp_path / "sha", LOOPBACK_GIT) == first
     text = await asyncio.to_thread((tmp_path / "sha" / "train.py").read_text)
     assert text == "print('v1')\n"
     with pytest.raises(ContextError, match="not a commit, branch or tag"):
-        await resolve_git(url, "no-such-branch", tmp_path / "bad")
+        await resolve_git(url, "no-such-branch", tmp_path / "bad", LOOPBACK_GIT)
 
 
-async def test_git_credentials_file_is_used(
-    git_repo: tuple[Path, str, str], git_http: tuple[str, str], tmp_path: Path
+async def test_git_credentials_file_is_used_for_its_host_only(
+    git_repo: tuple[str, str, str],
+    git_private: tuple[GitHttpServer, str],
+    git_server: GitHttpServer,
+    tmp_path: Path,
 ) -> None:
-    """A private repository over HTTP: refused without credentials, fetched with the chart's
-    git-credentials file."""
+    """A private repository: refused without credentials, fetched with the chart's
+    git-credentials file, whose password never goes to a host it is not for."""
     _, first, second = git_repo
-    url, line = git_http
+    private, line = git_private
+    url = private.repo_url("repo")
     with pytest.raises(ContextError, match="git fetch"):
-        await resolve_git(url, None, tmp_path / "anon")
+        await resolve_git(url, None, tmp_path / "anon", LOOPBACK_GIT)
     creds = tmp_path / ".git-credentials"
     await asyncio.to_thread(creds.write_text, line)
-    assert await resolve_git(url, None, tmp_path / "head", creds) == second
-    # Dumb HTTP cannot fetch one commit shallowly: the full-fetch fallback pins it.
-    assert await resolve_git(url, first, tmp_path / "sha", creds) == first
+    settings = GitSourceConfig(allowed_schemes=["http"], credentials_file=str(creds))
+    assert await resolve_git(url, None, tmp_path / "head", settings) == second
+    assert await resolve_git(url, first, tmp_path / "sha", settings) == first
+    assert any(auth for _, _, auth in private.requests)
+    # Read, never rewritten: git's own store helper would rewrite it and drop lines on a 401.
+    assert await asyncio.to_thread(creds.read_text) == line
+    # Another host (the open server: another port) gets no helper and so no Authorization.
+    assert await resolve_git(git_server.repo_url("repo"), None, tmp_path / "o", settings) == second
+    assert [auth for _, _, auth in git_server.requests if auth] == []
+
+
+async def test_git_runs_without_the_agent_environment(
+    git_server: GitHttpServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's secrets and its GIT_CONFIG_GLOBAL do not reach git: the admin's ssh
+    command (a script here) records the environment git gives its transport."""
+    monkeypatch.setenv("WANDB_API_KEY", "secret-key-123")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-456")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "evil.gitconfig"))
+    # A global config the agent's environment points at: with it, git would run a command.
+    marker = tmp_path / "from-global-config"
+    (tmp_path / "evil.gitconfig").write_text(f"[core]\n\tsshCommand = touch {marker}; false\n")
+    record = tmp_path / "env.txt"
+    ssh = tmp_path / "fake-ssh"
+    ssh.write_text(f"#!/bin/sh\nenv > {record}\nexit 1\n")
+    ssh.chmod(0o755)
+    settings = GitSourceConfig(allowed_schemes=["ssh"], ssh_command=str(ssh))
+    with pytest.raises(ContextError, match="git fetch"):
+        await resolve_git("git@example.invalid:org/repo.git", None, tmp_path / "s", settings)
+    seen = dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)
+    assert "WANDB_API_KEY" not in seen and "AWS_SECRET_ACCESS_KEY" not in seen
+    assert seen["GIT_CONFIG_GLOBAL"] == os.devnull
+    assert seen["GIT_TERMINAL_PROMPT"] == "0"
+    assert seen["GIT_ALLOW_PROTOCOL"] == "ssh"
+    assert seen["HOME"] != os.environ.get("HOME")
+    assert not marker.exists()
 
 
 @pytest.fixture
@@ -170,6 +208,24 @@ async def test_code_artifact_source(wandb_server: WandbServer, tmp_path: Path) -
     with pytest.raises(ContextError, match="code artifact ent/proj/nope:latest"):
         await resolve_artifact("ent/proj/nope:latest", tmp_path / "x", wandb_server.url,
                                wandb_server.api_key)  # fmt: skip
+
+
+async def test_a_code_artifact_escaping_its_directory_is_refused_before_download(
+    wandb_server: WandbServer, tmp_path: Path
+) -> None:
+    """Zip-slip: a file named `../...` in the manifest; nothing is written anywhere."""
+    files = {"train.py": b"print(1)\n", "../escaped.py": b"evil\n"}
+    wandb_server.state.add_artifact("ent", "proj", "slip", "code", files=files)
+    dest = tmp_path / "ctx" / "src"
+    with pytest.raises(ContextError) as caught:
+        await resolve_artifact(
+            "wandb-artifact://ent/proj/slip:latest", dest, wandb_server.url, wandb_server.api_key
+        )
+    assert "code artifact wandb-artifact://ent/proj/slip:latest: file '../escaped.py'" in str(
+        caught.value
+    )
+    assert not await asyncio.to_thread((tmp_path / "ctx" / "escaped.py").exists)
+    assert not await asyncio.to_thread(dest.exists)
 
 
 NAMES = st.text(alphabet="abcdefgh_-.", min_size=1, max_size=8).filter(

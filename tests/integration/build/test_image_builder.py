@@ -35,6 +35,7 @@ from launch_agent.sandbox.cluster import RealClock, SimulatedCluster
 from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
 from launch_agent.sandbox.registry import RegistryServer
 from launch_agent.sandbox.wandb import WandbServer
+from tests.git_repos import LOOPBACK_GIT, GitHttpServer
 
 NS = "kaniko"
 
@@ -105,7 +106,7 @@ async def rig(tmp_path: Path, s3_endpoint: str, s3_bucket: str) -> AsyncIterator
                 dest,
                 agent="agent-a",
                 workdir=tmp_path,
-                credentials=Credentials(wandb_server.url, wandb_server.api_key),
+                credentials=Credentials(wandb_server.url, wandb_server.api_key, LOOPBACK_GIT),
             ) as builder,  # fmt: skip
         ):
             await client.create(
@@ -129,29 +130,29 @@ async def leftovers(rig: Rig) -> tuple[list[str], list[str]]:
     return jobs, [o["Key"] for o in listing.get("Contents", [])]
 
 
-async def test_build_then_skip(rig: Rig, git_repo: tuple[Path, str, str]) -> None:
+async def test_build_then_skip(rig: Rig, git_repo: tuple[str, str, str]) -> None:
     origin, first, _ = git_repo
-    image = await rig.builder.build(spec(origin.as_uri(), ref=first))
+    image = await rig.builder.build(spec(origin, ref=first))
     assert image.startswith(f"{rig.registry.hostport}/ml/train:")
     assert len(rig.jobs_created) == 1
     assert await leftovers(rig) == ([], [])
     # The same job again: the image is in the registry, no second Job.
-    again = await rig.builder.build(spec(origin.as_uri(), run_id="run-2", ref=first))
+    again = await rig.builder.build(spec(origin, run_id="run-2", ref=first))
     assert again == image
     assert len(rig.jobs_created) == 1
     assert (rig.builder.stats.builds, rig.builder.stats.skipped) == (1, 1)
     # Another commit is another image.
-    moved = await rig.builder.build(spec(origin.as_uri(), run_id="run-3"))
+    moved = await rig.builder.build(spec(origin, run_id="run-3"))
     assert moved != image
     assert len(rig.jobs_created) == 2
 
 
 async def test_concurrent_requests_share_one_build(
-    rig: Rig, git_repo: tuple[Path, str, str]
+    rig: Rig, git_repo: tuple[str, str, str]
 ) -> None:
     origin, first, _ = git_repo
     images = await asyncio.gather(
-        *(rig.builder.build(spec(origin.as_uri(), run_id=f"run-{i}", ref=first)) for i in range(5))
+        *(rig.builder.build(spec(origin, run_id=f"run-{i}", ref=first)) for i in range(5))
     )
     assert len(set(images)) == 1
     assert len(rig.jobs_created) == 1
@@ -160,7 +161,7 @@ async def test_concurrent_requests_share_one_build(
 
 
 async def test_failed_build_raises_with_the_log_tail(
-    rig: Rig, git_repo: tuple[Path, str, str]
+    rig: Rig, git_repo: tuple[str, str, str]
 ) -> None:
     origin, first, _ = git_repo
     rig.cluster.script(
@@ -169,7 +170,7 @@ async def test_failed_build_raises_with_the_log_tail(
         'log="error building image: exit status 1"',
     )
     with pytest.raises(BuildFailed) as caught:
-        await rig.builder.build(spec(origin.as_uri(), ref=first))
+        await rig.builder.build(spec(origin, ref=first))
     assert caught.value.stage == "build"
     assert "error building image: exit status 1" in caught.value.log_tail
     assert "BackoffLimitExceeded" in caught.value.reason
@@ -178,9 +179,43 @@ async def test_failed_build_raises_with_the_log_tail(
     assert rig.builder.stats.failed == 1
 
 
-async def test_bad_source_fails_before_any_job(rig: Rig, tmp_path: Path) -> None:
+async def test_bad_source_fails_before_any_job(rig: Rig, git_server: GitHttpServer) -> None:
     with pytest.raises(BuildFailed, match="preparing the build context: git fetch"):
-        await rig.builder.build(spec((tmp_path / "missing").as_uri()))
+        await rig.builder.build(spec(git_server.repo_url("missing")))
+    assert rig.jobs_created == []
+
+
+@pytest.mark.parametrize(
+    ("url", "ref", "reason"),
+    [
+        ("LOCAL", None, "is a local path"),
+        ("FILE", None, "file:// URLs"),
+        ("SERVED", "--upload-pack=touch MARKER", "starts with '-'"),
+        ("ext::sh -c touch% MARKER", None, "whitespace"),
+        ("https://example.com/r.git", None, "the https scheme is not allowed"),
+    ],
+)
+async def test_a_hostile_source_never_reaches_git(
+    rig: Rig,
+    git_repo: tuple[str, str, str],
+    git_server: GitHttpServer,
+    tmp_path: Path,
+    url: str,
+    ref: str | None,
+    reason: str,
+) -> None:
+    """The builder refuses what spec_for would have refused, whoever calls it: no git
+    request reaches the server, no command runs, no Job is created."""
+    marker = tmp_path / "pwned"
+    bare = git_server.root / "repo.git"
+    url = {"LOCAL": str(bare), "FILE": bare.as_uri(), "SERVED": git_repo[0]}.get(url, url)
+    url = url.replace("MARKER", str(marker))
+    ref = ref.replace("MARKER", str(marker)) if ref else None
+    before = len(git_server.requests)
+    with pytest.raises(BuildFailed, match=reason):
+        await rig.builder.build(spec(url, ref=ref))
+    assert not marker.exists()
+    assert len(git_server.requests) == before
     assert rig.jobs_created == []
 
 
@@ -205,13 +240,13 @@ async def test_code_artifact_build_then_skip(rig: Rig) -> None:
 
 
 async def test_a_cancelled_caller_does_not_cancel_the_shared_build(
-    rig: Rig, git_repo: tuple[Path, str, str]
+    rig: Rig, git_repo: tuple[str, str, str]
 ) -> None:
     origin, first, _ = git_repo
     rig.cluster.script(IMAGE_TAG, "succeed after=1s start=0.1s")
-    quitter = asyncio.create_task(rig.builder.build(spec(origin.as_uri(), ref=first)), name="q")
+    quitter = asyncio.create_task(rig.builder.build(spec(origin, ref=first)), name="q")
     stayer = asyncio.create_task(
-        rig.builder.build(spec(origin.as_uri(), run_id="run-2", ref=first)), name="s"
+        rig.builder.build(spec(origin, run_id="run-2", ref=first)), name="s"
     )
     async with asyncio.timeout(10):
         await rig.job_created.wait()
@@ -225,11 +260,11 @@ async def test_a_cancelled_caller_does_not_cancel_the_shared_build(
 
 
 async def test_aclose_cancels_builds_and_cleans_up(
-    rig: Rig, git_repo: tuple[Path, str, str]
+    rig: Rig, git_repo: tuple[str, str, str]
 ) -> None:
     origin, first, _ = git_repo
     rig.cluster.script(IMAGE_TAG, "succeed after=60s")
-    caller = asyncio.create_task(rig.builder.build(spec(origin.as_uri(), ref=first)), name="c")
+    caller = asyncio.create_task(rig.builder.build(spec(origin, ref=first)), name="c")
     async with asyncio.timeout(10):
         await rig.job_created.wait()
     await rig.builder.aclose()
@@ -243,7 +278,7 @@ def sibling(
 ) -> ImageBuilder:
     b = rig.builder
     return ImageBuilder(b.kube, b.store, b.registry, settings or b.settings, b.destination,
-                        workdir=tmp_path, **kw)  # fmt: skip
+                        workdir=tmp_path, credentials=b.credentials, **kw)  # fmt: skip
 
 
 def build_watches(builder: ImageBuilder) -> list[tuple[str, int, int]]:
@@ -255,13 +290,13 @@ def build_watches(builder: ImageBuilder) -> list[tuple[str, int, int]]:
 
 
 async def test_the_wait_resumes_when_the_watch_ends(
-    rig: Rig, git_repo: tuple[Path, str, str], tmp_path: Path
+    rig: Rig, git_repo: tuple[str, str, str], tmp_path: Path
 ) -> None:
     # Watches of 1 s against a 2.5 s build: the informers' streams end twice and are resumed.
     origin, first, _ = git_repo
     rig.cluster.script(IMAGE_TAG, "succeed after=2.5s start=0.1s")
     async with sibling(rig, tmp_path, watch_timeout=1) as builder:
-        image = await builder.build(spec(origin.as_uri(), ref=first))
+        image = await builder.build(spec(origin, ref=first))
         watches = build_watches(builder)
     assert image.startswith(rig.registry.hostport)
     assert [w[0] for w in watches] == ["jobs", "pods"]
@@ -270,11 +305,11 @@ async def test_the_wait_resumes_when_the_watch_ends(
 
 
 async def test_a_dropped_stream_and_a_410_do_not_hang_the_build(
-    rig: Rig, git_repo: tuple[Path, str, str]
+    rig: Rig, git_repo: tuple[str, str, str]
 ) -> None:
     origin, first, _ = git_repo
     rig.cluster.script(IMAGE_TAG, "succeed after=1.5s start=0.1s")
-    task = asyncio.create_task(rig.builder.build(spec(origin.as_uri(), ref=first)), name="b")
+    task = asyncio.create_task(rig.builder.build(spec(origin, ref=first)), name="b")
     async with asyncio.timeout(10):
         await rig.job_created.wait()
     # History compacted and every stream cut: the informers' resume answers 410, they relist.
@@ -288,7 +323,7 @@ async def test_a_dropped_stream_and_a_410_do_not_hang_the_build(
 
 
 async def test_a_missing_docker_config_secret_fails_at_once_naming_it(
-    rig: Rig, git_repo: tuple[Path, str, str], tmp_path: Path
+    rig: Rig, git_repo: tuple[str, str, str], tmp_path: Path
 ) -> None:
     origin, first, _ = git_repo
     # The sandbox's kubelet says `secret "<container>-config" not found`: "kaniko-config".
@@ -297,7 +332,7 @@ async def test_a_missing_docker_config_secret_fails_at_once_naming_it(
     async with sibling(rig, tmp_path, settings) as builder:
         with pytest.raises(BuildFailed) as caught:
             async with asyncio.timeout(20):
-                await builder.build(spec(origin.as_uri(), ref=first))
+                await builder.build(spec(origin, ref=first))
     reason = caught.value.reason
     assert "Secret kaniko-config (the registry's docker config Secret" in reason
     assert f"missing in namespace {NS}" in reason
@@ -307,7 +342,7 @@ async def test_a_missing_docker_config_secret_fails_at_once_naming_it(
 
 
 async def test_an_unschedulable_build_pod_fails_after_the_timeout(
-    rig: Rig, git_repo: tuple[Path, str, str], tmp_path: Path
+    rig: Rig, git_repo: tuple[str, str, str], tmp_path: Path
 ) -> None:
     origin, first, _ = git_repo
     said = "0/2 nodes are available: 2 Insufficient cpu."
@@ -317,7 +352,7 @@ async def test_an_unschedulable_build_pod_fails_after_the_timeout(
         started = loop.time()
         with pytest.raises(BuildFailed) as caught:
             async with asyncio.timeout(20):
-                await builder.build(spec(origin.as_uri(), ref=first))
+                await builder.build(spec(origin, ref=first))
         waited = loop.time() - started
     # No event comes for a pod that stays Pending: the builder re-assessed at the deadline.
     assert waited >= 0.5
@@ -327,11 +362,11 @@ async def test_an_unschedulable_build_pod_fails_after_the_timeout(
 
 
 async def test_a_job_deleted_under_the_build_fails_it(
-    rig: Rig, git_repo: tuple[Path, str, str], tmp_path: Path
+    rig: Rig, git_repo: tuple[str, str, str], tmp_path: Path
 ) -> None:
     origin, first, _ = git_repo
     rig.cluster.script(IMAGE_TAG, "succeed after=60s")
-    task = asyncio.create_task(rig.builder.build(spec(origin.as_uri(), ref=first)), name="b")
+    task = asyncio.create_task(rig.builder.build(spec(origin, ref=first)), name="b")
     async with asyncio.timeout(10):
         await rig.job_created.wait()
     store = rig.kube.store
