@@ -49,7 +49,16 @@ from launch_agent.render.paths import (
 
 LAYER_PREFIX = "runSpec.resource_args.kubernetes"
 
-RESERVED_LABEL_PREFIXES = ("kueue.x-k8s.io/", L.PREFIX, "wandb.ai/")
+# Kueue's and Volcano's scheduling keys move a run into another queue (another team's quota)
+# or priority: `scheduling.volcano.sh/queue-name` on a pod group, `volcano.sh/preemptable`.
+RESERVED_LABEL_PREFIXES = (
+    "kueue.x-k8s.io/",
+    L.PREFIX,
+    "wandb.ai/",
+    "scheduling.volcano.sh/",
+    "volcano.sh/",
+    "scheduling.x-k8s.io/",
+)
 RESERVED_LABELS = frozenset(
     {
         L.AGENT,
@@ -80,7 +89,15 @@ SWITCHES = {
     "clusterSelector": "sends the RayJob to another (existing) Ray cluster",
     "managedBy": "hands the workload to another controller (MultiKueue runs it in another cluster)",
     "podCertificate": "mints a certificate for the pod's identity",
+    # Kueue reads a pod's priority class as the workload's priority when no Kueue priority
+    # label is set (kueue pkg/util/priority/priority.go), and the scheduler preempts by it.
+    "priorityClassName": "sets the pods' priority, by which Kueue and the scheduler preempt other"
+    " runs",
+    "schedulerName": "hands the pods to another scheduler, outside the queue's admission and gang"
+    " scheduling",
 }
+# Volcano Job `spec.queue`: the Volcano queue (and so the quota) the job is admitted from.
+QUEUE_KEYS = frozenset({("spec", "queue")})
 # `fieldRef.apiVersion` (the downward API's `v1`) names no object.
 SWITCH_EXEMPT_PARENTS = frozenset({"fieldRef"})
 NOT_A_NAMESPACE = frozenset({"shareProcessNamespace"})
@@ -206,6 +223,8 @@ def _refusals(change: Change, sec: SecurityExceptions) -> Iterator[tuple[Path, s
             continue
         if key in SWITCHES and parent not in SWITCH_EXEMPT_PARENTS:
             yield where, f"{SWITCHES[key]}; {_NO_GRANT}"
+        elif tuple(where) in QUEUE_KEYS:
+            yield where, f"sets the scheduler queue the workload is admitted from; {_NO_GRANT}"
         elif "namespace" in key.lower() and key not in NOT_A_NAMESPACE:
             yield where, f"names a namespace: workloads run only in the queue spec's; {_NO_GRANT}"
         elif key == "serviceAccountToken":
@@ -247,6 +266,7 @@ def _notable(key: str, parent: Any) -> bool:
     lower = key.lower()
     return (
         key in SWITCHES
+        or (parent == "spec" and key == "queue")
         or key == "serviceAccountToken"
         or "secret" in lower
         or ("namespace" in lower and key not in NOT_A_NAMESPACE)
