@@ -26,6 +26,7 @@ from typing import Any
 
 from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import QueueSpec
+from launch_agent.render.edit import child_map
 from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, lookup
 
 PodSetAnnotations = Callable[[list[PodSet]], Mapping[str, str]]
@@ -90,20 +91,12 @@ def can_suspend(spec: QueueSpec) -> str | None:
     return None
 
 
-def _map(parent: dict[str, Any], key: str) -> dict[str, Any]:
-    value = parent.get(key)
-    if not isinstance(value, dict):
-        value = {}
-        parent[key] = value
-    return value
-
-
 def _suspend(manifest: dict[str, Any], info: KindInfo) -> None:
     # The admission stage checked the kind (`can_suspend`) before rendering.
     assert info.suspend_path is not None, f"a {info.label} has no suspend field"
     node = manifest
     for key in info.suspend_path[:-1]:
-        node = _map(node, key)
+        node = child_map(node, key)
     node[info.suspend_path[-1]] = True
 
 
@@ -111,9 +104,9 @@ def apply_decisions(manifest: dict[str, Any], info: KindInfo, decisions: Admissi
     """Apply the admission decisions to a rendered manifest, in place (module docstring)."""
     if decisions == NO_DECISIONS:
         return
-    meta = _map(manifest, "metadata")
-    labels = _map(meta, "labels")
-    annotations = _map(meta, "annotations")
+    meta = child_map(manifest, "metadata")
+    labels = child_map(meta, "labels")
+    annotations = child_map(meta, "annotations")
     if decisions.kueue_queue:
         labels[L.KUEUE_QUEUE_NAME] = decisions.kueue_queue
         if info.kueue == "suspend":

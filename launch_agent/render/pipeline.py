@@ -35,6 +35,7 @@ from launch_agent.model.queue_spec import CustomKind, InvalidInput, Problem, Que
 from launch_agent.model.run_item import RunItem, parse_run_item
 from launch_agent.render import generated, naming
 from launch_agent.render.decisions import NO_DECISIONS, Admission, apply_decisions
+from launch_agent.render.edit import child_map, main_container
 from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, known_kinds, lookup
 from launch_agent.render.kubelet import escape, expanded_field, references
 from launch_agent.render.macros import macro_values, substitute_checked
@@ -172,7 +173,7 @@ def render(
     assert isinstance(manifest, dict)
 
     name = naming.workload_name(spec.name, run.run_queue_item_id, info.max_name)
-    meta = _map(manifest, "metadata")
+    meta = child_map(manifest, "metadata")
     meta.pop("generateName", None)
     meta["name"] = name
     meta["namespace"] = spec.namespace
@@ -184,9 +185,9 @@ def render(
         L.WANDB_RUN_ID: naming.label_value(run_id),
         L.WANDB_AGENT: settings.agent_name,
     }
-    workload_labels = _map(meta, "labels")
+    workload_labels = child_map(meta, "labels")
     workload_labels.update(pod_labels)
-    _map(meta, "annotations").update(
+    child_map(meta, "annotations").update(
         {
             L.RUN_QUEUE_ITEM_ID: run.run_queue_item_id,
             L.QUEUE_NAME: queue,
@@ -198,8 +199,8 @@ def render(
 
     templates = info.pod_template_matches(manifest)
     for index, (_path, tmpl) in enumerate(templates):
-        _map(_map(tmpl, "metadata"), "labels").update(pod_labels)
-        pod_spec = _map(tmpl, "spec")
+        child_map(child_map(tmpl, "metadata"), "labels").update(pod_labels)
+        pod_spec = child_map(tmpl, "spec")
         if info.restart_policy and "restartPolicy" not in pod_spec:
             pod_spec["restartPolicy"] = info.restart_policy
         containers = pod_spec.get("containers")
@@ -211,7 +212,7 @@ def render(
                 c["name"] = f"launch{i}"  # W&B's names for unnamed containers
         if info.env_target != "containers":
             continue
-        main = _main_container(containers, info.main_container)
+        main = main_container(containers, info.main_container)
         if main is None:
             continue
         if not main.get("image"):
@@ -232,9 +233,9 @@ def render(
         )
         set_env(main, env)
 
-    spec_body = _map(manifest, "spec")
+    spec_body = child_map(manifest, "spec")
     if info.env_target == "trainer":
-        trainer = _map(spec_body, "trainer")
+        trainer = child_map(spec_body, "trainer")
         trainer.setdefault("image", image)
         # The trainer's command, args and env become the container's: the kubelet expands them.
         if run.entry_point:
@@ -357,23 +358,6 @@ def _strings(path: Path, value: Any) -> list[tuple[Path, str]]:
     return out
 
 
-def _map(parent: dict[str, Any], key: str) -> dict[str, Any]:
-    value = parent.get(key)
-    if not isinstance(value, dict):
-        value = {}
-        parent[key] = value
-    return value
-
-
-def _main_container(containers: list[Any], preferred: str | None) -> dict[str, Any] | None:
-    if preferred is not None:
-        for c in containers:
-            if isinstance(c, dict) and c.get("name") == preferred:
-                return c
-    first = containers[0]
-    return first if isinstance(first, dict) else None
-
-
 def _apply_defaults(
     manifest: dict[str, Any], info: KindInfo, spec: QueueSpec, settings: RenderSettings
 ) -> None:
@@ -404,7 +388,7 @@ def _parents(manifest: dict[str, Any], glob_text: str) -> list[dict[str, Any]]:
         node = manifest
         for key in glob:
             assert isinstance(key, str)
-            node = _map(node, key)
+            node = child_map(node, key)
         return [node]
     return [v for _p, v in find(manifest, glob) if isinstance(v, dict)]
 
@@ -429,7 +413,7 @@ def set_suspended(manifest: dict[str, Any], info: KindInfo, value: bool) -> None
         )
     node = manifest
     for key in info.suspend_path[:-1]:
-        node = _map(node, key)
+        node = child_map(node, key)
     node[info.suspend_path[-1]] = value
 
 

@@ -35,6 +35,7 @@ from typing import Any
 from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import Problem, QueueSpec, SecurityExceptions
 from launch_agent.model.run_item import RunItem
+from launch_agent.render.edit import main_container
 from launch_agent.render.kinds import KindInfo
 from launch_agent.render.merge import MISSING, REMOVED, Change, is_named_list, merge_changes
 from launch_agent.render.paths import (
@@ -411,7 +412,7 @@ def _args_unchanged(
             if args:
                 return False
             continue
-        main = _main_container(containers, info.main_container)
+        main = main_container(containers, info.main_container)
         if main is not None and not _same_args(main.get("args"), args):
             return False
     return True
@@ -424,13 +425,3 @@ def _same_args(current: Any, args: list[str]) -> bool:
     if any("${" in str(a) for a in args):
         return False
     return isinstance(current, list) and [str(a) for a in current] == args
-
-
-def _main_container(containers: list[Any], preferred: str | None) -> dict[str, Any] | None:
-    # The same choice as the pipeline's: the preferred name, else the first container.
-    if preferred is not None:
-        for c in containers:
-            if isinstance(c, dict) and c.get("name") == preferred:
-                return c
-    first = containers[0]
-    return first if isinstance(first, dict) else None

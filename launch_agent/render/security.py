@@ -42,6 +42,7 @@ import posixpath
 from typing import Any
 
 from launch_agent.model.queue_spec import Problem, SecurityExceptions
+from launch_agent.render.edit import child_map
 
 RESTRICTED_VOLUME_TYPES = frozenset(
     {
@@ -167,14 +168,6 @@ def host_path_allowed(path: Any, prefixes: tuple[str, ...]) -> bool:
     return False
 
 
-def _map(parent: dict[str, Any], key: str) -> dict[str, Any]:
-    value = parent.get(key)
-    if not isinstance(value, dict):
-        value = {}
-        parent[key] = value
-    return value
-
-
 class _Enforcer:
     def __init__(self, sec: SecurityExceptions, where: str) -> None:
         self.sec = sec
@@ -199,7 +192,7 @@ class _Enforcer:
             # here could put them outside the queue spec's namespace (and its Secret, quota).
             del meta["namespace"]
             self.note("metadata.namespace", "removed: pods run in the queue spec's namespace")
-        spec = _map(tmpl, "spec")
+        spec = child_map(tmpl, "spec")
         self.typed(spec, _POD_SPEC_TYPES, "spec")
         for key in ("serviceAccountName", "serviceAccount"):
             value = spec.pop(key, None)
@@ -263,7 +256,7 @@ class _Enforcer:
 
     def pod_context(self, spec: dict[str, Any]) -> None:
         sec = self.sec
-        psc = _map(spec, "securityContext")
+        psc = child_map(spec, "securityContext")
         self.typed(psc, _POD_CONTEXT_TYPES, "spec.securityContext")
         self.nested_types(psc, "spec.securityContext")
         if sec.run_as_user is not None:
@@ -373,7 +366,7 @@ class _Enforcer:
     def container(self, c: dict[str, Any], where: str, removed_volumes: set[str]) -> None:
         sec = self.sec
         self.typed(c, _CONTAINER_TYPES, where)
-        csc = _map(c, "securityContext")
+        csc = child_map(c, "securityContext")
         self.typed(csc, _CONTAINER_CONTEXT_TYPES, f"{where}.securityContext")
         self.nested_types(csc, f"{where}.securityContext")
         privileged = csc.get("privileged") is True
@@ -391,7 +384,7 @@ class _Enforcer:
                     "set to false: needs security.allowPrivilegeEscalation",
                 )
             csc["allowPrivilegeEscalation"] = False
-        caps = _map(csc, "capabilities")
+        caps = child_map(csc, "capabilities")
         add = caps.get("add")
         if add is not None and not isinstance(add, list):
             # A string (`add: SYS_ADMIN`) is not a list of one: never guess, never pass it.
