@@ -39,6 +39,7 @@ import functools
 import json
 import logging
 import random
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +109,11 @@ class KubeClient:
         token_refresh: float = 60.0,
         reload: Callable[[], Awaitable[Configuration]] | None = None,
         renew_interval: float = RENEW_INTERVAL,
+        observer: Callable[[str, int | None, float], None] | None = None,
     ) -> None:
+        """`observer(operation, status, seconds)` hears every attempt (status None: no answer),
+        as `WandbClient(observer=...)` does; `operation` is bounded (`operation_of`)."""
+        self._observer = observer
         self._configuration = configuration
         # Loads the configuration again for a new credential after a 401 (kubeconfig mode).
         self._reload = reload
@@ -286,12 +291,15 @@ class KubeClient:
         policy = self.policy if retry else dataclasses.replace(self.policy, attempts=1)
 
         async def attempt() -> Any:
+            started = time.monotonic()
             try:
                 status, data, retry_after_header = await self._once(
                     method, path, query, body, content_type
                 )
             except NETWORK_ERRORS as exc:
+                self._observe(method, path, None, started)
                 raise Retryable(exc) from exc
+            self._observe(method, path, status, started)
             if 200 <= status < 300:
                 return data.decode("utf-8", "replace") if raw else _parse(data, method, path)
             retry_after = parse_retry_after(retry_after_header)
@@ -317,6 +325,10 @@ class KubeClient:
                 raise last from None
             # The message counts the attempts the policy allows, as it always has.
             raise KubeUnavailable(method, path, policy.attempts or gave_up.attempts, last) from last
+
+    def _observe(self, method: str, path: str, status: int | None, started: float) -> None:
+        if self._observer is not None:
+            self._observer(operation_of(method, path), status, time.monotonic() - started)
 
     async def _discover(self, path: str) -> Mapping[str, Any] | None:
         try:
@@ -505,3 +517,26 @@ def _parse(data: bytes, method: str, path: str) -> Any:
     except ValueError:
         head = " ".join(data[:200].decode("utf-8", "replace").split())
         raise KubeError(f"{method} {path}: the answer is not JSON: {head!r}") from None
+
+
+def operation_of(method: str, path: str) -> str:
+    """`get jobs`, `list pods`, `create jobsets`, `discovery`: a bounded label for a call
+    (the resource's plural, never an object name or namespace, so one label per kind)."""
+    parts = [p for p in path.split("?", maxsplit=1)[0].split("/") if p]
+    # /api/v1/... or /apis/GROUP/VERSION/...
+    if parts[:1] == ["api"]:
+        rest = parts[2:]
+    elif parts[:1] == ["apis"]:
+        rest = parts[3:]
+    else:
+        return "other"
+    if not rest:
+        return "discovery"
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        rest = rest[2:]
+    resource, named = rest[0], len(rest) > 1
+    verbs = {"GET": "get" if named else "list", "POST": "create", "PUT": "replace"}
+    verb = verbs.get(method.upper(), method.lower())
+    if len(rest) > 2:  # a subresource: pods/NAME/log, jobs/NAME/status
+        resource = f"{resource}/{rest[2]}"
+    return f"{verb} {resource}"[:64]
