@@ -66,15 +66,21 @@ class Readiness:
         return problems
 
 
+# The token through the Kubernetes API server's service proxy: kube-apiserver deletes the
+# `Authorization` header once it has authenticated the caller (k8s.io/apiserver,
+# pkg/endpoints/filters/authentication.go, `WithAuthentication`), so it never reaches the pod.
+TOKEN_HEADER = "X-Launch-Agent-Status-Token"
+
+
 def authorized(request: web.Request, token: str | None) -> bool:
-    """The request carries `Authorization: Bearer <token>` (any, when no token is set)."""
+    """The request carries `Authorization: Bearer <token>` or the token in `TOKEN_HEADER`
+    (anything goes when no token is set)."""
     if not token:
         return True
-    header = request.headers.get("Authorization", "")
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    return hmac.compare_digest(given.strip().encode(), token.encode())
+    scheme, _, bearer = request.headers.get("Authorization", "").partition(" ")
+    given = bearer.strip() if scheme.lower() == "bearer" else ""
+    given = given or request.headers.get(TOKEN_HEADER, "").strip()
+    return bool(given) and hmac.compare_digest(given.encode(), token.encode())
 
 
 def _guarded(token: str | None, handler: Handler) -> Handler:

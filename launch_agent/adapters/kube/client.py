@@ -185,11 +185,12 @@ class KubeClient:
         *,
         content_type: str | None,
         limits: aiohttp.ClientTimeout,
+        extra_headers: Mapping[str, str] | None = None,
     ) -> aiohttp.ClientResponse:
         if self._api is None:
             raise RuntimeError("KubeClient used outside `async with`")
         await self._fresh_token()
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **(extra_headers or {})}
         if content_type is not None:
             headers["Content-Type"] = content_type
         self.requests += 1
@@ -257,13 +258,26 @@ class KubeClient:
         return token
 
     async def _once(
-        self, method: str, path: str, query: Query, body: object, content_type: str | None
+        self,
+        method: str,
+        path: str,
+        query: Query,
+        body: object,
+        content_type: str | None,
+        *,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[int, bytes, str | None]:
         limits = aiohttp.ClientTimeout(total=self.policy.timeout)
         for renewed in (False, True):
             sent = self._credential()
             response = await self._open(
-                method, path, query, body, content_type=content_type, limits=limits
+                method,
+                path,
+                query,
+                body,
+                content_type=content_type,
+                limits=limits,
+                extra_headers=headers,
             )
             try:
                 async with asyncio.timeout(self.policy.timeout):
@@ -285,6 +299,7 @@ class KubeClient:
         content_type: str | None = None,
         retry: bool = True,
         raw: bool = False,
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
         """One API call with retries; the parsed JSON answer (the text if `raw`), or a typed
         `KubeError`."""
@@ -294,7 +309,7 @@ class KubeClient:
             started = time.monotonic()
             try:
                 status, data, retry_after_header = await self._once(
-                    method, path, query, body, content_type
+                    method, path, query, body, content_type, headers=headers
                 )
             except NETWORK_ERRORS as exc:
                 self._observe(method, path, None, started)
