@@ -152,7 +152,9 @@ def test_rendered_objects_validate_strictly(
                 "apiVersion": "monitoring.coreos.com/v1",
                 "kind": "PrometheusRule",
                 "metadata": {"name": "r"},
-                "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up", "x": 1}]}]},
+                "spec": {
+                    "groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up", "x": 1}]}]
+                },
             },
             "Additional properties are not allowed ('x' was unexpected)",
         ),
