@@ -9,6 +9,7 @@ snapshot built, and quota bars are plain `<div>` widths computed here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from html import escape
 from typing import Any
 
@@ -42,12 +43,25 @@ def _age(seconds: float | None) -> str:
     return f"{s // 86400}d"
 
 
+def _when(iso: object, now: object) -> str:
+    """`12s ago` (the exact time in the title), from the snapshot's ISO times."""
+    if not isinstance(iso, str) or not isinstance(now, str):
+        return "—"
+    try:
+        ago = (datetime.fromisoformat(now) - datetime.fromisoformat(iso)).total_seconds()
+    except ValueError:
+        return _e(iso)
+    return f'<span title="{_e(iso)}">{_e(_age(max(0.0, ago)))} ago</span>'
+
+
 def _table(headers: Iterable[str], rows: Iterable[Iterable[str]], empty: str) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    names = list(headers)
+    head = "".join(f"<th>{_e(h)}</th>" for h in names)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
     if not body:
         return f'<p class="muted">{_e(empty)}</p>'
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    thead = f"<thead><tr>{head}</tr></thead>" if any(names) else ""
+    return f"<table>{thead}<tbody>{body}</tbody></table>"
 
 
 def _ok(value: bool | None, yes: str = "ok", no: str = "failing") -> str:
@@ -119,13 +133,13 @@ def _agent(agent: Mapping[str, Any]) -> str:
             + (f' <span class="muted">entity {_e(agent["wandb"]["entity"])}</span>'),
         ),
         ("Kubernetes", _ok(apis["kubernetes"]["ok"]) + " " + _e(", ".join(agent["namespaces"]))),
-        ("Last poll", _e(agent["last_poll"] or "never")),
+        ("Last poll", _when(agent["last_poll"], agent["now"]) if agent["last_poll"] else "never"),
         ("Admission", _e(agent["quota_mode"]) + f" · builder {_e(agent['builder'])}"),
     ]
     return _table(("", ""), ((f"<b>{k}</b>", v) for k, v in rows), "")
 
 
-def _queues(queues: list[Mapping[str, Any]]) -> str:
+def _queues(queues: list[Mapping[str, Any]], now: str) -> str:
     return _table(
         ("Queue", "Popped (1h)", "Running", "Tracked", "Failed (1h)", "Last pop"),
         (
@@ -135,7 +149,7 @@ def _queues(queues: list[Mapping[str, Any]]) -> str:
                 _e(q["running"]),
                 _e(q["tracked"]),
                 _e(q["failed_last_hour"]),
-                _e(q["last_pop"] or "—"),
+                _when(q["last_pop"], now),
             )
             for q in queues
         ),
@@ -162,7 +176,8 @@ def _runs(runs: Mapping[str, Any]) -> str:
     )
     rows = (
         (
-            _link(r["url"], r["item"]),
+            _link(r["url"], r["run_id"] or "—"),
+            _e(r["item"]),
             _e(r["queue"]),
             (
                 f'<span class="bad">{_e(r["state"])}</span>'
@@ -176,7 +191,7 @@ def _runs(runs: Mapping[str, Any]) -> str:
         for r in runs["items"]
     )
     return head + _table(
-        ("Item", "Queue", "State", "Reason", "Age", "Workload"), rows, "No run in flight."
+        ("Run", "Item", "Queue", "State", "Reason", "Age", "Workload"), rows, "No run in flight."
     )
 
 
@@ -208,22 +223,23 @@ def _quota(quota: Mapping[str, Any] | None) -> str:
     )
 
 
-def _builds(builds: Mapping[str, Any]) -> str:
+def _builds(builds: Mapping[str, Any], now: str) -> str:
     recent = builds["recent"]
     head = (
         f"<p>Builder {_e(builds['builder'])}: recently {_e(recent['built'])} built,"
         f" {_e(recent['cached'])} cached, {_e(recent['failed'])} failed.</p>"
     )
     rows = (
-        (_e(b["at"]), _e(b["result"]), _e(b["seconds"]), _e(b["image"])) for b in builds["items"]
+        (_when(b["at"], now), _e(b["result"]), _e(b["seconds"]), _e(b["image"]))
+        for b in builds["items"]
     )
     return head + _table(("At", "Result", "Seconds", "Image"), rows, "No build yet.")
 
 
-def _failures(failures: list[Mapping[str, Any]]) -> str:
+def _failures(failures: list[Mapping[str, Any]], now: str) -> str:
     rows = (
         (
-            _e(f["at"]),
+            _when(f["at"], now),
             _e(f["item"]),
             _e(f["queue"] or "—"),
             _e(f["stage"]),
@@ -242,11 +258,11 @@ def render(snapshot: Mapping[str, Any]) -> str:
     refresh = int(agent["refresh_seconds"])
     sections = [
         ("agent", "Agent", _agent(agent)),
-        ("queues", "Queues", _queues(snapshot["queues"])),
+        ("queues", "Queues", _queues(snapshot["queues"], agent["now"])),
         ("runs", "Runs", _runs(snapshot["runs"])),
         ("quota", "Quota", _quota(snapshot["quota"])),
-        ("builds", "Builds", _builds(snapshot["builds"])),
-        ("failures", "Last failures", _failures(snapshot["failures"])),
+        ("builds", "Builds", _builds(snapshot["builds"], agent["now"])),
+        ("failures", "Last failures", _failures(snapshot["failures"], agent["now"])),
     ]
     body = "".join(
         f'<section id="{key}"><h2>{_e(title)}</h2>{html}</section>' for key, title, html in sections
