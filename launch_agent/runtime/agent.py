@@ -71,7 +71,7 @@ from launch_agent.runtime.runs import RunTable
 from launch_agent.runtime.specs import SpecStore
 from launch_agent.runtime.startup import StartupError, Stopped, ensure_api_key_secrets, register
 from launch_agent.runtime.status.activity import Activity
-from launch_agent.runtime.status.source import StatusSource
+from launch_agent.runtime.status_source import StatusSource
 from launch_agent.runtime.stopper import Stopper
 from launch_agent.runtime.supervisor import Supervisor
 from launch_agent.runtime.tracker import Tracker
