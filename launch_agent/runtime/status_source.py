@@ -16,7 +16,7 @@ from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.health import Readiness
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.runs import RunRecord, RunTable
-from launch_agent.runtime.status.snapshot import AgentInfo, QuotaRow, RunRow, build
+from launch_agent.runtime.status.snapshot import MAX_RUNS, AgentInfo, QuotaRow, RunRow, build
 
 if TYPE_CHECKING:
     from launch_agent.runtime.admission.quota import QuotaAdmission
@@ -107,6 +107,9 @@ class StatusSource:
             last_poll=self._wall(self.readiness.last_poll_ok, now, mono),
             refresh_seconds=config.status.refresh_seconds,
         )
+        # Newest first; only the runs the snapshot shows get a reason (the quota engine's
+        # explanation walks the tree: not for 10,000 runs at every refresh).
+        records = sorted(self.runs, key=lambda r: r.started, reverse=True)
         rows = [
             RunRow(
                 item=r.rqi_id,
@@ -115,12 +118,12 @@ class StatusSource:
                 project=r.project,
                 run_id=r.run_id,
                 state=r.state.value if r.state is not None else "creating",
-                reason=self._reason(r, quota),
+                reason=self._reason(r, quota) if i < MAX_RUNS else "",
                 age_seconds=max(0.0, mono - r.started),
                 workload=r.workload,
                 adopted=r.adopted,
             )
-            for r in self.runs
+            for i, r in enumerate(records)
         ]
         return build(
             info,

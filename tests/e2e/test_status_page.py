@@ -113,6 +113,23 @@ async def test_a_run_appears_then_fails_with_its_reason_escaped(env: Env) -> Non
         assert "<script" not in html
 
 
+async def test_an_adopted_run_failing_counts_for_its_queue(env: Env) -> None:
+    env.cluster.script("launch-agent.io/run-id=r1", "fail after=5s")
+    item = env.push(run_spec("r1"))
+    async with env.running(env.agent(status_config(env))):
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+    # A new process adopts the run from the cluster; it never popped it.
+    async with env.running(env.agent(status_config(env))) as agent:
+        await until(lambda: agent.runs.get(item.id) is not None, message="adopted")
+        data = await status(agent)
+        assert data["runs"]["items"][0]["adopted"] is True
+        assert data["queues"][0]["popped_last_hour"] == 0
+        env.advance(10)
+        data = await until_status(agent, lambda d: bool(d["failures"]))
+        assert data["failures"][0]["queue"] == "q1"
+        assert data["queues"][0]["failed_last_hour"] == 1
+
+
 async def test_no_secret_is_shown(env: Env) -> None:
     api_key = env.wandb.api_key
     # Registry credentials the agent knows of (a docker config it would read for Kaniko, the
