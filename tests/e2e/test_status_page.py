@@ -130,6 +130,26 @@ async def test_an_adopted_run_failing_counts_for_its_queue(env: Env) -> None:
         assert data["queues"][0]["failed_last_hour"] == 1
 
 
+async def test_submitted_names_are_escaped(env: Env) -> None:
+    # The submitter picks the project and the run name; the page shows and links both.
+    first = env.push(run_spec("r1", project=EVIL))
+    second = env.push(run_spec(EVIL))
+    async with env.running(env.agent(status_config(env))) as agent:
+        for item in (first, second):
+            await until(lambda item=item: item.state is not ItemState.PENDING, message="popped")
+        data = await until_status(agent, lambda d: d["runs"]["total"] + len(d["failures"]) == 2)
+        urls = {r["run_id"]: r["url"] for r in data["runs"]["items"]}
+        assert urls["r1"] == f"{env.wandb.url}/ent/%3Cscript%3Ealert%281%29%3C%2Fscript%3E/runs/r1"
+        shown = [r["run_id"] for r in data["runs"]["items"]] + [
+            f["message"] for f in data["failures"]
+        ]
+        assert any(EVIL in text for text in shown), shown
+        code, html = await fetch(agent, "/")
+        assert code == 200
+        assert EVIL not in html and "<script" not in html
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
 async def test_no_secret_is_shown(env: Env) -> None:
     api_key = env.wandb.api_key
     # Registry credentials the agent knows of (a docker config it would read for Kaniko, the
