@@ -135,8 +135,8 @@ async def test_submitted_names_are_escaped(env: Env) -> None:
     first = env.push(run_spec("r1", project=EVIL))
     second = env.push(run_spec(EVIL))
     async with env.running(env.agent(status_config(env))) as agent:
-        for item in (first, second):
-            await until(lambda item=item: item.state is not ItemState.PENDING, message="popped")
+        popped = (ItemState.CLAIMED, ItemState.FAILED)
+        await until(lambda: first.state in popped and second.state in popped, message="popped")
         data = await until_status(agent, lambda d: d["runs"]["total"] + len(d["failures"]) == 2)
         urls = {r["run_id"]: r["url"] for r in data["runs"]["items"]}
         assert urls["r1"] == f"{env.wandb.url}/ent/%3Cscript%3Ealert%281%29%3C%2Fscript%3E/runs/r1"
