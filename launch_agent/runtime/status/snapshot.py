@@ -23,8 +23,10 @@ from launch_agent.runtime.status.activity import ActivityView
 
 MAX_RUNS = 200
 NANO = 1_000_000_000
-# Runs that have not started yet: the ones a start deadline applies to.
-NOT_STARTED = (RunState.QUEUED.value, RunState.STARTING.value, "creating")
+# Runs created and not started yet: the ones a start deadline applies to. Runs waiting for
+# admission (`queued`) are not: they wait by design, and `launch_agent_quota_pending_runs`
+# (with its alert) tells how long.
+NOT_STARTED = ("creating", RunState.STARTING.value)
 LIVE_STATES = ("creating", *(s.value for s in RunState))
 
 

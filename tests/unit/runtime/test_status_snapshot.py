@@ -114,6 +114,15 @@ def test_runs_are_capped_and_counted() -> None:
     assert listed["by_state"]["running"] == 125
     # Starting for more than 100 s: items 101, 103, ..., 249.
     assert listed["past_start_deadline"] == 75
+    queued = build(
+        info(),
+        queues=["q1"],
+        runs=[row(1, state="queued", age_seconds=1000.0)],
+        activity=activity.view(),
+        quota=None,
+        start_deadline_seconds=100,
+    )
+    assert queued["runs"]["past_start_deadline"] == 0  # waiting for admission, by design
     assert "showing the 200 most recent" in page.render(snapshot)
 
 
