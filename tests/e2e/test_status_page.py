@@ -205,3 +205,20 @@ async def test_quota_usage_and_pending_move(env: Env) -> None:
         assert 'launch_agent_quota_borrowed{node="a.1",resource="cpu"} 2.0' in text
         assert 'launch_agent_quota_pending_runs{leaf="a.1"} 1.0' in text
         assert 'launch_agent_quota_max{node="root",resource="cpu"} 4.0' in text
+
+
+async def test_a_run_that_does_not_start_is_past_its_deadline(env: Env) -> None:
+    env.cluster.script("launch-agent.io/run-id=r1", 'unschedulable message="0/1 nodes fit"')
+    item = env.push(run_spec("r1"))
+    tracking = {"stop_check_seconds": 0.1, "unschedulable_timeout_seconds": 120}
+    config = status_config(env, tracking={**tracking, "start_timeout_seconds": 0.5})
+    async with env.running(env.agent(config)) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+        data = await until_status(agent, lambda d: d["runs"]["past_start_deadline"] == 1)
+        (run,) = data["runs"]["items"]
+        assert (run["state"], run["past_start_deadline"]) == ("starting", True)
+        _, text = await fetch(agent, "/metrics", token=None)
+        assert "launch_agent_runs_past_start_deadline 1.0" in text
+        assert 'launch_agent_runs{state="starting"} 1.0' in text
+        _, html = await fetch(agent, "/")
+        assert "1 past the start deadline" in html
