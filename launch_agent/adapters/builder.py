@@ -39,7 +39,8 @@ import functools
 import logging
 import shutil
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -173,8 +174,12 @@ class ImageBuilder:
         log_tail_lines: int = 50,
         watch_timeout: int = 300,
         unschedulable_timeout: float = 600.0,
+        observer: Callable[[str, float, str], None] | None = None,
     ) -> None:
+        """`observer(result, seconds, image)` hears every build once it ends (a build shared
+        by several runs once): result `built`, `cached` (the registry had it) or `failed`."""
         self.kube = kube
+        self.observer = observer
         self.store = store
         self.registry = registry
         self.settings = settings
@@ -314,17 +319,28 @@ class ImageBuilder:
     # --- one build ---------------------------------------------------------------------------
 
     async def _build_once(self, request: BuildRequest, tree: Path) -> str:
+        started = time.monotonic()
         try:
-            return await self._build_missing(request, tree)
+            image, cached = await self._build_missing(request, tree)
+            self._observe("cached" if cached else "built", started, request.image)
+            return image
+        except BuildFailed:
+            self._observe("failed", started, request.image)
+            raise
         finally:
             await asyncio.to_thread(shutil.rmtree, tree.parent, True)
 
-    async def _build_missing(self, request: BuildRequest, tree: Path) -> str:
+    def _observe(self, result: str, started: float, image: str) -> None:
+        if self.observer is not None:
+            self.observer(result, time.monotonic() - started, image)
+
+    async def _build_missing(self, request: BuildRequest, tree: Path) -> tuple[str, bool]:
+        """The image, and whether the registry had it already (no build)."""
         try:
             if await self.registry.exists(self.destination, request.tag):
                 self.stats.skipped += 1
                 log.info("image %s exists; build skipped", request.image)
-                return request.image
+                return request.image, True
         except RegistryError as exc:
             # Not knowing is not fatal: build, and let Kaniko's push report real problems.
             log.warning("cannot tell whether %s exists, building it: %s", request.image, exc)
@@ -343,7 +359,7 @@ class ImageBuilder:
             created = await self.kube.create(job, self.settings.namespace)
             await self._wait(created.obj, request)
             log.info("built %s", request.image)
-            return request.image
+            return request.image, False
         except (ObjectStoreError, KubeError) as exc:
             raise BuildFailed(f"building {request.image}: {exc}") from exc
         finally:

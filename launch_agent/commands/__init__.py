@@ -20,6 +20,7 @@ Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], No
 COMMANDS: dict[str, str] = {
     "config": "launch_agent.commands.config_cmd",
     "run": "launch_agent.commands.run_cmd",
+    "status": "launch_agent.commands.status_cmd",
     "quota": "launch_agent.commands.quota_cmd",
     "render": "launch_agent.commands.render_cmd",
     "validate": "launch_agent.commands.validate_cmd",

@@ -116,6 +116,16 @@ class HealthConfig(_Strict):
     port: int = Field(default=8080, ge=0, le=65535)
 
 
+class StatusConfig(_Strict):
+    """The status page (`/` and `/api/status` on the health port)."""
+
+    # A bearer token for `/` and `/api/status` (LAUNCH_AGENT_STATUS_TOKEN; the chart sets it
+    # from a Secret). Unset: the page is open to whoever reaches the port, like `/metrics`.
+    token: SecretStr | None = None
+    # The page reloads itself this often (`<meta http-equiv="refresh">`).
+    refresh_seconds: int = Field(default=10, ge=1, le=3600)
+
+
 class KueueConfig(_Strict):
     """Delegation to Kueue (`quota.mode: kueue`); the quota issue fills in the rest."""
 
@@ -194,6 +204,7 @@ class AgentConfig(_Strict):
     namespaces: list[str] = Field(default_factory=lambda: ["default"])
     poll: PollConfig = PollConfig()
     health: HealthConfig = HealthConfig()
+    status: StatusConfig = StatusConfig()
     log_format: Literal["text", "json"] = "text"
     quota: QuotaConfig = QuotaConfig()
     tracking: TrackingConfig = TrackingConfig()
@@ -271,5 +282,7 @@ class AgentConfig(_Strict):
 
 # Keys whose values never leave the process in clear text (`config show`, logs).
 SECRET_FIELDS = frozenset({"api_key"})
+# Nested keys that are secrets too (dotted paths).
+SECRET_PATHS = frozenset({("status", "token")})
 # Keys that may not come from a file: credentials belong in the environment or a Secret.
 ENV_ONLY_FIELDS = frozenset({"api_key"})

@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, SecretStr, ValidationError
 
 from launch_agent.model.build import builder_problems
-from launch_agent.model.config import ENV_ONLY_FIELDS, SECRET_FIELDS, AgentConfig
+from launch_agent.model.config import ENV_ONLY_FIELDS, SECRET_FIELDS, SECRET_PATHS, AgentConfig
 from launch_agent.model.safe_load import CONFIG_LIMITS, InputError, compose_yaml
 
 Path = tuple[str | int, ...]
@@ -77,7 +77,9 @@ class ResolvedConfig:
         """Every leaf as (dotted path, value, source), secrets replaced by a mask."""
         for path, value in _leaves(_dump(self.config)):
             key = _dotted(path)
-            secret = bool(path) and path[0] in SECRET_FIELDS and value is not None
+            secret = value is not None and (
+                (bool(path) and path[0] in SECRET_FIELDS) or tuple(path[:2]) in SECRET_PATHS
+            )
             yield key, "********" if secret else value, self.sources.get(key, Source("default"))
 
 
@@ -95,6 +97,7 @@ ENVIRONMENT: tuple[tuple[str, Path, str], ...] = (
     ("LAUNCH_AGENT_QUEUE_SPECS_DIR", ("queue_specs_dir",), "str"),
     ("LAUNCH_AGENT_LOG_FORMAT", ("log_format",), "str"),
     ("LAUNCH_AGENT_HEALTH_PORT", ("health", "port"), "str"),
+    ("LAUNCH_AGENT_STATUS_TOKEN", ("status", "token"), "str"),
     ("LAUNCH_AGENT_API_KEY_SECRET", ("api_key_secret",), "str"),
     ("LAUNCH_AGENT_API_KEY_SECRET_KEY", ("api_key_secret_key",), "str"),
     ("LAUNCH_AGENT_KANIKO_NAMESPACE", ("kaniko_namespace",), "str"),

@@ -70,6 +70,8 @@ from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RunTable
 from launch_agent.runtime.specs import SpecStore
 from launch_agent.runtime.startup import StartupError, Stopped, ensure_api_key_secrets, register
+from launch_agent.runtime.status.activity import Activity
+from launch_agent.runtime.status_source import StatusSource
 from launch_agent.runtime.stopper import Stopper
 from launch_agent.runtime.supervisor import Supervisor
 from launch_agent.runtime.tracker import Tracker
@@ -111,7 +113,7 @@ class Agent:
         self.kube_retry = kube_retry
         self.informer_settings = informer_settings
         self.agent_check_seconds = agent_check_seconds
-        self.metrics = Metrics()
+        self.metrics = Metrics(activity=Activity(self.now))
         self.readiness = Readiness(
             poll_interval_seconds=config.poll.idle_interval_seconds, clock=clock
         )
@@ -120,6 +122,18 @@ class Agent:
         self.poll_wake = asyncio.Event()
         self.quota_wake = asyncio.Event()  # the quota driver's (quota.mode agent)
         self.runs = RunTable(on_change=self.poll_wake.set)
+        self.status = StatusSource(
+            config,
+            self.runs,
+            self.metrics,
+            self.readiness,
+            version=__version__,
+            hostname=self.hostname,
+            now=self.now,
+            clock=clock,
+            quota=self._quota_admission,
+            entity=self._entity,
+        )
         self.ready = asyncio.Event()
         self.agent_id: str | None = None
         self.entity: str | None = None
@@ -135,14 +149,20 @@ class Agent:
         self.quota: QuotaAdmission | None = None  # quota.mode agent
         self.kueue: KueueWatch | None = None  # quota.mode kueue
 
+    def _quota_admission(self) -> QuotaAdmission | None:
+        return self.quota
+
+    def _entity(self) -> str | None:
+        return self.entity
+
     def stop(self, reason: str = "requested") -> None:
         self.supervisor.stop(reason)
 
     def _observe(self, operation: str, status: int | None, seconds: float) -> None:
-        self.metrics.api_latency.labels(api="wandb", operation=operation).observe(seconds)
-        if status is None or status >= 400:
-            code = "network" if status is None else str(status)
-            self.metrics.api_errors.labels(api="wandb", operation=operation, status=code).inc()
+        self.metrics.api_call("wandb", operation, status, seconds)
+
+    def _observe_kube(self, operation: str, status: int | None, seconds: float) -> None:
+        self.metrics.api_call("kubernetes", operation, status, seconds)
 
     async def run(
         self, stop_event: asyncio.Event | None = None, *, install_signals: bool = False
@@ -177,7 +197,14 @@ class Agent:
         stopping = self.supervisor.stopping
         check_builder(config)  # before anything is registered with W&B
         health = await stack.enter_async_context(
-            HealthServer(self.readiness, self.metrics, config.health.host, config.health.port)
+            HealthServer(
+                self.readiness,
+                self.metrics,
+                config.health.host,
+                config.health.port,
+                status=self.status,
+                token=config.status.token.get_secret_value() if config.status.token else None,
+            )
         )
         self.health_port = health.port
         options: dict[str, Any] = {"observer": self._observe}
@@ -185,7 +212,7 @@ class Agent:
             options["retry"] = self.wandb_retry
         wandb = await stack.enter_async_context(WandbClient.from_config(config, **options))
         self.wandb = wandb
-        kube_options: dict[str, Any] = {"policy": self.kube_retry}
+        kube_options: dict[str, Any] = {"policy": self.kube_retry, "observer": self._observe_kube}
         if self.kube_configuration is not None:
             kube_cfg = self.kube_configuration
         else:
@@ -285,7 +312,7 @@ class Agent:
 
         # Kaniko builds (None unless builder.type is kaniko): one ImageBuilder per process,
         # closed (builds in flight cancelled and cleaned up) before the Kubernetes client.
-        builds = await open_builds(stack, config, kube, reporter, stopping)
+        builds = await open_builds(stack, config, kube, reporter, stopping, metrics=self.metrics)
         dispatcher = Dispatcher(
             config,
             wandb=wandb,

@@ -69,6 +69,7 @@ from launch_agent.model.run_item import RunItem
 from launch_agent.model.safe_load import load_json
 from launch_agent.render.kaniko import KanikoSettings
 from launch_agent.render.naming import derived_run_id
+from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.startup import StartupError
 
@@ -351,6 +352,8 @@ async def open_builds(
     kube: KubeClient,
     reporter: Reporter,
     stopping: asyncio.Event,
+    *,
+    metrics: Metrics | None = None,
 ) -> BuildService | None:
     """The process's build service when `builder.type` is `kaniko` (else None).
 
@@ -389,6 +392,7 @@ async def open_builds(
             credentials=Credentials(config.base_url, api_key, builder_config.git),
             log_tail_lines=config.tracking.log_tail_lines,
             unschedulable_timeout=config.tracking.unschedulable_timeout_seconds,
+            observer=metrics.built if metrics is not None else None,
         )
     )
 

@@ -107,6 +107,8 @@ class Finisher:
     async def handle(self, record: RunRecord, assessment: Assessment) -> None:
         state, diagnosis = assessment
         self.metrics.outcomes.labels(state=state.value).inc()
+        # An adopted run was never popped by this process: its failure still counts for its queue.
+        self.metrics.activity.remember(record.rqi_id, record.queue)
         sent: bool | None = True
         if state is RunState.FAILED:
             diag = diagnosis or Diagnosis(

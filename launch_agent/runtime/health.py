@@ -1,19 +1,37 @@
-"""`/healthz`, `/readyz` and `/metrics` on one port.
+"""`/healthz`, `/readyz`, `/metrics` and the status page (`/`, `/api/status`) on one port.
 
 Health means "made progress recently", not "the process is up" (Prefect's worker does the
 same): `/readyz` answers 200 only while W&B was polled successfully within the last N poll
 intervals, every informer's watch is connected, and the agent is not shutting down. `/healthz`
 answers from the event loop itself, so a wedged loop fails the liveness probe.
+
+The status page and its JSON need `Authorization: Bearer <status.token>` when a token is set;
+the probes and `/metrics` stay open (kubelet and Prometheus carry no token).
 """
 
 from __future__ import annotations
 
+import hmac
+import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.metrics import Metrics
+from launch_agent.runtime.status import page
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class StatusView(Protocol):
+    """What the status page reads (`runtime/status/source.py`)."""
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def export(self) -> None: ...
 
 
 @dataclass
@@ -48,7 +66,52 @@ class Readiness:
         return problems
 
 
-def health_app(readiness: Readiness, metrics: Metrics) -> web.Application:
+# The token through the Kubernetes API server's service proxy: kube-apiserver deletes the
+# `Authorization` header once it has authenticated the caller (k8s.io/apiserver,
+# pkg/endpoints/filters/authentication.go, `WithAuthentication`), so it never reaches the pod.
+TOKEN_HEADER = "X-Launch-Agent-Status-Token"
+
+
+def authorized(request: web.Request, token: str | None) -> bool:
+    """The request carries `Authorization: Bearer <token>` or the token in `TOKEN_HEADER`
+    (anything goes when no token is set)."""
+    if not token:
+        return True
+    scheme, _, bearer = request.headers.get("Authorization", "").partition(" ")
+    given = bearer.strip() if scheme.lower() == "bearer" else ""
+    given = given or request.headers.get(TOKEN_HEADER, "").strip()
+    return bool(given) and hmac.compare_digest(given.encode(), token.encode())
+
+
+def _guarded(token: str | None, handler: Handler) -> Handler:
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        if not authorized(request, token):
+            return web.Response(
+                status=401,
+                text="a bearer token is required (status.token)\n",
+                headers={"WWW-Authenticate": 'Bearer realm="launch-agent status"'},
+            )
+        return await handler(request)
+
+    return guarded
+
+
+# The page embeds no script and loads nothing: a policy that forbids both costs nothing and
+# limits what an escaping bug could do.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def health_app(
+    readiness: Readiness,
+    metrics: Metrics,
+    status: StatusView | None = None,
+    token: str | None = None,
+) -> web.Application:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
@@ -59,6 +122,8 @@ def health_app(readiness: Readiness, metrics: Metrics) -> web.Application:
         return web.Response(text="ready\n")
 
     async def metrics_handler(_: web.Request) -> web.Response:
+        if status is not None:
+            status.export()
         return web.Response(
             body=metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4"}
         )
@@ -67,14 +132,43 @@ def health_app(readiness: Readiness, metrics: Metrics) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_handler)
+    if status is not None:
+        view = status
+
+        async def status_page(_: web.Request) -> web.Response:
+            return web.Response(
+                text=page.render(view.snapshot()),
+                content_type="text/html",
+                charset="utf-8",
+                headers=PAGE_HEADERS,
+            )
+
+        async def status_api(_: web.Request) -> web.Response:
+            return web.Response(
+                text=json.dumps(view.snapshot(), indent=1),
+                content_type="application/json",
+                headers={"Cache-Control": "no-store"},
+            )
+
+        app.router.add_get("/", _guarded(token, status_page))
+        app.router.add_get("/api/status", _guarded(token, status_api))
     return app
 
 
 class HealthServer:
     """The probe and metrics endpoint, started and stopped as an async context manager."""
 
-    def __init__(self, readiness: Readiness, metrics: Metrics, host: str, port: int) -> None:
-        self._runner = web.AppRunner(health_app(readiness, metrics), access_log=None)
+    def __init__(
+        self,
+        readiness: Readiness,
+        metrics: Metrics,
+        host: str,
+        port: int,
+        *,
+        status: StatusView | None = None,
+        token: str | None = None,
+    ) -> None:
+        self._runner = web.AppRunner(health_app(readiness, metrics, status, token), access_log=None)
         self._host = host
         self._port = port
         self.port = port

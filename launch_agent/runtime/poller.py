@@ -126,7 +126,7 @@ class Poller:
                         plan.record(queue, count, got[queue])
                     items = [item for _, item in popped if item is not None]
                     for item in items:
-                        self.metrics.pops.labels(queue=item.queue).inc()
+                        self.metrics.popped(item.queue, item.id)
                         self.runs.dispatching += 1
                         group.create_task(self._dispatch(item, now), name=f"dispatch {item.id}")
                     if items:

@@ -93,7 +93,7 @@ class Reporter:
 
     async def fail(self, item_id: str, message: str, stage: str, reason: str) -> bool:
         """`failRunQueueItem`; True once W&B accepted it."""
-        self.metrics.failures.labels(stage=stage, reason=reason).inc()
+        self.metrics.failed(item_id, stage, reason, message)
         log.info("failing item %s (stage %s, %s): %s", item_id, stage, reason, message[:500])
         text = clip(message)
         try:

@@ -23,6 +23,7 @@ WORKLOAD_VERBS = {"create", "get", "list", "watch", "delete"}
 JOB = ("batch", "jobs")
 EXPECTED: dict[str, tuple[str, set[str], set[tuple[str, str]]]] = {
     "default-values.yaml": (RELEASE_NAMESPACE, {RELEASE_NAMESPACE}, {JOB}),
+    "observability-values.yaml": (RELEASE_NAMESPACE, {RELEASE_NAMESPACE}, {JOB}),
     "diagnostics-values.yaml": (
         RELEASE_NAMESPACE,
         {RELEASE_NAMESPACE, "ml-training"},

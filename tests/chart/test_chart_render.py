@@ -3,18 +3,25 @@
 Validation is `kubernetes_validate.validate(obj, version, strict=True)`: the published OpenAPI
 schemas with unknown fields rejected, the same check as `kubernetes-validate --strict` without a
 process per object. Objects of a CRD kind with no core schema are allowed only from a short list,
-and then checked for the fields the CRD requires.
+and then checked for the fields the CRD requires, or, for a CRD vendored in tests/fixtures/crds,
+validated against its schema with unknown fields rejected (scripts/extract_crd_schemas.py's
+`strictify`, the same rule the agent's rendered CRs are held to).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
+import yaml
 
 from tests.chart.helm import (
     CHART,
@@ -27,6 +34,36 @@ from tests.chart.helm import (
 
 # Kinds the chart may render that are CRDs (no core schema): what each must carry.
 CRD_KINDS = {"ServiceMonitor": ("monitoring.coreos.com/v1", ("selector", "endpoints"))}
+# Kinds validated against a vendored upstream CRD: (apiVersion, kind) -> the CRD file.
+CRD_SCHEMAS = {
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com_prometheusrules.yaml"
+}
+
+
+@functools.cache
+def crd_schema(file: str, version: str) -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "extract_crd_schemas", ROOT / "scripts" / "extract_crd_schemas.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    crd = yaml.safe_load((ROOT / "tests" / "fixtures" / "crds" / file).read_text())
+    served = next(v for v in crd["spec"]["versions"] if v["name"] == version)
+    return module.strictify(served["schema"]["openAPIV3Schema"])
+
+
+def validate_crd_object(manifest: Manifest, file: str) -> str | None:
+    name = f"{manifest.get('kind')}/{manifest.get('metadata', {}).get('name')}"
+    version = str(manifest.get("apiVersion")).rpartition("/")[2]
+    errors = sorted(
+        jsonschema.Draft7Validator(crd_schema(file, version)).iter_errors(manifest),
+        key=lambda e: list(e.path),
+    )
+    if errors:
+        path = ".".join(str(p) for p in errors[0].path)
+        return f"{name}: {path}: {errors[0].message}"
+    return None
 
 
 @pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.name)
@@ -46,6 +83,9 @@ def test_lint_fails_without_an_api_key_source(helm: Helm) -> None:
 def validate_manifest(manifest: Manifest, version: str) -> str | None:
     """None if valid for `version`, else a one-line reason naming the object and field."""
     name = f"{manifest.get('kind')}/{manifest.get('metadata', {}).get('name')}"
+    crd_file = CRD_SCHEMAS.get((str(manifest.get("apiVersion")), str(manifest.get("kind"))))
+    if crd_file is not None:
+        return validate_crd_object(manifest, crd_file)
     try:
         kubernetes_validate.validate(manifest, version, strict=True)
     except kubernetes_validate.SchemaNotFoundError:
@@ -106,6 +146,17 @@ def test_rendered_objects_validate_strictly(
                 "spec": {"selector": {}},
             },
             "expected monitoring.coreos.com/v1",
+        ),
+        (
+            {
+                "apiVersion": "monitoring.coreos.com/v1",
+                "kind": "PrometheusRule",
+                "metadata": {"name": "r"},
+                "spec": {
+                    "groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up", "x": 1}]}]
+                },
+            },
+            "Additional properties are not allowed ('x' was unexpected)",
         ),
     ],
 )

@@ -16,10 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 
 from launch_agent.render.kaniko import IMAGE_TAG
+from launch_agent.runtime.agent import Agent
 from launch_agent.runtime.startup import StartupError
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 from tests.e2e import build_support
@@ -57,6 +59,15 @@ async def git_job(b: Builds, name: str = "train-git") -> str:
         "ent", "proj", name, repo=url, commit=sha, entrypoint=["python", "train.py"]
     )
     return f"ent/proj/{name}:latest"
+
+
+async def status_and_metrics(agent: Agent) -> tuple[dict[str, Any], str]:
+    base = f"http://127.0.0.1:{agent.health_port}"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{base}/api/status") as resp:
+            status: dict[str, Any] = await resp.json()
+        async with http.get(f"{base}/metrics") as resp:
+            return status, await resp.text()
 
 
 async def test_git_job_is_built_run_and_the_next_run_skips_the_build(
@@ -98,6 +109,13 @@ async def test_git_job_is_built_run_and_the_next_run_skips_the_build(
         await until(lambda: second.state is ItemState.CLAIMED, message="second ack")
         assert len(b.kaniko_jobs) == 1
         assert b.manifest_heads(200) == 1
+        # The status page and the metrics tell the build from the registry hit.
+        status, metrics = await status_and_metrics(agent)
+        assert status["builds"]["recent"] == {"built": 1, "cached": 1, "failed": 0}
+        assert [x["result"] for x in status["builds"]["items"]] == ["cached", "built"]
+        assert 'launch_agent_builds_total{result="built"} 1.0' in metrics
+        assert 'launch_agent_builds_total{result="cached"} 1.0' in metrics
+        assert 'launch_agent_build_duration_seconds_count{result="built"} 1.0' in metrics
     assert await b.leftovers() == ([], [], [])
 
 
@@ -194,12 +212,16 @@ async def test_a_failed_build_fails_the_item_at_stage_build_with_the_log_tail(
     item = env.push(
         job_spec("b1", "ent/proj/broken:latest", overrides={"dockerfile": "Dockerfile.broken"})
     )
-    async with env.running(env.agent(b.config())):
+    async with env.running(env.agent(b.config())) as agent:
         await until(
             lambda: item.state is ItemState.FAILED, advance=lambda: env.advance(1), within=30
         )
         assert item.failure is not None
         assert item.failure.stage == "build"
+        status, metrics = await status_and_metrics(agent)
+        assert status["builds"]["recent"]["failed"] == 1
+        assert 'launch_agent_builds_total{result="failed"} 1.0' in metrics
+        assert status["failures"][0]["stage"] == "build"
         message = item.failure.message
         assert message.startswith("building the image for job ent/proj/broken:latest failed")
         assert "BackoffLimitExceeded" in message

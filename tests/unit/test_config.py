@@ -374,6 +374,16 @@ def test_redaction_hides_the_api_key_and_keeps_its_source() -> None:
     assert all(KEY not in repr(value) for value, _ in items.values())
 
 
+def test_the_status_token_comes_from_the_environment_and_is_redacted() -> None:
+    token = "status-token-4e1b"  # a known value that must not be shown
+    resolved = _resolve("queues: [a]", {"LAUNCH_AGENT_STATUS_TOKEN": token})
+    assert resolved.config.status.token is not None
+    assert resolved.config.status.token.get_secret_value() == token
+    items = {key: (value, str(src)) for key, value, src in resolved.redacted_items()}
+    assert items["status.token"] == ("********", "env LAUNCH_AGENT_STATUS_TOKEN")
+    assert all(token not in repr(value) for value, _ in items.values())
+
+
 def test_api_key_from_netrc_for_the_base_url_host() -> None:
     netrc = f"machine example.org login user password nope\nmachine api.wandb.ai login user password {KEY}\n"
     resolved = _resolve(None, netrc_text=netrc)

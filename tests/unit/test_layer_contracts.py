@@ -19,6 +19,7 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 VIOLATIONS = [
     ("model", "import asyncio", "Pure layers import no I/O library"),
+    ("runtime/status", "import aiohttp", "The status snapshot and page are pure"),
     ("render", "import aiohttp", "Pure layers import no I/O library"),
     ("quota", "import socket", "Pure layers import no I/O library"),
     ("runtime", "import kubernetes_asyncio", "Only adapters import"),

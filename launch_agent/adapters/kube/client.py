@@ -39,6 +39,7 @@ import functools
 import json
 import logging
 import random
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +109,11 @@ class KubeClient:
         token_refresh: float = 60.0,
         reload: Callable[[], Awaitable[Configuration]] | None = None,
         renew_interval: float = RENEW_INTERVAL,
+        observer: Callable[[str, int | None, float], None] | None = None,
     ) -> None:
+        """`observer(operation, status, seconds)` hears every attempt (status None: no answer),
+        as `WandbClient(observer=...)` does; `operation` is bounded (`operation_of`)."""
+        self._observer = observer
         self._configuration = configuration
         # Loads the configuration again for a new credential after a 401 (kubeconfig mode).
         self._reload = reload
@@ -180,11 +185,12 @@ class KubeClient:
         *,
         content_type: str | None,
         limits: aiohttp.ClientTimeout,
+        extra_headers: Mapping[str, str] | None = None,
     ) -> aiohttp.ClientResponse:
         if self._api is None:
             raise RuntimeError("KubeClient used outside `async with`")
         await self._fresh_token()
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **(extra_headers or {})}
         if content_type is not None:
             headers["Content-Type"] = content_type
         self.requests += 1
@@ -252,13 +258,26 @@ class KubeClient:
         return token
 
     async def _once(
-        self, method: str, path: str, query: Query, body: object, content_type: str | None
+        self,
+        method: str,
+        path: str,
+        query: Query,
+        body: object,
+        content_type: str | None,
+        *,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[int, bytes, str | None]:
         limits = aiohttp.ClientTimeout(total=self.policy.timeout)
         for renewed in (False, True):
             sent = self._credential()
             response = await self._open(
-                method, path, query, body, content_type=content_type, limits=limits
+                method,
+                path,
+                query,
+                body,
+                content_type=content_type,
+                limits=limits,
+                extra_headers=headers,
             )
             try:
                 async with asyncio.timeout(self.policy.timeout):
@@ -280,18 +299,22 @@ class KubeClient:
         content_type: str | None = None,
         retry: bool = True,
         raw: bool = False,
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
         """One API call with retries; the parsed JSON answer (the text if `raw`), or a typed
         `KubeError`."""
         policy = self.policy if retry else dataclasses.replace(self.policy, attempts=1)
 
         async def attempt() -> Any:
+            started = time.monotonic()
             try:
                 status, data, retry_after_header = await self._once(
-                    method, path, query, body, content_type
+                    method, path, query, body, content_type, headers=headers
                 )
             except NETWORK_ERRORS as exc:
+                self._observe(method, path, None, started)
                 raise Retryable(exc) from exc
+            self._observe(method, path, status, started)
             if 200 <= status < 300:
                 return data.decode("utf-8", "replace") if raw else _parse(data, method, path)
             retry_after = parse_retry_after(retry_after_header)
@@ -317,6 +340,10 @@ class KubeClient:
                 raise last from None
             # The message counts the attempts the policy allows, as it always has.
             raise KubeUnavailable(method, path, policy.attempts or gave_up.attempts, last) from last
+
+    def _observe(self, method: str, path: str, status: int | None, started: float) -> None:
+        if self._observer is not None:
+            self._observer(operation_of(method, path), status, time.monotonic() - started)
 
     async def _discover(self, path: str) -> Mapping[str, Any] | None:
         try:
@@ -505,3 +532,26 @@ def _parse(data: bytes, method: str, path: str) -> Any:
     except ValueError:
         head = " ".join(data[:200].decode("utf-8", "replace").split())
         raise KubeError(f"{method} {path}: the answer is not JSON: {head!r}") from None
+
+
+def operation_of(method: str, path: str) -> str:
+    """`get jobs`, `list pods`, `create jobsets`, `discovery`: a bounded label for a call
+    (the resource's plural, never an object name or namespace, so one label per kind)."""
+    parts = [p for p in path.split("?", maxsplit=1)[0].split("/") if p]
+    # /api/v1/... or /apis/GROUP/VERSION/...
+    if parts[:1] == ["api"]:
+        rest = parts[2:]
+    elif parts[:1] == ["apis"]:
+        rest = parts[3:]
+    else:
+        return "other"
+    if not rest:
+        return "discovery"
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        rest = rest[2:]
+    resource, named = rest[0], len(rest) > 1
+    verbs = {"GET": "get" if named else "list", "POST": "create", "PUT": "replace"}
+    verb = verbs.get(method.upper(), method.lower())
+    if len(rest) > 2:  # a subresource: pods/NAME/log, jobs/NAME/status
+        resource = f"{resource}/{rest[2]}"
+    return f"{verb} {resource}"[:64]
