@@ -70,7 +70,7 @@ from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RunTable
 from launch_agent.runtime.specs import SpecStore
 from launch_agent.runtime.startup import StartupError, Stopped, ensure_api_key_secrets, register
-from launch_agent.runtime.stopper import Stopper
+from launch_agent.runtime.stopper import Stopper, stop_check_policy
 from launch_agent.runtime.supervisor import Supervisor
 from launch_agent.runtime.tracker import Tracker
 from launch_agent.tracking import TrackingPolicy
@@ -332,9 +332,10 @@ class Agent:
             wandb,
             kube,
             self.runs,
-            interval=config.tracking.stop_check_seconds,
+            policy=stop_check_policy(config),
             timeout=float(config.stopped_run_timeout),
             clock=self.clock,
+            now=self.now,
         )
         sup = self.supervisor
         sup.add("poller", poller.run)
