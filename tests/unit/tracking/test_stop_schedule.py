@@ -106,5 +106,5 @@ def test_nothing_to_check_selects_nothing() -> None:
     [{"interval": 0}, {"old_interval": 5.0}, {"batch": 0}, {"max_requests_per_minute": 0}],
 )
 def test_invalid_policies_are_refused(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ValueError, match="need|at least 1"):
+    with pytest.raises(ValueError, match=r"need|at least 1"):
         StopCheckPolicy(**kwargs)  # type: ignore[arg-type]
