@@ -52,6 +52,7 @@ from launch_agent.adapters.kube import (
 from launch_agent.adapters.retry import RetryPolicy
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.model.config import AgentConfig
+from launch_agent.model.lease import LeaseTiming
 from launch_agent.render.settings import RenderSettings
 from launch_agent.runtime.admission.kueue import KueueAdmission
 from launch_agent.runtime.admission.quota import QuotaAdmission
@@ -64,12 +65,19 @@ from launch_agent.runtime.dispatcher import Dispatcher
 from launch_agent.runtime.finisher import Finisher
 from launch_agent.runtime.health import HealthServer, Readiness
 from launch_agent.runtime.kueue_watch import KueueWatch
+from launch_agent.runtime.leader import LeaderElector
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.poller import Poller
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RunTable
 from launch_agent.runtime.specs import SpecStore
-from launch_agent.runtime.startup import StartupError, Stopped, ensure_api_key_secrets, register
+from launch_agent.runtime.startup import (
+    StartupError,
+    Stopped,
+    ensure_api_key_secrets,
+    register,
+    resolve_queues,
+)
 from launch_agent.runtime.stopper import Stopper, stop_check_policy
 from launch_agent.runtime.supervisor import Supervisor
 from launch_agent.runtime.tracker import Tracker
@@ -134,6 +142,7 @@ class Agent:
         self.poller: Poller | None = None
         self.quota: QuotaAdmission | None = None  # quota.mode agent
         self.kueue: KueueWatch | None = None  # quota.mode kueue
+        self.elector: LeaderElector | None = None  # leader_election.enabled
 
     def stop(self, reason: str = "requested") -> None:
         self.supervisor.stop(reason)
@@ -220,21 +229,10 @@ class Agent:
             )
             self.admission = self.quota
 
-        registration = await register(
-            config, wandb, stopping, hostname=self.hostname, version=__version__
-        )
-        self.agent_id, self.entity = registration.agent_id, registration.entity
-        settings = RenderSettings.from_config(config, queue_entity=registration.entity)
-        assert config.api_key is not None  # WandbClient.from_config checked it
-        await ensure_api_key_secrets(
-            kube,
-            config.namespaces,
-            name=settings.api_key_secret,
-            key=settings.api_key_secret_key,
-            api_key=config.api_key.get_secret_value(),
-            agent_name=config.agent_name,
-            stopping=stopping,
-        )
+        # Read-only checks first: a standby replica does this much and registers once it leads.
+        queues = await resolve_queues(config, wandb, stopping)
+        if config.leader_election.enabled:
+            self.elector = await stack.enter_async_context(self._elector(kube))
 
         reporter = Reporter(wandb, self.metrics, stopping)
         self.reporter = reporter
@@ -244,7 +242,7 @@ class Agent:
             reporter,
             self.metrics,
             config.tracking,
-            queue_entity=registration.entity,
+            queue_entity=queues.entity,
         )
         self.finisher = finisher
         policy = TrackingPolicy(
@@ -272,6 +270,34 @@ class Agent:
             log.warning("not every watch listed within %.0fs; popping anyway", ADOPTION_TIMEOUT)
         await tracker.recheck(everything=True)
         log.info("adopted %d run(s) from the cluster", len(self.runs))
+        if self.elector is not None and not self.elector.leading.is_set():
+            # A standby: informers synced and the run table kept, nothing popped, dispatched
+            # or reported (the finisher's queue waits) until the Lease is this replica's.
+            log.info("standby: %s leads; waiting for the Lease", self.elector.leader or "nobody")
+            if not await self.elector.wait_leading(stopping):
+                return
+            log.info("took over with %d run(s) in the table", len(self.runs))
+
+        registration = await register(
+            config,
+            wandb,
+            stopping,
+            hostname=self.hostname,
+            version=__version__,
+            queues=queues,
+        )
+        self.agent_id, self.entity = registration.agent_id, registration.entity
+        settings = RenderSettings.from_config(config, queue_entity=registration.entity)
+        assert config.api_key is not None  # WandbClient.from_config checked it
+        await ensure_api_key_secrets(
+            kube,
+            config.namespaces,
+            name=settings.api_key_secret,
+            key=settings.api_key_secret_key,
+            api_key=config.api_key.get_secret_value(),
+            agent_name=config.agent_name,
+            stopping=stopping,
+        )
         if config.quota.mode == "kueue":
             # Kueue admits; the agent reports its decisions and caps the runs waiting in it.
             kueue = KueueWatch(
@@ -345,6 +371,33 @@ class Agent:
         sup.add("spec-reload", lambda s: specs.watch(config.specs_reload_seconds, s))
         sup.add("housekeeping", tracker.run_periodic)
         sup.on_stop(self._on_stop)
+
+    def _elector(self, kube: KubeClient) -> LeaderElector:
+        election = self.config.leader_election
+        return LeaderElector(
+            kube,
+            namespace=election.namespace or self.config.namespaces[0],
+            name=election.lease_name or self.config.agent_name,
+            identity=election.identity or self.hostname,
+            timing=LeaseTiming(
+                election.lease_duration_seconds,
+                election.renew_deadline_seconds,
+                election.retry_period_seconds,
+            ),
+            clock=self.clock,
+            now=self.now,
+            on_change=self._role,
+            on_lost=self._lost,
+        )
+
+    def _role(self, role: str) -> None:
+        self.readiness.role = role
+
+    def _lost(self, reason: str) -> None:
+        # Stop popping now; in-flight creates are idempotent by name and reports are by item
+        # id, so what finishes during the grace period is safe. Restarted, this replica is a
+        # standby (docs/operations.md, "High availability").
+        self.supervisor.stop(f"lost the leader Lease: {reason}")
 
     async def _kube_configuration(self) -> Any:
         where = f"kubeconfig {self.kubeconfig}" if self.kubeconfig else "the environment"
