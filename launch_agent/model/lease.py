@@ -138,7 +138,8 @@ class Election:
             return LeaderRecord(
                 self.identity, duration, current.acquire_time, wall, current.transitions
             )
-        transitions = 0 if current is None else current.transitions + (1 if current.holder else 0)
+        # client-go counts a transition whenever the record was not ours, released ones too.
+        transitions = 0 if current is None else current.transitions + 1
         return LeaderRecord(self.identity, duration, wall, wall, transitions)
 
     def written(self, record: LeaderRecord, sent_at: float) -> None:

@@ -86,7 +86,7 @@ def test_a_released_lease_is_taken_at_once() -> None:
     assert released == LeaderRecord("", 1, wall(1), wall(1), 0)
     assert not a.leading(1.0)
     b.observe(released, 1.0)
-    assert b.proposal(1.0, wall(1)) == LeaderRecord("b", 15, wall(1), wall(1), 0)
+    assert b.proposal(1.0, wall(1)) == LeaderRecord("b", 15, wall(1), wall(1), 1)
 
 
 def test_release_by_a_replica_that_does_not_hold_it_writes_nothing() -> None:
