@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +21,7 @@ from launch_agent.runtime.clock import monotonic
 from launch_agent.runtime.leader import LeaderElector
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
+from tests.e2e.conftest import until
 
 NS = "default"
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
@@ -99,11 +100,8 @@ class Replica:
         self.lost.set()
 
 
-async def until(predicate: Callable[[], bool], what: str) -> None:
-    async with asyncio.timeout(WAIT):
-        while not predicate():
-            await asyncio.sleep(0.01)
-    assert predicate(), what
+async def event(e: asyncio.Event) -> None:
+    await asyncio.wait_for(e.wait(), WAIT)
 
 
 async def test_one_leads_and_a_clean_stop_hands_over_at_once(
@@ -113,9 +111,9 @@ async def test_one_leads_and_a_clean_stop_hands_over_at_once(
     a, b = Replica(client, "pod-a", events), Replica(client, "pod-b", events)
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(a.elector)
-        await until(lambda: a.elector.leading.is_set(), "a leads")
+        await event(a.elector.leading)
         await stack.enter_async_context(b.elector)
-        await until(lambda: b.elector.leader == "pod-a", "b sees a lead")
+        await until(lambda: b.elector.leader == "pod-a", within=WAIT, message="b sees a lead")
         held = kube.objects.get("leases", "agent", namespace=NS)
         assert held["spec"]["holderIdentity"] == "pod-a"
         assert held["spec"]["leaseTransitions"] == 0
@@ -126,13 +124,14 @@ async def test_one_leads_and_a_clean_stop_hands_over_at_once(
             lambda: (
                 kube.objects.get("leases", "agent", namespace=NS)["spec"]["renewTime"] != renewed
             ),
-            "a renews",
+            within=WAIT,
+            message="a renews",
         )
         now = kube.objects.get("leases", "agent", namespace=NS)["spec"]
         assert now["acquireTime"] == held["spec"]["acquireTime"]
         stopped = time.monotonic()
         await a.elector.__aexit__(None, None, None)  # a clean stop releases the Lease
-        await until(lambda: b.elector.leading.is_set(), "b takes over")
+        await event(b.elector.leading)
         took = time.monotonic() - stopped
         assert took < TIMING.lease_duration  # released: no wait for the lease to expire
         spec = kube.objects.get("leases", "agent", namespace=NS)["spec"]
@@ -147,14 +146,18 @@ async def test_a_leader_that_cannot_renew_stops_before_another_takes_over(
     events: list[tuple[float, str]] = []
     a, b = Replica(client, "pod-a", events), Replica(client, "pod-b", events)
     async with a.elector, b.elector:
-        await until(lambda: a.elector.leading.is_set() or b.elector.leading.is_set(), "a leader")
+        await until(
+            lambda: a.elector.leading.is_set() or b.elector.leading.is_set(),
+            within=WAIT,
+            message="a leader",
+        )
         leader, standby = (a, b) if a.elector.leading.is_set() else (b, a)
         # The leader's writes now fail (an API server refusing it, say); the standby's reads
         # still work, so it takes over once the lease expired on its clock.
         kube.faults.add(FaultRule("PUT leases", status=500))
-        await until(lambda: leader.lost.is_set(), "the leader gives up")
+        await event(leader.lost)
         kube.faults.clear()
-        await until(lambda: standby.elector.leading.is_set(), "the standby takes over")
+        await event(standby.elector.leading)
         assert not leader.elector.leading.is_set()
     lost_at = next(t for t, e in events if e.startswith(f"{leader.identity} lost"))
     led_at = next(t for t, e in events if e == f"{standby.identity} leader")
@@ -169,7 +172,11 @@ async def test_conflicting_writes_leave_one_leader(client: KubeClient, kube: Kub
     async with AsyncExitStack() as stack:
         for r in replicas:
             await stack.enter_async_context(r.elector)
-        await until(lambda: any(r.elector.leading.is_set() for r in replicas), "a leader")
+        await until(
+            lambda: any(r.elector.leading.is_set() for r in replicas),
+            within=WAIT,
+            message="a leader",
+        )
         for _ in range(30):  # a dozen renewals: never a second leader
             assert sum(r.elector.leading.is_set() for r in replicas) == 1
             await asyncio.sleep(TIMING.retry_period / 2)
