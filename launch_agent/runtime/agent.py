@@ -270,6 +270,8 @@ class Agent:
             log.warning("not every watch listed within %.0fs; popping anyway", ADOPTION_TIMEOUT)
         await tracker.recheck(everything=True)
         log.info("adopted %d run(s) from the cluster", len(self.runs))
+        if self.elector is not None:
+            await self.elector.wait_tried(stopping)
         if self.elector is not None and not self.elector.leading.is_set():
             # A standby: informers synced and the run table kept, nothing popped, dispatched
             # or reported (the finisher's queue waits) until the Lease is this replica's.

@@ -64,6 +64,7 @@ class LeaderElector:
         self.on_lost = on_lost
         self.rng = rng or random.Random()
         self.leading = asyncio.Event()
+        self.tried = asyncio.Event()  # the first attempt is over: `leader` is known
         self.leader: str = ""  # the holder last observed
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -90,6 +91,9 @@ class LeaderElector:
             self.leading.clear()
             await self._release()
 
+    async def wait_tried(self, stopping: asyncio.Event) -> None:
+        await race(self.tried.wait(), stopping, name="wait-lease-tried")
+
     async def wait_leading(self, stopping: asyncio.Event) -> bool:
         """Until this replica leads (True) or `stopping` is set (False)."""
         task = await race(self.leading.wait(), stopping, name="wait-leading")
@@ -98,12 +102,15 @@ class LeaderElector:
     async def _run(self) -> None:
         self.on_change("standby")
         while not self._stop.is_set():
-            if await self._attempt():
+            won = await self._attempt()
+            if won:
                 break
+            self.tried.set()
             await wait_event(self._stop, self._jittered())
         if self._stop.is_set():
             return
         self.leading.set()
+        self.tried.set()
         log.info("leading: this replica (%s) holds Lease %s/%s", self.identity, *self._where)
         self.on_change("leader")
         reason = await self._renew_until_lost()
