@@ -5,13 +5,15 @@ Start-up order (each step finishes before the next; docs/agent.md, "Start-up"):
 1. health server (so `/healthz` answers while the agent starts; `/readyz` says why not ready);
 2. W&B client and Kubernetes client (one session each for the process);
 3. queue specs loaded (off the loop);
-4. `register`: key, entity, queues, `createLaunchAgent`;
-5. the API-key Secret in every target namespace;
+4. `resolve_queues`: key, entity, queues (read-only);
+5. with `leader_election.enabled`, the Lease elector starts (runtime/leader.py);
 6. informers for every kind the specs run and for pods, and a wait for their first list:
    this is adoption, every run the agent owns is in the table before anything is popped;
+7. a standby waits here, informers synced, until it leads;
+8. `register` (`createLaunchAgent`) and the API-key Secret in every target namespace;
    with `quota.mode: kueue`, Kueue's Workload informers too (`runtime/kueue_watch.py`; a
    cluster without Kueue stops the start here);
-7. the root tasks: poller, finisher, warnings, stop checks, spec reload, housekeeping.
+9. the root tasks: poller, finisher, warnings, stop checks, spec reload, housekeeping.
 
 Shutdown (SIGTERM/SIGINT, `stop()`, the `stop_event`, or W&B's `stopPolling`): the poller stops
 popping, W&B hears `KILLED`, in-flight creates and acks finish within
