@@ -136,6 +136,8 @@ async def test_the_charts_deployment_runs_the_agent(env: Env, tmp_path: Path) ->
         KUBECONFIG=str(env.kubeconfig),
         NETRC=os.devnull,
     )
+    if os.environ.get("PYTHONPATH"):  # a checkout's own code, not the virtualenv's copy
+        environ["PYTHONPATH"] = os.environ["PYTHONPATH"]
 
     env.cluster.script("launch-agent.io/run-id=chart1", "succeed after=5s")
     item = env.push(run_spec("chart1"))
