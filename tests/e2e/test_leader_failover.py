@@ -11,6 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 from tests.e2e.conftest import Env, run_spec, until
 from tests.e2e.test_process import START_TIMEOUT, agent_process, write_config
@@ -97,3 +100,45 @@ async def test_sigkill_of_the_leader_hands_over_within_the_lease_and_loses_nothi
     for run in runs:
         assert len(jobs_of(env, run)) == 1, run
     assert len(env.jobs()) == len(runs)
+
+
+@pytest.mark.parametrize(
+    ("server", "route"),
+    [("kube", "POST jobs"), ("wandb", "ackRunQueueItem")],
+    ids=["create-in-flight", "ack-in-flight"],
+)
+async def test_the_leader_killed_mid_dispatch_leaves_one_workload_and_one_claim(
+    env: Env, tmp_path: Path, server: str, route: str
+) -> None:
+    env.cluster.script("launch-agent.io/run-id=mid", "succeed after=1h")
+    config_a = write_config(
+        env, tmp_path / "a.yaml", leader_election={**ELECTION, "identity": "agent-a"}
+    )
+    config_b = write_config(
+        env, tmp_path / "b.yaml", leader_election={**ELECTION, "identity": "agent-b"}
+    )
+    faults = env.kube.faults if server == "kube" else env.wandb.faults
+    async with agent_process(env, config_a) as a:
+        await until(lambda: holder(env) == "agent-a", within=START_TIMEOUT, message="a leads")
+        async with agent_process(env, config_b) as b:
+            await until(
+                lambda: any("standby: agent-a leads" in line for line in b.lines),
+                within=START_TIMEOUT,
+                message="b waits as a standby",
+            )
+            rule = faults.add(FaultRule(route, delay=4.0, times=1))
+            item = env.push(run_spec("mid"))
+            await until(lambda: rule.fired == 1, within=START_TIMEOUT, message=f"a held at {route}")
+            a.process.kill()
+            faults.remove(rule)
+            # W&B gives the item back once a's lease on it lapses; b pops it and creates the
+            # workload, or adopts a's if that create landed.
+            await until(
+                lambda: item.state is ItemState.CLAIMED,
+                within=START_TIMEOUT,
+                message="b claims the item",
+            )
+            assert holder(env) == "agent-b"
+    assert claims(item) == 1, item.history
+    assert item.failure is None
+    assert len(jobs_of(env, "mid")) == 1
