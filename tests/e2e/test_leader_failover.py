@@ -7,6 +7,7 @@ servers run in the test.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -142,3 +143,34 @@ async def test_the_leader_killed_mid_dispatch_leaves_one_workload_and_one_claim(
     assert claims(item) == 1, item.history
     assert item.failure is None
     assert len(jobs_of(env, "mid")) == 1
+
+
+async def test_a_leader_whose_lease_is_taken_stops_at_once(env: Env) -> None:
+    """Another replica wrote the Lease (a partition healed the wrong way round, say): the
+    leader sees it on its next renewal and stops, before its own term could have run out."""
+    election = {
+        **ELECTION,
+        "identity": "agent-a",
+        "lease_duration_seconds": 30.0,
+        "renew_deadline_seconds": 20.0,
+    }
+    agent = env.agent(env.config(leader_election=election))
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop), name="e2e-leader")
+    try:
+        await asyncio.wait_for(agent.ready.wait(), 20)
+        assert agent.readiness.role == "leader"
+        started = time.monotonic()
+        env.kube.objects.patch(
+            "leases", "ha-agent", {"spec": {"holderIdentity": "intruder"}}, "default"
+        )
+        await asyncio.wait_for(task, 20)  # the agent stopped by itself
+        assert time.monotonic() - started < 20.0, "before its renew deadline"
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    assert agent.readiness.role == "standby"
+    assert agent.supervisor.stopping.is_set()
+    # It did not release what is no longer its own.
+    lease = env.kube.objects.get("leases", "ha-agent", "default")
+    assert lease["spec"]["holderIdentity"] == "intruder"
