@@ -149,6 +149,8 @@ class LeaderElector:
                     break
                 if self.election.held_by_other(self.clock()):
                     return f"the Lease is held by {self.leader!r}"
+                # Measured again: the attempt took time, and the term ends on time regardless.
+                left = 0.0 if until is None else until - self.clock()
                 await wait_event(self._stop, min(self.timing.retry_period, max(left, 0.0)))
         return None
 
