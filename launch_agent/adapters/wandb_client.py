@@ -141,6 +141,7 @@ class WandbClient:
                 " to ~/.netrc"
             )
         options.setdefault("limits", config.limits)
+        options.setdefault("stop_check_batch", config.tracking.stop_check_batch)
         return cls(config.base_url, config.api_key.get_secret_value(), **options)
 
     def __repr__(self) -> str:  # never the key

@@ -167,6 +167,12 @@ def _print(results: dict[str, Any]) -> None:
         print(f"  watch connections: {tracking['watch_connections']}")
         print(f"  W&B requests/min: {tracking['wandb_requests_per_minute']}", end=" ")
         print(tracking["wandb_operations"])
+        print(
+            "  W&B requests/min, every run started < 1 h ago:"
+            f" {tracking['wandb_requests_per_minute']}"
+            f" (stop checks {tracking['stop_checks_per_minute']}); old policy, every run every"
+            f" 10 s: {tracking['old_policy_wandb_requests_per_minute']}"
+        )
         print(f"  Kubernetes requests/min: {tracking['kube_requests_per_minute']}", end=" ")
         print(tracking["kube_routes"])
         print(f"  peak RSS: {tracking['peak_rss_mb']} MB")
@@ -174,4 +180,8 @@ def _print(results: dict[str, Any]) -> None:
             f"restart: adopted {restart['adopted']} runs in {restart['seconds_to_adopt']} s"
             f" (Jobs created again: {restart['jobs_created_again']}, items popped again:"
             f" {restart['items_popped_again']}, peak RSS {restart['peak_rss_mb']} MB)"
+        )
+        print(
+            f"  W&B requests/min, every run started 2 h ago: "
+            f"{restart['aged_wandb_requests_per_minute']} {restart['aged_wandb_operations']}"
         )

@@ -4,7 +4,9 @@
   per run, CPU, peak RSS, time to notice completion, idle requests (either agent);
 - `measure_tracking`: ours with `runs` Jobs running (a Running pod each, written by the
   harness as a kubelet would): watch connections, requests per minute, RSS over a window;
-  then the agent is stopped (SIGTERM) and started again: time until it has adopted every run.
+  then the agent is stopped (SIGTERM), the runs are made two hours old (their
+  `creationTimestamp`) and it is started again: time until it has adopted every run, and W&B
+  requests per minute when every run is in the older stop-check tier.
 """
 
 from __future__ import annotations
@@ -33,8 +35,14 @@ from launch_agent.demo.dispatch import (
 from launch_agent.demo.launchers import ENTITY, PROJECT, QUEUE
 from launch_agent.demo.world import SandboxWorld, WorldSettings
 from launch_agent.sandbox.wandb import ItemState
+from launch_agent.tracking.stop_schedule import StopCheckPolicy
 
 Say = Callable[[str], None]
+AGED_SECONDS = 2 * 3600.0
+# The stop checks before tiers (every run every 10 s, 100 a request), for the side-by-side.
+OLD_POLICY = StopCheckPolicy(
+    interval=10.0, young_seconds=float("inf"), batch=100, max_requests_per_minute=10**9
+)
 ADOPTED = r"adopted (\d+) run\(s\)"
 
 
@@ -299,10 +307,18 @@ async def _tracking(
         watches = world.kube.store.watchers()
         per_minute = 60 / window_seconds
         wandb_ops, kube_routes = delta(after[0], before[0]), delta(after[1], before[1])
+        stop_checks = wandb_ops.get("RunStoppedStatus", 0) * per_minute
+        others = sum(wandb_ops.values()) * per_minute - stop_checks
         result |= {
             "window_seconds": window_seconds,
             "watch_connections": len(watches),
             "wandb_requests_per_minute": round(sum(wandb_ops.values()) * per_minute, 1),
+            # Every run is younger than an hour here: the stop checks run at their budget.
+            "stop_checks_per_minute": round(stop_checks, 1),
+            # The policy before tiers: every run every 10 s, 100 runs a request.
+            "old_policy_wandb_requests_per_minute": round(
+                others + OLD_POLICY.requests_per_minute(young=runs, old=0), 1
+            ),
             "wandb_operations": wandb_ops,
             "kube_requests_per_minute": round(sum(kube_routes.values()) * per_minute, 1),
             "kube_routes": kube_routes,
@@ -312,7 +328,11 @@ async def _tracking(
     finally:
         await agent.stop(launcher.graceful_stop(world, agent.process))
         world.kube.store.listeners.remove(creates.listener)
-    result["restart"] = await _restart(world, launcher, say=say, scratch=scratch)
+    # The restarted agent adopts runs that started two hours ago: the older tier's load.
+    world.kube.objects.backdate("jobs", AGED_SECONDS)
+    result["restart"] = await _restart(
+        world, launcher, say=say, scratch=scratch, window_seconds=window_seconds
+    )
     return result
 
 
@@ -322,6 +342,7 @@ async def _restart(
     *,
     say: Say,
     scratch: str,
+    window_seconds: float,
 ) -> dict[str, Any]:
     jobs_before = len(world.kube.objects.list("jobs"))
     pops_before = sum(i.pops for i in world.state.items.values())
@@ -333,6 +354,11 @@ async def _restart(
             raise BenchError("the restarted agent never logged how many runs it adopted", agent)
         seconds, match = found
         await asyncio.sleep(2.0)
+        hours = AGED_SECONDS / 3600
+        say(f"restart: runs started {hours:.0f} h ago; measuring for {window_seconds:.0f} s")
+        before = _counts(world)[0]
+        await asyncio.sleep(window_seconds)
+        wandb_ops = delta(_counts(world)[0], before)
         usage = await agent.sample()
     finally:
         await agent.stop(launcher.graceful_stop(world, agent.process))
@@ -341,5 +367,7 @@ async def _restart(
         "adopted": int(match.group(1)),
         "jobs_created_again": len(world.kube.objects.list("jobs")) - jobs_before,
         "items_popped_again": sum(i.pops for i in world.state.items.values()) - pops_before,
+        "aged_wandb_requests_per_minute": round(sum(wandb_ops.values()) * 60 / window_seconds, 1),
+        "aged_wandb_operations": wandb_ops,
         "peak_rss_mb": usage["peak_rss_mb"],
     }

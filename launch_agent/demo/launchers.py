@@ -105,7 +105,12 @@ def reference_wandb() -> Path:
 
 
 def _base_env() -> dict[str, str]:
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    # A checkout run with PYTHONPATH (docs/development.md) measures its own code, not the
+    # virtualenv's installed copy.
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
 
 
 def _ours_command(world: SandboxWorld, scratch: Path) -> tuple[list[str], dict[str, str]]:

@@ -153,11 +153,57 @@ class TrackingConfig(_Strict):
     max_requeues: int = Field(default=5, ge=0)
     # Lines of the failing container's log attached to a failure message.
     log_tail_lines: int = Field(default=50, ge=0, le=1000)
-    # One batched RunStoppedStatus request for every in-flight run, this often.
+    # Stop checks (tracking/stop_schedule.py, docs/operations.md "W&B load"): runs younger
+    # than `stop_check_young_seconds` are asked about every `stop_check_seconds`, older ones
+    # once every `stop_check_old_seconds` each, spread evenly; `stop_check_batch` runs per
+    # RunStoppedStatus request and never more than `stop_check_max_requests_per_minute`.
     stop_check_seconds: float = Field(default=10.0, gt=0)
+    stop_check_young_seconds: float = Field(default=3600.0, ge=0)
+    stop_check_old_seconds: float = Field(default=300.0, gt=0)
+    stop_check_batch: int = Field(default=100, ge=1, le=1000)
+    stop_check_max_requests_per_minute: int = Field(default=100, ge=1)
     # W&B's run start deadline (its chart's agent.startTimeout, WANDB_LAUNCH_START_TIMEOUT).
     # Accepted so W&B's values load unchanged; the agent does not act on it yet (docs/install.md).
     start_timeout_seconds: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _stop_tiers(self) -> TrackingConfig:
+        if self.stop_check_old_seconds < self.stop_check_seconds:
+            raise ValueError(
+                f"stop_check_old_seconds ({self.stop_check_old_seconds:g}) must be at least"
+                f" stop_check_seconds ({self.stop_check_seconds:g})"
+            )
+        return self
+
+
+class LeaderElectionConfig(_Strict):
+    """Replicas elect one leader through a coordination.k8s.io/v1 Lease (runtime/leader.py).
+
+    client-go's timing and its rule: lease_duration > renew_deadline > retry_period, and a
+    leader that could not renew for `renew_deadline` stops leading before its lease expires.
+    """
+
+    enabled: bool = False
+    lease_name: str | None = None  # default: the agent name
+    # Where the Lease lives (the chart: the agent's own namespace, from the downward API).
+    namespace: str | None = None
+    # This replica's name in the Lease (the chart: the pod name); default: the hostname.
+    identity: str | None = None
+    lease_duration_seconds: float = Field(default=15.0, gt=0)
+    renew_deadline_seconds: float = Field(default=10.0, gt=0)
+    retry_period_seconds: float = Field(default=2.0, gt=0)
+
+    @model_validator(mode="after")
+    def _timing(self) -> LeaderElectionConfig:
+        if not (
+            self.lease_duration_seconds > self.renew_deadline_seconds > self.retry_period_seconds
+        ):
+            raise ValueError(
+                "need lease_duration_seconds > renew_deadline_seconds > retry_period_seconds, got"
+                f" {self.lease_duration_seconds:g}, {self.renew_deadline_seconds:g},"
+                f" {self.retry_period_seconds:g}"
+            )
+        return self
 
 
 class LimitsConfig(_Strict):
@@ -208,6 +254,7 @@ class AgentConfig(_Strict):
     log_format: Literal["text", "json"] = "text"
     quota: QuotaConfig = QuotaConfig()
     tracking: TrackingConfig = TrackingConfig()
+    leader_election: LeaderElectionConfig = LeaderElectionConfig()
     limits: LimitsConfig = LimitsConfig()
     # On SIGTERM/SIGINT: how long in-flight creates and the final reports may take.
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)

@@ -104,6 +104,11 @@ ENVIRONMENT: tuple[tuple[str, Path, str], ...] = (
     ("LAUNCH_AGENT_KANIKO_SERVICE_ACCOUNT", ("kaniko_service_account",), "str"),
     ("WANDB_LAUNCH_KANIKO_AUTH_SECRET", ("kaniko_docker_config_secret",), "str"),
     ("WANDB_LAUNCH_START_TIMEOUT", ("tracking", "start_timeout_seconds"), "str"),
+    # The chart's downward API: the pod is the replica's identity in the leader Lease.
+    ("LAUNCH_AGENT_LEADER_ELECTION", ("leader_election", "enabled"), "str"),
+    ("LAUNCH_AGENT_LEASE_NAME", ("leader_election", "lease_name"), "str"),
+    ("LAUNCH_AGENT_POD_NAME", ("leader_election", "identity"), "str"),
+    ("LAUNCH_AGENT_POD_NAMESPACE", ("leader_election", "namespace"), "str"),
     # The chart's `gitCreds` and `sshAuthSecrets`: git itself never sees the agent's
     # environment, so these reach it through the builder's git settings.
     ("LAUNCH_AGENT_GIT_CREDENTIALS_FILE", ("builder", "git", "credentials_file"), "str"),

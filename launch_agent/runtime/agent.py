@@ -5,13 +5,15 @@ Start-up order (each step finishes before the next; docs/agent.md, "Start-up"):
 1. health server (so `/healthz` answers while the agent starts; `/readyz` says why not ready);
 2. W&B client and Kubernetes client (one session each for the process);
 3. queue specs loaded (off the loop);
-4. `register`: key, entity, queues, `createLaunchAgent`;
-5. the API-key Secret in every target namespace;
+4. `resolve_queues`: key, entity, queues (read-only);
+5. with `leader_election.enabled`, the Lease elector starts (runtime/leader.py);
 6. informers for every kind the specs run and for pods, and a wait for their first list:
    this is adoption, every run the agent owns is in the table before anything is popped;
+7. a standby waits here, informers synced, until it leads;
+8. `register` (`createLaunchAgent`) and the API-key Secret in every target namespace;
    with `quota.mode: kueue`, Kueue's Workload informers too (`runtime/kueue_watch.py`; a
    cluster without Kueue stops the start here);
-7. the root tasks: poller, finisher, warnings, stop checks, spec reload, housekeeping.
+9. the root tasks: poller, finisher, warnings, stop checks, spec reload, housekeeping.
 
 Shutdown (SIGTERM/SIGINT, `stop()`, the `stop_event`, or W&B's `stopPolling`): the poller stops
 popping, W&B hears `KILLED`, in-flight creates and acks finish within
@@ -52,6 +54,7 @@ from launch_agent.adapters.kube import (
 from launch_agent.adapters.retry import RetryPolicy
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.model.config import AgentConfig
+from launch_agent.model.lease import LeaseTiming
 from launch_agent.render.settings import RenderSettings
 from launch_agent.runtime.admission.kueue import KueueAdmission
 from launch_agent.runtime.admission.quota import QuotaAdmission
@@ -64,15 +67,22 @@ from launch_agent.runtime.dispatcher import Dispatcher
 from launch_agent.runtime.finisher import Finisher
 from launch_agent.runtime.health import HealthServer, Readiness
 from launch_agent.runtime.kueue_watch import KueueWatch
+from launch_agent.runtime.leader import LeaderElector
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.poller import Poller
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RunTable
 from launch_agent.runtime.specs import SpecStore
-from launch_agent.runtime.startup import StartupError, Stopped, ensure_api_key_secrets, register
+from launch_agent.runtime.startup import (
+    StartupError,
+    Stopped,
+    ensure_api_key_secrets,
+    register,
+    resolve_queues,
+)
 from launch_agent.runtime.status.activity import Activity
 from launch_agent.runtime.status_source import StatusSource
-from launch_agent.runtime.stopper import Stopper
+from launch_agent.runtime.stopper import Stopper, stop_check_policy
 from launch_agent.runtime.supervisor import Supervisor
 from launch_agent.runtime.tracker import Tracker
 from launch_agent.tracking import TrackingPolicy
@@ -148,6 +158,7 @@ class Agent:
         self.poller: Poller | None = None
         self.quota: QuotaAdmission | None = None  # quota.mode agent
         self.kueue: KueueWatch | None = None  # quota.mode kueue
+        self.elector: LeaderElector | None = None  # leader_election.enabled
 
     def _quota_admission(self) -> QuotaAdmission | None:
         return self.quota
@@ -247,21 +258,10 @@ class Agent:
             )
             self.admission = self.quota
 
-        registration = await register(
-            config, wandb, stopping, hostname=self.hostname, version=__version__
-        )
-        self.agent_id, self.entity = registration.agent_id, registration.entity
-        settings = RenderSettings.from_config(config, queue_entity=registration.entity)
-        assert config.api_key is not None  # WandbClient.from_config checked it
-        await ensure_api_key_secrets(
-            kube,
-            config.namespaces,
-            name=settings.api_key_secret,
-            key=settings.api_key_secret_key,
-            api_key=config.api_key.get_secret_value(),
-            agent_name=config.agent_name,
-            stopping=stopping,
-        )
+        # Read-only checks first: a standby replica does this much and registers once it leads.
+        queues = await resolve_queues(config, wandb, stopping)
+        if config.leader_election.enabled:
+            self.elector = await stack.enter_async_context(self._elector(kube))
 
         reporter = Reporter(wandb, self.metrics, stopping)
         self.reporter = reporter
@@ -271,7 +271,7 @@ class Agent:
             reporter,
             self.metrics,
             config.tracking,
-            queue_entity=registration.entity,
+            queue_entity=queues.entity,
         )
         self.finisher = finisher
         policy = TrackingPolicy(
@@ -299,6 +299,36 @@ class Agent:
             log.warning("not every watch listed within %.0fs; popping anyway", ADOPTION_TIMEOUT)
         await tracker.recheck(everything=True)
         log.info("adopted %d run(s) from the cluster", len(self.runs))
+        if self.elector is not None:
+            await self.elector.wait_tried(stopping)
+        if self.elector is not None and not self.elector.leading.is_set():
+            # A standby: informers synced and the run table kept, nothing popped, dispatched
+            # or reported (the finisher's queue waits) until the Lease is this replica's.
+            log.info("standby: %s leads; waiting for the Lease", self.elector.leader or "nobody")
+            if not await self.elector.wait_leading(stopping):
+                return
+            log.info("took over with %d run(s) in the table", len(self.runs))
+
+        registration = await register(
+            config,
+            wandb,
+            stopping,
+            hostname=self.hostname,
+            version=__version__,
+            queues=queues,
+        )
+        self.agent_id, self.entity = registration.agent_id, registration.entity
+        settings = RenderSettings.from_config(config, queue_entity=registration.entity)
+        assert config.api_key is not None  # WandbClient.from_config checked it
+        await ensure_api_key_secrets(
+            kube,
+            config.namespaces,
+            name=settings.api_key_secret,
+            key=settings.api_key_secret_key,
+            api_key=config.api_key.get_secret_value(),
+            agent_name=config.agent_name,
+            stopping=stopping,
+        )
         if config.quota.mode == "kueue":
             # Kueue admits; the agent reports its decisions and caps the runs waiting in it.
             kueue = KueueWatch(
@@ -359,9 +389,10 @@ class Agent:
             wandb,
             kube,
             self.runs,
-            interval=config.tracking.stop_check_seconds,
+            policy=stop_check_policy(config),
             timeout=float(config.stopped_run_timeout),
             clock=self.clock,
+            now=self.now,
         )
         sup = self.supervisor
         sup.add("poller", poller.run)
@@ -371,6 +402,37 @@ class Agent:
         sup.add("spec-reload", lambda s: specs.watch(config.specs_reload_seconds, s))
         sup.add("housekeeping", tracker.run_periodic)
         sup.on_stop(self._on_stop)
+
+    def _elector(self, kube: KubeClient) -> LeaderElector:
+        election = self.config.leader_election
+        return LeaderElector(
+            kube,
+            namespace=election.namespace or self.config.namespaces[0],
+            name=election.lease_name or self.config.agent_name,
+            identity=election.identity or self.hostname,
+            timing=LeaseTiming(
+                election.lease_duration_seconds,
+                election.renew_deadline_seconds,
+                election.retry_period_seconds,
+            ),
+            clock=self.clock,
+            now=self.now,
+            on_change=self._role,
+            on_holder=self._holder,
+            on_lost=self._lost,
+        )
+
+    def _role(self, role: str) -> None:
+        self.readiness.role = role
+
+    def _holder(self, identity: str) -> None:
+        self.readiness.leader = identity
+
+    def _lost(self, reason: str) -> None:
+        # Stop popping now; in-flight creates are idempotent by name and reports are by item
+        # id, so what finishes during the grace period is safe. Restarted, this replica is a
+        # standby (docs/operations.md, "High availability").
+        self.supervisor.stop(f"lost the leader Lease: {reason}")
 
     async def _kube_configuration(self) -> Any:
         where = f"kubeconfig {self.kubeconfig}" if self.kubeconfig else "the environment"

@@ -97,6 +97,8 @@ class Finisher:
             except asyncio.QueueEmpty:
                 await wait_event(stopping, 0.05)
                 continue
+            if self.runs.get(record.rqi_id) is not record:
+                continue  # handled meanwhile (by the replica that led when it ended)
             try:
                 await self.handle(record, assessment)
             except Exception:

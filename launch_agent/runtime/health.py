@@ -45,6 +45,11 @@ class Readiness:
     shutting_down: bool = False
     watches: dict[str, bool] = field(default_factory=dict)
     clock: Clock = field(default=monotonic, repr=False)  # the agent's one clock
+    # "single" (no leader election), "leader" or "standby" (runtime/leader.py). A standby
+    # does not poll W&B, so the poll check is the leader's alone; a standby is ready.
+    role: str = "single"
+    # The Lease holder last seen ("" without leader election: this replica leads alone).
+    leader: str = ""
 
     def polled(self) -> None:
         self.last_poll_ok = self.clock()
@@ -58,7 +63,9 @@ class Readiness:
         problems = []
         if self.shutting_down:
             problems.append("shutting down")
-        if self.last_poll_ok is None:
+        if self.role == "standby":
+            pass
+        elif self.last_poll_ok is None:
             problems.append("W&B not polled successfully yet")
         elif now - self.last_poll_ok > budget:
             problems.append(f"W&B not polled successfully for {now - self.last_poll_ok:.0f}s")
@@ -118,8 +125,9 @@ def health_app(
     async def readyz(_: web.Request) -> web.Response:
         problems = readiness.problems()
         if problems:
-            return web.Response(status=503, text="".join(f"{p}\n" for p in problems))
-        return web.Response(text="ready\n")
+            text = "".join(f"{p}\n" for p in problems) + f"role: {readiness.role}\n"
+            return web.Response(status=503, text=text)
+        return web.Response(text=f"ready\nrole: {readiness.role}\n")
 
     async def metrics_handler(_: web.Request) -> web.Response:
         if status is not None:

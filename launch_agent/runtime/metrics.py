@@ -172,7 +172,8 @@ class Metrics:
     def export(self, snapshot: Mapping[str, Any]) -> None:
         """Set the state gauges from a status snapshot (`status.snapshot.build`)."""
         agent = snapshot["agent"]
-        self.leader.set(1 if agent["role"] == "leader" else 0)
+        # "single" (no leader election) dispatches like a leader: the no-leader alert counts it.
+        self.leader.set(1 if agent["role"] in ("leader", "single") else 0)
         self.last_poll.set(agent["last_poll_unix"] or 0)
         runs = snapshot["runs"]
         for state, count in runs["by_state"].items():

@@ -79,14 +79,20 @@ async def until_available(
         delay = min(cap, delay * 2)
 
 
-async def register(
-    config: AgentConfig,
-    wandb: WandbClient,
-    stopping: asyncio.Event,
-    *,
-    hostname: str,
-    version: str,
-) -> Registration:
+@dataclass(frozen=True)
+class Queues:
+    """The entity and the run queues the agent serves, as W&B knows them (read-only checks)."""
+
+    entity: str
+    ids: tuple[str, ...]
+    names: tuple[str, ...]
+
+
+async def resolve_queues(
+    config: AgentConfig, wandb: WandbClient, stopping: asyncio.Event
+) -> Queues:
+    """The API key, the entity and every configured queue checked, nothing written: a standby
+    replica (runtime/leader.py) does this much, and registers only once it leads."""
     viewer = await until_available("checking the API key with W&B", wandb.viewer, stopping)
     entity = config.entity or viewer.entity or viewer.username
     if not entity:
@@ -112,11 +118,27 @@ async def register(
             f" {', '.join(missing)} (existing queues: {existing}); create them in the W&B UI"
             " (Launch → Create queue) or fix `queues`"
         )
+    return Queues(entity, tuple(by_name[q].id for q in wanted), tuple(wanted))
+
+
+async def register(
+    config: AgentConfig,
+    wandb: WandbClient,
+    stopping: asyncio.Event,
+    *,
+    hostname: str,
+    version: str,
+    queues: Queues | None = None,
+) -> Registration:
+    """`createLaunchAgent` for the queues (`resolve_queues` first unless given)."""
+    if queues is None:
+        queues = await resolve_queues(config, wandb, stopping)
+    entity = queues.entity
     agent_config: dict[str, Any] = config.model_dump(mode="json", exclude={"api_key"})
     agent_id = await until_available(
         "registering the launch agent",
         lambda: wandb.create_launch_agent(
-            entity, [by_name[q].id for q in wanted], hostname, agent_config, version
+            entity, list(queues.ids), hostname, agent_config, version
         ),
         stopping,
     )
@@ -125,10 +147,10 @@ async def register(
         config.base_url,
         agent_id,
         entity,
-        ", ".join(wanted),
+        ", ".join(queues.names),
         config.agent_name,
     )
-    return Registration(entity, agent_id, tuple(wanted))
+    return Registration(entity, agent_id, queues.names)
 
 
 async def ensure_api_key_secrets(

@@ -89,8 +89,8 @@ class StatusSource:
         now = self.now()
         mono = self.clock()
         quota = self.quota()
-        role = getattr(self.readiness, "role", None) or "leader"
-        leader = getattr(self.readiness, "leader", None) or self.hostname
+        role = self.readiness.role
+        leader = self.readiness.leader or (self.hostname if role != "standby" else "")
         info = AgentInfo(
             name=config.agent_name,
             version=self.version,

@@ -1,8 +1,12 @@
-"""Stop from the W&B UI: one batched `RunStoppedStatus` check for all runs in flight.
+"""Stop from the W&B UI: batched `RunStoppedStatus` checks, within a request budget.
 
 The reference agent sends one `RunStoppedStatus` per running job every 10 s. Here every
-`tracking.stop_check_seconds` one request (chunked by the client to 100 runs) asks about every
-acknowledged run that is not over yet; idle agents send nothing.
+`tracking.stop_check_seconds` the schedule (`tracking/stop_schedule.py`) picks the runs to ask
+about: every run younger than `stop_check_young_seconds`, and an even share of the older ones
+(each once every `stop_check_old_seconds`), in requests of `stop_check_batch` runs, never more
+than `stop_check_max_requests_per_minute`. A run's age is its workload's `creationTimestamp`
+(so a restarted or newly elected agent does not take every adopted run for a young one); idle
+agents send nothing.
 
 A stop is not immediate, as in W&B's agent: the run's own `wandb` process sees the stop and
 may exit cleanly. If the workload still exists `stopped_run_timeout` seconds after the stop
@@ -14,15 +18,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 from launch_agent.adapters.kube import KubeClient, KubeError
 from launch_agent.adapters.wandb_client import RunRef, WandbClient
 from launch_agent.adapters.wandb_errors import WandbError
 from launch_agent.aio import wait_event
+from launch_agent.model.config import AgentConfig
 from launch_agent.runtime.clock import Clock, monotonic
-from launch_agent.runtime.runs import RunTable
+from launch_agent.runtime.runs import RunRecord, RunTable
+from launch_agent.tracking.fields import timestamp
+from launch_agent.tracking.stop_schedule import StopCheckPolicy, StopSchedule
+from launch_agent.tracking.views import Meta
 
 log = logging.getLogger(__name__)
+
+
+def stop_check_policy(config: AgentConfig) -> StopCheckPolicy:
+    t = config.tracking
+    return StopCheckPolicy(
+        interval=t.stop_check_seconds,
+        young_seconds=t.stop_check_young_seconds,
+        old_interval=t.stop_check_old_seconds,
+        batch=t.stop_check_batch,
+        max_requests_per_minute=t.stop_check_max_requests_per_minute,
+    )
 
 
 class Stopper:
@@ -32,16 +53,19 @@ class Stopper:
         kube: KubeClient,
         runs: RunTable,
         *,
-        interval: float,
+        policy: StopCheckPolicy,
         timeout: float,
         clock: Clock = monotonic,
+        now: Callable[[], datetime] | None = None,
     ) -> None:
         self.wandb = wandb
         self.kube = kube
         self.runs = runs
-        self.interval = interval
+        self.interval = policy.interval
+        self.schedule = StopSchedule(policy)
         self.timeout = timeout
         self.clock = clock
+        self.now = now or (lambda: datetime.now(UTC))
         self.checks = 0
 
     async def run(self, stopping: asyncio.Event) -> None:
@@ -58,6 +82,10 @@ class Stopper:
             if r.acked and not r.finishing and r.run_id and r.entity and r.project
         ]
         if candidates:
+            wall, mono = self.now(), self.clock()
+            ages = [(r.rqi_id, self._age(r, wall, mono)) for r in candidates]
+            chosen = set(self.schedule.select(ages))
+            candidates = [r for r in candidates if r.rqi_id in chosen]
             refs = [RunRef(r.entity, r.project, r.run_id) for r in candidates]
             try:
                 stopped = await self.wandb.run_stopped(refs)
@@ -75,6 +103,17 @@ class Stopper:
                         record.workload,
                         self.timeout,
                     )
+        await self._delete_due()
+
+    @staticmethod
+    def _age(record: RunRecord, wall: datetime, mono: float) -> float:
+        """Seconds since the workload was created; since first seen when it carries no time."""
+        created = None if record.last is None else timestamp(Meta(record.last).creation_timestamp)
+        if created is not None:
+            return max(0.0, (wall - created).total_seconds())
+        return max(0.0, mono - record.started)
+
+    async def _delete_due(self) -> None:
         now = self.clock()
         for record in self.runs:
             at = record.stop_requested_at

@@ -203,6 +203,9 @@ class Tracker:
             self.runs.add(record)
             log.info("adopted %s (item %s, run %s)", record.workload, record.rqi_id, record.run_id)
         elif reported(obj):
+            # Reported by whichever replica led then: a standby's queued finish is void.
+            if record.finishing:
+                self.runs.remove(record)
             return
         record.last = obj
         if event.type == "DELETED":

@@ -30,6 +30,7 @@ EXPECTED: dict[str, tuple[str, set[str], set[tuple[str, str]]]] = {
         {JOB, ("jobset.x-k8s.io", "jobsets")},
     ),
     "existing-secret-values.yaml": (RELEASE_NAMESPACE, {RELEASE_NAMESPACE, "ml-training"}, {JOB}),
+    "ha-values.yaml": (RELEASE_NAMESPACE, {RELEASE_NAMESPACE}, {JOB}),
     "kueue-values.yaml": (
         RELEASE_NAMESPACE,
         {RELEASE_NAMESPACE, "ml-training"},
@@ -130,8 +131,11 @@ def test_roles_grant_only_what_the_agent_uses(
     manifests = rendered[values.name]
     agent_ns, targets, workloads = EXPECTED[values.name]
     kueue = values.name == "kueue-values.yaml"
-    roles = {r["metadata"]["namespace"]: r for r in find(manifests, "Role")}
-    agent_roles = {ns: r for ns, r in roles.items() if r["metadata"]["name"] == f"{RELEASE}-agent"}
+    agent_roles = {
+        r["metadata"]["namespace"]: r
+        for r in find(manifests, "Role")
+        if r["metadata"]["name"] == f"{RELEASE}-agent"
+    }
     assert set(agent_roles) == targets
 
     expected = dict.fromkeys(workloads, WORKLOAD_VERBS)
@@ -150,7 +154,11 @@ def test_roles_grant_only_what_the_agent_uses(
             and named[0]["resourceNames"] == ["wandb-launch-credentials"]
         )
 
-    bindings = {b["metadata"]["namespace"]: b for b in find(manifests, "RoleBinding")}
+    bindings = {
+        b["metadata"]["namespace"]: b
+        for b in find(manifests, "RoleBinding")
+        if b["metadata"]["name"] == f"{RELEASE}-agent"
+    }
     for namespace in targets:
         subject = bindings[namespace]["subjects"][0]
         assert subject["kind"] == "ServiceAccount"

@@ -200,7 +200,7 @@ def test_values_and_ci_files_pass_yamllint() -> None:
 # integer fields Kubernetes requires as numbers.
 _VALUE_ACTION = re.compile(r":\s+\{\{-?\s*(?P<expr>.*?)\s*-?\}\}\s*$")
 _NUMERIC_KEYS = re.compile(
-    r"^\s*-?\s*(port|containerPort|terminationGracePeriodSeconds|minAvailable|maxUnavailable):"
+    r"^\s*-?\s*(port|containerPort|terminationGracePeriodSeconds|minAvailable|maxUnavailable|replicas):"
 )
 
 

@@ -64,7 +64,15 @@ async def test_bench_dispatch_small(tmp_path: Path) -> None:
     assert restart["adopted"] == 40
     assert restart["jobs_created_again"] == 0
     assert restart["items_popped_again"] == 0
+    # The stop checks side by side: the old policy's figure is computed from the run count
+    # (40 runs, one request of 100 every 10 s = 6 a minute) plus the measured other requests.
+    others = tracking["wandb_requests_per_minute"] - tracking["stop_checks_per_minute"]
+    assert tracking["old_policy_wandb_requests_per_minute"] == round(others + 6, 1)
+    assert restart["aged_wandb_requests_per_minute"] >= 0
+    assert isinstance(restart["aged_wandb_operations"], dict)
 
     text = stdout.decode()
     assert "runs/s, enqueue -> workload created" in text
     assert "restart: adopted 40 runs" in text
+    assert "old policy, every run every 10 s:" in text
+    assert "every run started 2 h ago:" in text

@@ -95,8 +95,13 @@ def container_environment(
             ref = entry["valueFrom"]["secretKeyRef"]
             value = secrets[(ref["name"], namespace)]["stringData"][ref["key"]]
         else:
-            assert entry["valueFrom"]["fieldRef"]["fieldPath"] == "spec.serviceAccountName"
-            value = pod["serviceAccountName"]
+            # The kubelet's downward API, for the fields the chart asks for.
+            field = entry["valueFrom"]["fieldRef"]["fieldPath"]
+            value = {
+                "spec.serviceAccountName": pod["serviceAccountName"],
+                "metadata.name": f"{one(manifests, 'Deployment')['metadata']['name']}-pod-0",
+                "metadata.namespace": namespace,
+            }[field]
         # Paths inside the container live under the temporary root here.
         for mount_path, local in sorted(mounts.items(), key=lambda m: -len(m[0])):
             if value == mount_path or value.startswith(mount_path + "/"):
@@ -131,6 +136,8 @@ async def test_the_charts_deployment_runs_the_agent(env: Env, tmp_path: Path) ->
         KUBECONFIG=str(env.kubeconfig),
         NETRC=os.devnull,
     )
+    if os.environ.get("PYTHONPATH"):  # a checkout's own code, not the virtualenv's copy
+        environ["PYTHONPATH"] = os.environ["PYTHONPATH"]
 
     env.cluster.script("launch-agent.io/run-id=chart1", "succeed after=5s")
     item = env.push(run_spec("chart1"))
@@ -176,13 +183,23 @@ async def test_the_charts_deployment_runs_the_agent(env: Env, tmp_path: Path) ->
                 await asyncio.sleep(0.1)
             async with http.get(pod["containers"][0]["livenessProbe"]["httpGet"]["path"]) as r:
                 assert r.status == 200
-            async with http.get("/metrics") as r:
-                assert 'launch_agent_pops_total{queue="q1"} 1.0' in await r.text()
+            async with http.get("/readyz") as r:
+                assert (await r.text()).splitlines()[-1] == "role: leader"
+        # The chart's leader Lease, held by the pod (its name from the downward API).
+        lease = env.kube.objects.get("leases", environ["LAUNCH_AGENT_LEASE_NAME"], "default")
+        assert lease["spec"]["holderIdentity"] == environ["LAUNCH_AGENT_POD_NAME"]
+        async with (
+            aiohttp.ClientSession(f"http://127.0.0.1:{probe_port}") as http,
+            http.get("/metrics") as r,
+        ):
+            assert 'launch_agent_pops_total{queue="q1"} 1.0' in await r.text()
 
         process.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(process.wait(), 30)
         assert code == 0, "\n".join(lines)
         assert [a.status for a in env.state.agents.values()] == ["KILLED"]
+        lease = env.kube.objects.get("leases", environ["LAUNCH_AGENT_LEASE_NAME"], "default")
+        assert lease["spec"]["holderIdentity"] == "", "released on a clean stop"
         # The chart sets the JSON log format; every line the agent printed parses.
         assert lines
         assert all(line.startswith("{") for line in lines), lines[:3]

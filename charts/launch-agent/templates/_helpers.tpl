@@ -270,3 +270,20 @@ A map without its null values, as JSON: W&B's values list annotation keys with n
 {{- define "launch-agent.quotaMode" -}}
 {{- if kindIs "bool" .Values.quota.mode -}}off{{- else -}}{{ .Values.quota.mode }}{{- end -}}
 {{- end -}}
+
+{{- /*
+Leader election (docs/operations.md, "High availability"): on unless turned off, which only one
+replica may do. The Lease is named after the release, in the agent's namespace.
+*/ -}}
+{{- define "launch-agent.leaderElection" -}}
+{{- $replicas := int .Values.agent.replicas -}}
+{{- $on := .Values.agent.leaderElection.enabled -}}
+{{- if and (gt $replicas 1) (not $on) -}}
+{{- fail (printf "agent.replicas is %d but agent.leaderElection.enabled is false: more than one replica needs the leader Lease (two agents would pop the same queues)" $replicas) -}}
+{{- end -}}
+{{- if $on }}true{{ end -}}
+{{- end -}}
+
+{{- define "launch-agent.leaseName" -}}
+{{- .Values.agent.leaderElection.leaseName | default (include "launch-agent.fullname" .) -}}
+{{- end -}}

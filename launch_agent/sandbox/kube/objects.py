@@ -31,6 +31,12 @@ class Objects:
         ns = (body.get("metadata") or {}).get("namespace") or namespace
         return copy.deepcopy(self._store.create(rt, ns if rt.namespaced else "", body))
 
+    def backdate(self, resource: str, seconds: float) -> int:
+        """Move every object's `creationTimestamp` `seconds` into the past, with no event and no
+        new resourceVersion (a harness's shortcut: the API server never changes it; benchmarks
+        use it to have an agent adopt runs that started long ago). Returns how many."""
+        return self._store.backdate(self._store.rt(resource), seconds)
+
     def get(self, resource: str, name: str, namespace: str = "default") -> Obj:
         return copy.deepcopy(self._store.get(self._store.rt(resource), namespace, name))
 

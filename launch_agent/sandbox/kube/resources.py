@@ -74,6 +74,8 @@ BUILTIN: tuple[ResourceType, ...] = (
     _core("namespaces", "Namespace", False, ("ns",), "status"),
     _core("nodes", "Node", False, ("no",), "status"),
     ResourceType("batch", "v1", "jobs", "Job", True, "job", (), frozenset({"status"}), ("all",)),
+    # Leader election: updates conditional on resourceVersion, 409 Conflict otherwise (store.py).
+    ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, "lease"),
     ResourceType(
         "apiextensions.k8s.io",
         "v1",

@@ -15,7 +15,7 @@ import copy
 import random
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from launch_agent.sandbox.kube import errors
@@ -87,6 +87,16 @@ class Store:
             # Nothing of this resource was logged since every log was last compacted.
             self._logs[storage] = EventLog(self.event_log_size, floor=self._compacted)
         return self._logs[storage]
+
+    def backdate(self, rt: ResourceType, seconds: float) -> int:
+        """See `Objects.backdate`. New dicts, not edits: earlier watch events hold the old."""
+        table = self._table(rt)
+        for key, obj in table.items():
+            meta = obj["metadata"]
+            created = datetime.fromisoformat(meta["creationTimestamp"].replace("Z", "+00:00"))
+            moved = timestamp(created - timedelta(seconds=seconds))
+            table[key] = {**obj, "metadata": {**meta, "creationTimestamp": moved}}
+        return len(table)
 
     def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
         obj = self._table(rt).get((namespace if rt.namespaced else "", name))

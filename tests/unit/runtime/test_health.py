@@ -45,3 +45,33 @@ async def test_endpoints() -> None:
         async with http.get("/metrics") as resp:
             assert resp.status == 200
             assert 'launch_agent_pops_total{queue="q1"} 3.0' in await resp.text()
+
+
+def test_a_standby_is_ready_without_polling_and_says_so() -> None:
+    r = Readiness(poll_interval_seconds=10, started=0.0, role="standby")
+    assert r.problems(now=1000.0) == []
+    r.watches["pods/default"] = False
+    assert r.problems(now=1000.0) == ["watch pods/default disconnected"]
+    r.role = "leader"  # took over: now it must poll like any agent
+    assert r.problems(now=1000.0) == [
+        "W&B not polled successfully yet",
+        "watch pods/default disconnected",
+    ]
+
+
+async def test_readyz_names_the_role() -> None:
+    readiness = Readiness(poll_interval_seconds=10, role="standby")
+    async with (
+        HealthServer(readiness, Metrics(), "127.0.0.1", 0) as server,
+        aiohttp.ClientSession(f"http://127.0.0.1:{server.port}") as http,
+    ):
+        async with http.get("/readyz") as resp:
+            assert resp.status == 200
+            assert (await resp.text()).splitlines()[-1] == "role: standby"
+        readiness.role = "leader"
+        async with http.get("/readyz") as resp:
+            assert resp.status == 503
+            assert (await resp.text()).splitlines() == [
+                "W&B not polled successfully yet",
+                "role: leader",
+            ]
