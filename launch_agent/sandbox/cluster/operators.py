@@ -1,170 +1,47 @@
-"""PyTorchJob, LeaderWorkerSet, RayJob and Volcano Job controllers; see `workloads`."""
+"""The LeaderWorkerSet controller; see `workloads` (the other operators have a module each)."""
 
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from typing import Any
 
-from launch_agent.sandbox.cluster.children import (
-    ensure_pod,
-    is_ready,
-    pod_phase,
-)
-from launch_agent.sandbox.cluster.common import (
-    Ctx,
-    condition,
-    has_condition,
-    merge_conditions,
-)
+from launch_agent.sandbox.cluster.children import ensure_pod, is_ready, pod_phase
+from launch_agent.sandbox.cluster.common import Ctx, condition
 from launch_agent.sandbox.kube.store import Obj
 
-# --- PyTorchJob -------------------------------------------------------------------------------
-
-
-def reconcile_pytorchjob(ctx: Ctx, job: Obj) -> None:
-    spec, status, now = job["spec"], dict(job.get("status") or {}), ctx.ts()
-    name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
-    kind = "PyTorchJob"
-    conditions = list(status.get("conditions") or [])
-    if has_condition(job, "Succeeded") or has_condition(job, "Failed"):
-        return
-    if not conditions:
-        conditions = [
-            _kf_condition("Created", True, f"{kind}Created", f"{kind} {name} is created.", now)
-        ]
-        ctx.event(
-            job, "Normal", f"{kind}Created", f"{kind} {name} is created.", "pytorchjob-controller"
-        )
-    replicas = spec.get("pytorchReplicaSpecs") or {}
-    suspended = bool((spec.get("runPolicy") or {}).get("suspend"))
-    existing = {p["metadata"]["name"]: p for p in ctx.children(job, "Pod")}
-    replica_status: dict[str, dict[str, Any]] = {}
-    for rtype, rspec in sorted(replicas.items()):
-        counts = Counter[str]()
-        for i in range(int(rspec.get("replicas", 1))):
-            pod_name = f"{name}-{rtype.lower()}-{i}"
-            if suspended:
-                if pod_name in existing:
-                    ctx.delete(existing[pod_name])
-                continue
-            template = dict(rspec.get("template") or {})
-            pspec = dict(template.get("spec") or {})
-            policy = rspec.get("restartPolicy", "OnFailure")
-            pspec["restartPolicy"] = "Never" if policy == "ExitCode" else policy
-            labels = {
-                "training.kubeflow.org/job-name": name,
-                "training.kubeflow.org/operator-name": "pytorchjob-controller",
-                "training.kubeflow.org/replica-type": rtype.lower(),
-                "training.kubeflow.org/replica-index": str(i),
-            }
-            if rtype == "Master":
-                labels["training.kubeflow.org/job-role"] = "master"
-            pod = ensure_pod(
-                ctx, job, existing, pod_name, {**template, "spec": pspec}, labels=labels
-            )
-            phase = pod_phase(pod)
-            counts[
-                "succeeded" if phase == "Succeeded" else "failed" if phase == "Failed" else "active"
-            ] += 1
-        replica_status[rtype] = {
-            "active": counts["active"],
-            "succeeded": counts["succeeded"],
-            "failed": counts["failed"],
-            "selector": ",".join(
-                [
-                    f"training.kubeflow.org/job-name={name}",
-                    "training.kubeflow.org/operator-name=pytorchjob-controller",
-                    f"training.kubeflow.org/replica-type={rtype.lower()}",
-                ]
-            ),
-        }
-    status["replicaStatuses"] = replica_status
-    if suspended:
-        conditions = merge_conditions(
-            conditions,
-            [
-                _kf_condition(
-                    "Suspended", True, f"{kind}Suspended", f"{kind} {name} is suspended.", now
-                )
-            ],
-        )
-        status["conditions"] = conditions
-        ctx.set_status(job, status)
-        return
-    status.setdefault("startTime", now)
-    failed = {r: s["failed"] for r, s in replica_status.items() if s["failed"]}
-    lead = "Master" if "Master" in replica_status else None
-    if lead:
-        succeeded = replica_status[lead]["succeeded"] == int(replicas[lead].get("replicas", 1))
-    else:
-        succeeded = all(
-            s["succeeded"] == int(replicas[r].get("replicas", 1)) for r, s in replica_status.items()
-        )
-    if failed:
-        rtype, count = sorted(failed.items())[0]
-        message = f"{kind} {ns}/{name} has failed because {count} {rtype} replica(s) failed."
-        conditions = merge_conditions(
-            conditions,
-            [
-                _kf_condition("Running", False, f"{kind}Failed", message, now),
-                _kf_condition("Failed", True, f"{kind}Failed", message, now),
-            ],
-        )
-        status["completionTime"] = now
-        ctx.event(job, "Normal", f"{kind}Failed", message, "pytorchjob-controller")
-    elif succeeded:
-        message = f"{kind} {ns}/{name} successfully completed."
-        conditions = merge_conditions(
-            conditions,
-            [
-                _kf_condition("Running", False, f"{kind}Succeeded", message, now),
-                _kf_condition("Succeeded", True, f"{kind}Succeeded", message, now),
-            ],
-        )
-        status["completionTime"] = now
-    elif any(pod_phase(p) == "Running" for p in ctx.children(job, "Pod")):
-        conditions = merge_conditions(
-            conditions,
-            [
-                _kf_condition(
-                    "Running", True, f"{kind}Running", f"{kind} {ns}/{name} is running.", now
-                )
-            ],
-        )
-    status["conditions"] = conditions
-    status["lastReconcileTime"] = now
-    if status == job.get("status") or _same_but_reconcile_time(status, job.get("status") or {}):
-        return
-    ctx.set_status(job, status)
-
-
-def _same_but_reconcile_time(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return {k: v for k, v in a.items() if k != "lastReconcileTime"} == {
-        k: v for k, v in b.items() if k != "lastReconcileTime"
-    }
-
-
-def _kf_condition(kind: str, status: bool, reason: str, message: str, now: str) -> dict[str, Any]:
-    return condition(kind, status, reason, message, now, lastUpdateTime=now)
-
-
 # --- LeaderWorkerSet --------------------------------------------------------------------------
+# kubernetes-sigs/lws v0.10 `pkg/controllers/leaderworkerset_controller.go` (updateConditions,
+# setCondition) and `pod_controller.go` (handleRestartPolicy). The leader and worker
+# StatefulSets are not objects here: the pods are the LeaderWorkerSet's children.
+
+LWS_SOURCE = "leaderworkerset-controller"
 
 
 def reconcile_lws(ctx: Ctx, lws: Obj) -> None:
-    spec, status, now = lws["spec"], dict(lws.get("status") or {}), ctx.ts()
+    spec, status = lws["spec"], dict(lws.get("status") or {})
     name = lws["metadata"]["name"]
     lwt = spec.get("leaderWorkerTemplate") or {}
     size, groups = int(lwt.get("size", 1)), int(spec.get("replicas", 1))
     worker = lwt.get("workerTemplate") or {}
     leader = lwt.get("leaderTemplate") or worker
-    existing = {p["metadata"]["name"]: p for p in ctx.children(lws, "Pod")}
+    # The CRD defaults restartPolicy to RecreateGroupOnPodRestart.
+    policy = lwt.get("restartPolicy") or "RecreateGroupOnPodRestart"
+    pods = ctx.children(lws, "Pod")
+    existing = {p["metadata"]["name"]: p for p in pods}
     ready_groups = 0
     for g in range(groups):
+        names = [f"{name}-{g}" if w == 0 else f"{name}-{g}-{w}" for w in range(size)]
+        if policy in ("RecreateGroupOnPodRestart", "RecreateGroupAfterStart"):
+            broken = next(
+                (existing[n] for n in names if n in existing and _restarted(existing[n])), None
+            )
+            if broken is not None:
+                _recreate_group(ctx, lws, [existing[n] for n in names if n in existing], broken, g)
+                continue
+        if any(existing.get(n, {}).get("metadata", {}).get("deletionTimestamp") for n in names):
+            continue  # the group is going; it is recreated once its pods are gone
         members = []
-        for w in range(size):
-            pod_name = f"{name}-{g}" if w == 0 else f"{name}-{g}-{w}"
+        for w, pod_name in enumerate(names):
             labels = {
                 "leaderworkerset.sigs.k8s.io/name": name,
                 "leaderworkerset.sigs.k8s.io/group-index": str(g),
@@ -174,40 +51,34 @@ def reconcile_lws(ctx: Ctx, lws: Obj) -> None:
                 ).hexdigest()[:40],
             }
             annotations = {"leaderworkerset.sigs.k8s.io/size": str(size)}
-            pod = ensure_pod(
-                ctx,
-                lws,
-                existing,
-                pod_name,
-                leader if w == 0 else worker,
-                labels=labels,
-                annotations=annotations,
+            members.append(
+                ensure_pod(
+                    ctx,
+                    lws,
+                    existing,
+                    pod_name,
+                    leader if w == 0 else worker,
+                    labels=labels,
+                    annotations=annotations,
+                )
             )
-            members.append(pod)
-        if all(is_ready(p) for p in members):
+        if all(is_ready(p) and pod_phase(p) == "Running" for p in members):
             ready_groups += 1
-    available = ready_groups == groups
-    conditions = merge_conditions(
-        status.get("conditions"),
-        [
-            condition(
-                "Available",
-                available,
-                "AllGroupsReady" if available else "GroupsNotReady",
-                "All replicas are ready"
-                if available
-                else f"{ready_groups}/{groups} replicas are ready",
-                now,
-            ),
-            condition(
-                "Progressing",
-                not available,
-                "GroupsProgressing" if not available else "GroupsReady",
-                "Replicas are progressing" if not available else "All replicas are ready",
-                now,
-            ),
-        ],
-    )
+    # updateConditions: Available when every group is ready, Progressing otherwise; only the
+    # true one is written, the other turned False (setCondition, exclusiveConditionTypes).
+    if ready_groups == groups:
+        kind, reason, message = "Available", "AllGroupsReady", "All replicas are ready"
+    else:
+        kind, reason, message = "Progressing", "GroupsProgressing", "Replicas are progressing"
+    conditions, changed = _set_true(status.get("conditions") or [], kind, reason, message, ctx.ts())
+    if changed:
+        ctx.event(
+            lws,
+            "Normal",
+            reason,
+            f"{message}, with {ready_groups} groups ready of total {groups} groups",
+            LWS_SOURCE,
+        )
     status.update(
         replicas=groups,
         readyReplicas=ready_groups,
@@ -217,3 +88,63 @@ def reconcile_lws(ctx: Ctx, lws: Obj) -> None:
         observedGeneration=lws["metadata"].get("generation", 1),
     )
     ctx.set_status(lws, status)
+
+
+def _restarted(pod: Obj) -> bool:
+    """podutils.ContainerRestarted (a Running or Pending pod with a restarted container), or a
+    pod that failed for good (the StatefulSet would replace it: the group restarts too)."""
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    phase = pod_phase(pod)
+    if phase == "Failed":
+        return True
+    if phase not in ("Running", "Pending"):
+        return False
+    pstatus = pod.get("status") or {}
+    return any(
+        int(cs.get("restartCount", 0)) > 0
+        for cs in (pstatus.get("initContainerStatuses") or [])
+        + (pstatus.get("containerStatuses") or [])
+    )
+
+
+def _recreate_group(ctx: Ctx, lws: Obj, members: list[Obj], broken: Obj, group: int) -> None:
+    """handleRestartPolicy: the leader is deleted (foreground, its workers with it)."""
+    leader = next(
+        (p for p in members if p["metadata"]["name"] == f"{lws['metadata']['name']}-{group}"), None
+    )
+    for pod in members:
+        ctx.delete(pod, propagation="Foreground")
+    leader_name = leader["metadata"]["name"] if leader else f"{lws['metadata']['name']}-{group}"
+    ctx.event(
+        lws,
+        "Normal",
+        "RecreateGroup",
+        f"Worker pod {broken['metadata']['name']} failed, deleted leader pod {leader_name}"
+        f" to recreate group {group}",
+        LWS_SOURCE,
+    )
+
+
+def _set_true(
+    conditions: list[dict[str, Any]], kind: str, reason: str, message: str, now: str
+) -> tuple[list[dict[str, Any]], bool]:
+    out: list[dict[str, Any]] = []
+    found, changed = False, False
+    exclusive = {"Available", "Progressing"}
+    for old in conditions:
+        if old.get("type") == kind:
+            found = True
+            if old.get("status") != "True":
+                out.append(condition(kind, True, reason, message, now))
+                changed = True
+                continue
+        elif old.get("status") == "True" and {old.get("type"), kind} <= exclusive:
+            out.append({**old, "status": "False", "lastTransitionTime": now})
+            changed = True
+            continue
+        out.append(dict(old))
+    if not found:
+        out.append(condition(kind, True, reason, message, now))
+        changed = True
+    return out, changed

@@ -32,7 +32,8 @@ from collections.abc import Callable
 
 from launch_agent.sandbox.cluster.common import Ctx
 from launch_agent.sandbox.cluster.jobsets import reconcile_jobset, reconcile_trainjob
-from launch_agent.sandbox.cluster.operators import reconcile_lws, reconcile_pytorchjob
+from launch_agent.sandbox.cluster.operators import reconcile_lws
+from launch_agent.sandbox.cluster.pytorchjob import reconcile_pytorchjob
 from launch_agent.sandbox.cluster.rayjob import reconcile_rayjob
 from launch_agent.sandbox.cluster.volcano import reconcile_volcano
 from launch_agent.sandbox.kube.store import Obj
