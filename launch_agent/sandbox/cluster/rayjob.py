@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from launch_agent.sandbox.cluster.children import (
     RUN_FOREVER,
@@ -26,7 +27,7 @@ from launch_agent.sandbox.cluster.children import (
     pod_phase,
 )
 from launch_agent.sandbox.cluster.common import Ctx, has_condition, owner_ref
-from launch_agent.sandbox.kube.store import Obj
+from launch_agent.sandbox.kube.store import Obj, Store
 
 # Read by `SimulatedCluster._outcome_for`: count this object's pods' attempts on another object.
 ATTEMPTS_OF = "sandbox.launch-agent.io/attempts-of"
@@ -35,6 +36,9 @@ SOURCE = "rayjob-controller"
 AUTOSCALER = "autoscaler"
 AUTOSCALER_IMAGE = "quay.io/kuberay/autoscaler:v1.4.2"
 TERMINAL = ("Complete", "Failed", "ValidationFailed")
+REQUEUE_SECONDS = 3.0  # rayjob_controller.go RayJobDefaultRequeueDuration
+# When a RayJob's release may next be checked (the operator's requeue), per store and uid.
+_REQUEUES: WeakKeyDictionary[Store, dict[str, float]] = WeakKeyDictionary()
 
 
 def _rand5(rj: Obj, salt: str) -> str:
@@ -186,9 +190,19 @@ def _release(ctx: Ctx, rj: Obj, status: dict[str, Any], deployment: str) -> None
             ctx.delete(sub, propagation="Background")
             message = f"Deleted submitter K8s Job {ns}/{sub['metadata']['name']}"
             ctx.event(rj, "Normal", "DeletedRayJobSubmitter", message, SOURCE)
-    # "Wait for the resources to be deleted before the status transitions to avoid a leak."
-    if any(ctx.store.by_uid(o["metadata"]["uid"]) for o in (*pods, *subs)):
+    # deleteClusterResources / deleteSubmitterJob report "deleted" only once a Get finds
+    # nothing; the pass that issued the deletes found them, so the operator requeues after
+    # RayJobDefaultRequeueDuration and the status stays Suspending / Retrying meanwhile.
+    requeues = _REQUEUES.setdefault(ctx.store, {})
+    uid = rj["metadata"]["uid"]
+    if pods or subs:
+        requeues[uid] = ctx.t + REQUEUE_SECONDS
+    if any(ctx.store.by_uid(o["metadata"]["uid"]) for o in (*pods, *subs)) or (
+        requeues.get(uid, 0.0) > ctx.t
+    ):
+        ctx.wake_at(requeues.get(uid, ctx.t + REQUEUE_SECONDS))
         return
+    requeues.pop(uid, None)
     for key in ("rayClusterStatus", "rayClusterName", "dashboardURL", "jobId", "message"):
         status.pop(key, None)
     for key in ("reason", "rayJobInfo", "jobStatusCheckFailureStartTime", "jobStatus"):

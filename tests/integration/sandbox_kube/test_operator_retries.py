@@ -49,10 +49,12 @@ def rayjob(name: str, outcome: str, **spec: Any) -> dict[str, Any]:
 async def test_rayjob_retries_a_failed_attempt_then_succeeds(
     kube: KubeApiServer, cluster: SimulatedCluster, crds: Path
 ) -> None:
-    seen: list[dict[str, Any]] = []
+    seen: list[dict[str, Any]] = []  # every RayJob status written, with the simulated time
     kube.store.listeners.append(
         lambda storage, kind, obj: (
-            seen.append(dict(obj.get("status") or {})) if obj.get("kind") == "RayJob" else None
+            seen.append({**(obj.get("status") or {}), "at": cluster.clock.seconds()})
+            if obj.get("kind") == "RayJob"
+            else None
         )
     )
     kube.objects.create("rayjobs", rayjob("rj", "fail after=2s; succeed after=2s", backoffLimit=2))
@@ -68,7 +70,10 @@ async def test_rayjob_retries_a_failed_attempt_then_succeeds(
     # then New (jobDeploymentStatus omitted), then a new Initializing.
     retrying = [s for s in seen if s.get("jobDeploymentStatus") == "Retrying"]
     assert retrying and retrying[0]["jobStatus"] == "FAILED" and retrying[0]["failed"] == 1
-    assert any("jobDeploymentStatus" not in s and s.get("failed") == 1 for s in seen)
+    renewed = [s for s in seen if "jobDeploymentStatus" not in s and s.get("failed") == 1]
+    assert renewed
+    # Retrying lasts until the operator's requeue finds the old cluster gone (3 s).
+    assert renewed[0]["at"] - retrying[0]["at"] >= 3
     cluster.advance(10)
     rj = kube.objects.get("rayjobs", "rj")
     assert (rj["status"]["jobDeploymentStatus"], rj["status"]["jobStatus"]) == (
