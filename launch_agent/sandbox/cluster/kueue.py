@@ -21,15 +21,21 @@ follows the objects a real Kueue v0.19 writes, so the agent reads them as on a c
   `QuotaReserved` and `Admitted` True, and the job is unsuspended. If not: `QuotaReserved=False`,
   reason `Pending`, with Kueue's message, e.g. "couldn't assign flavors to pod set main:
   insufficient unused quota for cpu in flavor default-flavor, 3 more needed" (or "...,
-  request > maximum capacity (24 > 16)" when it can never fit). `BestEffortFIFO` (the default)
+  previously considered podsets requests (0) + current podset request (24) > maximum capacity
+  (16)" when it can never fit), and a Warning Event with the reason. `version = "0.20"`: the
+  granular reasons (Misconfigured, WaitingForQuota, ExceedsMaxQuota, NoMatchingFlavor). `BestEffortFIFO` (the default)
   lets a later Workload that fits pass one that does not; `StrictFIFO` does not.
 - **Release.** When the job completes or fails the Workload gets `Finished=True` and its quota
   is free for the next one; a deleted job's Workload goes with it (ownerReference GC).
 - **Counts.** ClusterQueue and LocalQueue status: `pendingWorkloads`, `reservingWorkloads`,
   `admittedWorkloads` and `flavorsUsage`.
 
+- **Deactivation.** `spec.active: false` (an admin; `deactivate()` plays the requeuing limit;
+  `maximumExecutionTimeSeconds` sets it itself): `Evicted=True` reason `Deactivated` or
+  `DeactivatedDueTo<cause>`, the job stopped, then `Requeued=False`: suspended for good.
+
 Not modelled: cohorts and borrowing, preemption (use `evict()` to play one), admission checks,
-priorities, fair sharing, partial admission, waitForPodsReady, topology-aware scheduling,
+priorities, fair sharing, partial admission, waitForPodsReady itself, topology-aware scheduling,
 ResourceFlavor node labels, and the other job integrations (PyTorchJob, RayJob, ...).
 """
 
