@@ -23,8 +23,9 @@ follows the objects a real Kueue v0.19 writes, so the agent reads them as on a c
   insufficient unused quota for cpu in flavor default-flavor, 3 more needed" (or "...,
   previously considered podsets requests (0) + current podset request (24) > maximum capacity
   (16)" when it can never fit), and a Warning Event with the reason. `version = "0.20"`: the
-  granular reasons (Misconfigured, WaitingForQuota, ExceedsMaxQuota, NoMatchingFlavor). `BestEffortFIFO` (the default)
-  lets a later Workload that fits pass one that does not; `StrictFIFO` does not.
+  granular reasons (Misconfigured, WaitingForQuota, ExceedsMaxQuota, NoMatchingFlavor).
+  `BestEffortFIFO` (the default) lets a later Workload that fits pass one that does not;
+  `StrictFIFO` does not.
 - **Release.** When the job completes or fails the Workload gets `Finished=True` and its quota
   is free for the next one; a deleted job's Workload goes with it (ownerReference GC).
 - **Counts.** ClusterQueue and LocalQueue status: `pendingWorkloads`, `reservingWorkloads`,
