@@ -61,8 +61,13 @@ async def test_rayjob_retries_a_failed_attempt_then_succeeds(
     cluster.advance(2)
     first = kube.objects.get("rayjobs", "rj")["status"]
     assert first["jobDeploymentStatus"] == "Running"
-    cluster.advance(5)  # the first submitter fails: one failed attempt, a new cluster
-    rj = kube.objects.get("rayjobs", "rj")
+    # The first submitter fails: one failed attempt, then (once the old cluster's pods are
+    # gone, which takes their grace period where deletion is graceful) a new cluster.
+    for _ in range(20):
+        cluster.advance(5)
+        rj = kube.objects.get("rayjobs", "rj")
+        if rj["status"].get("rayClusterName") not in (None, first["rayClusterName"]):
+            break
     assert rj["status"]["failed"] == 1
     assert rj["status"]["rayClusterName"] != first["rayClusterName"]
     assert rj["status"]["jobId"] != first["jobId"]
@@ -74,7 +79,8 @@ async def test_rayjob_retries_a_failed_attempt_then_succeeds(
     assert renewed
     # Retrying lasts until the operator's requeue finds the old cluster gone (3 s).
     assert renewed[0]["at"] - retrying[0]["at"] >= 3
-    cluster.advance(10)
+    for _ in range(10):
+        cluster.advance(5)
     rj = kube.objects.get("rayjobs", "rj")
     assert (rj["status"]["jobDeploymentStatus"], rj["status"]["jobStatus"]) == (
         "Complete",
@@ -82,8 +88,11 @@ async def test_rayjob_retries_a_failed_attempt_then_succeeds(
     )
     assert (rj["status"]["failed"], rj["status"]["succeeded"]) == (1, 1)
     await assert_status_matches_crd(crds, rj)
-    reasons = [e["reason"] for e in kube.objects.list("events")]
-    assert reasons.count("CreatedRayJobSubmitter") == 2 and "DeletedRayCluster" in reasons
+    events = kube.objects.list("events")
+    # Two submitters (a recorder may fold the identical Events into one with count 2).
+    created = [e for e in events if e["reason"] == "CreatedRayJobSubmitter"]
+    assert sum(int(e.get("count") or 1) for e in created) == 2
+    assert any(e["reason"] == "DeletedRayCluster" for e in events)
 
 
 async def test_rayjob_exhausting_its_retries_fails_with_app_failed(
