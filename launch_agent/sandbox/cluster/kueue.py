@@ -135,13 +135,17 @@ class KueueController:
         self.enabled = enabled
         # "0.19": the legacy reasons (Inadmissible, Pending); "0.20": the granular ones of
         # UnadmittedWorkloadsObservability, on by default from 0.20 (Misconfigured,
-        # WaitingForQuota, ExceedsMaxQuota, PendingEvaluation, Deactivated).
+        # WaitingForQuota, ExceedsMaxQuota, PendingEvaluation, Deactivated); before "0.10" a
+        # deactivation is reason InactiveWorkload.
         self.version = version
+
+    def _at_least(self, major: int, minor: int) -> bool:
+        return tuple(int(p) for p in self.version.split(".")[:2]) >= (major, minor)
 
     @property
     def granular(self) -> bool:
         """pkg/workload UnadmittedWorkloadReasonWithFallback: the gate decides the reason."""
-        return tuple(int(p) for p in self.version.split(".")[:2]) >= (0, 20)
+        return self._at_least(0, 20)
 
     def _reason(self, granular: str, fallback: str) -> str:
         return granular if self.granular else fallback
@@ -276,10 +280,13 @@ class KueueController:
             return wl
         if _condition(wl, "Evicted") is not None:
             return wl
-        reason, message = "Deactivated", "The workload is deactivated"
+        message = "The workload is deactivated"
+        # Kueue before 0.10 named it InactiveWorkload (WorkloadEvictedByDeactivation) and
+        # appended the cause bare; since then Deactivated, "DueTo" the cause (ReasonWithCause).
+        reason = "Deactivated" if self._at_least(0, 10) else "InactiveWorkload"
         if target is not None:
-            # evict.Evict: the underlying cause joins the reason (patching.ReasonWithCause).
-            reason = f"{reason}DueTo{target['reason']}"
+            joiner = "DueTo" if self._at_least(0, 10) else ""
+            reason = f"{reason}{joiner}{target['reason']}"
             message = f"{message} due to {target.get('message', '')}"
         status["conditions"] = merge_conditions(
             [c for c in status.get("conditions") or [] if c.get("type") != "DeactivationTarget"],

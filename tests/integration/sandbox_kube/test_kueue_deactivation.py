@@ -183,3 +183,27 @@ async def test_kueue_0_19_keeps_the_legacy_reasons(
     assert conditions(await workload_of(custom, waiting.metadata.uid))["QuotaReserved"][1] == (
         "Pending"
     )
+
+
+async def test_kueue_before_0_10_says_inactive_workload(
+    kube: KubeApiServer,
+    cluster: SimulatedCluster,  # noqa: F811
+    batch: client.BatchV1Api,
+    custom: client.CustomObjectsApi,
+) -> None:
+    cluster.kueue.version = "0.9"
+    await setup_queues(custom, cpu="4")
+    job = await batch.create_namespaced_job("default", queued_job("old", "1"))  # type: ignore[arg-type]
+    cluster.step()
+    wl = await workload_of(custom, job.metadata.uid)
+    KueueController.deactivate(
+        Ctx(cluster.store, cluster.clock),
+        wl,
+        "RequeuingLimitExceeded",
+        "exceeding the maximum number of re-queuing retries",
+    )
+    cluster.step()
+    conds = conditions(await workload_of(custom, job.metadata.uid))
+    assert conds["Evicted"][:2] == ("True", "InactiveWorkloadRequeuingLimitExceeded")
+    assert conds["Requeued"][:2] == ("False", "InactiveWorkloadRequeuingLimitExceeded")
+    assert (await batch.read_namespaced_job("old", "default")).spec.suspend is True
