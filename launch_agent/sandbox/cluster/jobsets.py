@@ -16,65 +16,75 @@ from launch_agent.sandbox.cluster.common import (
     merge_conditions,
     owner_ref,
 )
+from launch_agent.sandbox.cluster.events import warn_once
+from launch_agent.sandbox.kube.errors import ApiError
 from launch_agent.sandbox.kube.store import Obj
 
 # --- JobSet -----------------------------------------------------------------------------------
+# kubernetes-sigs/jobset v0.12 `pkg/controllers/jobset_controller.go` (reconcile,
+# reconcileReplicatedJobs, createJobs) and `failure_policy.go` (executeFailurePolicy).
+
+FAILED_JOBS = ("FailedJobs", "jobset failed due to one or more job failures")
+MAX_RESTARTS = ("ReachedMaxRestarts", "jobset failed due to reaching max number of restarts")
+FAIL_ACTION = ("FailJobSetFailurePolicyAction", "applying FailJobSet failure policy action")
+RESTART_ACTION = (
+    "RestartJobSetFailurePolicyAction",
+    "applying RestartJobSet failure policy action",
+)
+RESTART_IGNORING = (
+    "RestartJobSetAndIgnoreMaxRestartsFailurePolicyAction",
+    "applying RestartJobSetAndIgnoreMaxRestarts failure policy action",
+)
+RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+SOURCE = "jobset"
 
 
 def reconcile_jobset(ctx: Ctx, js: Obj) -> None:
     spec, status, now = js["spec"], dict(js.get("status") or {}), ctx.ts()
     if status.get("terminalState"):
         return
-    name, ns = js["metadata"]["name"], js["metadata"]["namespace"]
-    jobs = {j["metadata"]["name"]: j for j in ctx.children(js, "Job")}
-    suspend = bool(spec.get("suspend"))
-    rj_status, conditions = [], list(status.get("conditions") or [])
+    name = js["metadata"]["name"]
     restarts = int(status.get("restarts", 0))
+    suspend = bool(spec.get("suspend"))
+    current: list[Obj] = []
+    for job in ctx.children(js, "Job"):
+        attempt = int((job["metadata"].get("labels") or {}).get(RESTART_ATTEMPT, "0") or 0)
+        if attempt < restarts:
+            ctx.delete(job, propagation="Foreground")  # "marked for deletion"
+        elif not job["metadata"].get("deletionTimestamp"):
+            current.append(job)
+    jobs = {j["metadata"]["name"]: j for j in ctx.children(js, "Job")}
+    rj_status, conditions = [], list(status.get("conditions") or [])
     for rj in spec.get("replicatedJobs") or []:
         mine = []
         for i in range(int(rj.get("replicas", 1))):
             job_name = f"{name}-{rj['name']}-{i}"
-            labels = {
-                "jobset.sigs.k8s.io/jobset-name": name,
-                "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
-                "jobset.sigs.k8s.io/job-index": str(i),
-                "jobset.sigs.k8s.io/replicatedjob-replicas": str(rj.get("replicas", 1)),
-                "jobset.sigs.k8s.io/restart-attempt": str(restarts),
-            }
-            job = jobs.get(job_name)
-            if job is None:
-                template = rj.get("template") or {}
-                jspec = dict(template.get("spec") or {})
-                ptemplate = dict(jspec.get("template") or {})
-                pmeta = dict(ptemplate.get("metadata") or {})
-                pmeta["labels"] = {**(pmeta.get("labels") or {}), **labels}
-                jspec["template"] = {**ptemplate, "metadata": pmeta}
-                jspec["suspend"] = suspend
-                tmeta = template.get("metadata") or {}
-                body = {
-                    "metadata": {
-                        "name": job_name,
-                        "labels": {**(tmeta.get("labels") or {}), **labels},
-                        "annotations": dict(tmeta.get("annotations") or {}),
-                        "ownerReferences": [owner_ref(js)],
-                    },
-                    "spec": jspec,
-                }
-                job = ctx.create("jobs", ns, body)
-            elif bool(job["spec"].get("suspend")) != suspend:
-                job = ctx.update({**job, "spec": {**job["spec"], "suspend": suspend}})
+            found = jobs.get(job_name)
+            if found is None:
+                try:
+                    job = ctx.create("jobs", js["metadata"]["namespace"], _child_job(js, rj, i))
+                except ApiError as exc:
+                    # reconcileReplicatedJobs: Eventf(Warning, JobCreationFailed, err.Error()).
+                    warn_once(ctx, js, "JobCreationFailed", exc.message, SOURCE)
+                    return
+                current.append(job)
+            elif found["metadata"].get("deletionTimestamp"):
+                continue  # an old attempt's Job still going; its successor waits
+            elif bool(found["spec"].get("suspend")) != suspend:
+                job = ctx.update({**found, "spec": {**found["spec"], "suspend": suspend}})
+            else:
+                job = found
             mine.append(job)
         rj_status.append({"name": rj["name"], **job_counts(mine)})
     status["replicatedJobsStatus"] = rj_status
-    all_jobs = list(ctx.children(js, "Job"))
-    failed = [j for j in all_jobs if has_condition(j, "Failed")]
+    failed = [j for j in current if has_condition(j, "Failed")]
     policy = spec.get("successPolicy") or {}
     targets = policy.get("targetReplicatedJobs") or [
         rj["name"] for rj in spec.get("replicatedJobs") or []
     ]
     target_jobs = [
         j
-        for j in all_jobs
+        for j in current
         if j["metadata"]["labels"].get("jobset.sigs.k8s.io/replicatedjob-name") in targets
     ]
     done = [j for j in target_jobs if has_condition(j, "Complete")]
@@ -84,33 +94,19 @@ def reconcile_jobset(ctx: Ctx, js: Obj) -> None:
         if rj["name"] in targets
     )
     if failed:
-        max_restarts = int((spec.get("failurePolicy") or {}).get("maxRestarts", 0))
-        if restarts < max_restarts:
-            for job in all_jobs:
-                ctx.delete(job, propagation="Foreground")
-            status["restarts"] = restarts + 1
-            ctx.set_status(js, status)
-            return
-        reason, message = (
-            ("ReachedMaxRestarts", "jobset failed due to reaching max number of restarts")
-            if max_restarts
-            else ("FailedJobs", "jobset failed due to one or more job failures")
-        )
-        conditions = merge_conditions(conditions, [condition("Failed", True, reason, message, now)])
-        status.update(conditions=conditions, terminalState="Failed")
-        for job in all_jobs:
-            if not finished(job):
-                ctx.delete(job, propagation="Foreground")
-    elif done and (len(done) >= expected if policy.get("operator", "All") == "All" else True):
+        if _execute_failure_policy(ctx, js, status, failed, now):
+            for job in current:
+                if not finished(job):
+                    ctx.delete(job, propagation="Foreground")
+        ctx.set_status(js, status)
+        return
+    if done and (len(done) >= expected if policy.get("operator", "All") == "All" else True):
+        message = "jobset completed successfully"
         conditions = merge_conditions(
-            conditions,
-            [
-                condition(
-                    "Completed", True, "AllJobsCompleted", "jobset completed successfully", now
-                )
-            ],
+            conditions, [condition("Completed", True, "AllJobsCompleted", message, now)]
         )
         status.update(conditions=conditions, terminalState="Completed")
+        ctx.event(js, "Normal", "AllJobsCompleted", message, SOURCE)
     elif suspend:
         status["conditions"] = merge_conditions(
             conditions, [condition("Suspended", True, "SuspendedJobs", "jobset is suspended", now)]
@@ -123,101 +119,221 @@ def reconcile_jobset(ctx: Ctx, js: Obj) -> None:
     ctx.set_status(js, status)
 
 
+def _child_job(js: Obj, rj: dict[str, Any], index: int) -> Obj:
+    """constructJob: labels and annotations on the Job and its pod template."""
+    name = js["metadata"]["name"]
+    labels = {
+        "jobset.sigs.k8s.io/jobset-name": name,
+        "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
+        "jobset.sigs.k8s.io/job-index": str(index),
+        "jobset.sigs.k8s.io/replicatedjob-replicas": str(rj.get("replicas", 1)),
+        RESTART_ATTEMPT: str(int((js.get("status") or {}).get("restarts", 0))),
+    }
+    template = rj.get("template") or {}
+    jspec = dict(template.get("spec") or {})
+    ptemplate = dict(jspec.get("template") or {})
+    pmeta = dict(ptemplate.get("metadata") or {})
+    pmeta["labels"] = {**(pmeta.get("labels") or {}), **labels}
+    jspec["template"] = {**ptemplate, "metadata": pmeta}
+    jspec["suspend"] = bool(js["spec"].get("suspend"))
+    tmeta = template.get("metadata") or {}
+    return {
+        "metadata": {
+            "name": f"{name}-{rj['name']}-{index}",
+            "labels": {**(tmeta.get("labels") or {}), **labels},
+            "annotations": dict(tmeta.get("annotations") or {}),
+            "ownerReferences": [owner_ref(js)],
+        },
+        "spec": jspec,
+    }
+
+
+def _first_failed(jobs: list[Obj]) -> Obj:
+    """findFirstFailedJob: the earliest Failed condition."""
+    return min(jobs, key=lambda j: str(_failed_condition(j).get("lastTransitionTime", "")))
+
+
+def _failed_condition(job: Obj) -> dict[str, Any]:
+    return next(
+        (
+            dict(c)
+            for c in (job.get("status") or {}).get("conditions") or []
+            if c.get("type") == "Failed" and c.get("status") == "True"
+        ),
+        {},
+    )
+
+
+def _execute_failure_policy(
+    ctx: Ctx, js: Obj, status: dict[str, Any], failed: list[Obj], now: str
+) -> bool:
+    """executeFailurePolicy. True when the JobSet failed (its unfinished Jobs go)."""
+    policy = js["spec"].get("failurePolicy")
+    if policy is None:
+        first = _first_failed(failed)["metadata"]["name"]
+        _set_failed(ctx, js, status, FAILED_JOBS, first)
+        return True
+    action, job, rule = "RestartJobSet", _first_failed(failed), None
+    for candidate in policy.get("rules") or []:
+        matching = [j for j in failed if _rule_applies(candidate, j)]
+        if matching:
+            action, job, rule = str(candidate.get("action")), _first_failed(matching), candidate
+            break
+    first = job["metadata"]["name"]
+    if action == "FailJobSet":
+        _set_failed(ctx, js, status, FAIL_ACTION, first)
+        return True
+    counted = int(status.get("restartsCountTowardsMax", 0))
+    if action == "RestartJobSet" and counted >= int(policy.get("maxRestarts", 0)):
+        _set_failed(ctx, js, status, MAX_RESTARTS, first)
+        return True
+    # failurePolicyRecreateAll: a new attempt; the old attempt's Jobs are deleted next pass.
+    event_reason, base = RESTART_ACTION if action == "RestartJobSet" else RESTART_IGNORING
+    message = f"{base} (first failed job: {first})"
+    status["restarts"] = int(status.get("restarts", 0)) + 1
+    if action == "RestartJobSet":
+        status["restartsCountTowardsMax"] = counted + 1
+    reason = (
+        f"FailurePolicy_{rule['name']}" if rule and rule.get("name") else "DefaultFailurePolicy"
+    )
+    status["conditions"] = merge_conditions(
+        status.get("conditions"), [condition("RestartingJobSet", True, reason, message, now)]
+    )
+    ctx.event(js, "Warning", reason, message, SOURCE)
+    ctx.event(js, "Warning", event_reason, message, SOURCE)
+    return False
+
+
+def _rule_applies(rule: dict[str, Any], job: Obj) -> bool:
+    """ruleIsApplicable (message patterns not modelled)."""
+    reasons = rule.get("onJobFailureReasons") or []
+    if reasons and _failed_condition(job).get("reason") not in reasons:
+        return False
+    targets = rule.get("targetReplicatedJobs") or []
+    parent = (job["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name")
+    return not targets or parent in targets
+
+
+def _set_failed(
+    ctx: Ctx, js: Obj, status: dict[str, Any], words: tuple[str, str], first: str
+) -> None:
+    """setJobSetFailedCondition (messageWithFirstFailedJob), and the Warning Event setCondition
+    emits with it."""
+    reason, message, now = words[0], f"{words[1]} (first failed job: {first})", ctx.ts()
+    status["conditions"] = merge_conditions(
+        status.get("conditions"), [condition("Failed", True, reason, message, now)]
+    )
+    status["terminalState"] = "Failed"
+    ctx.event(js, "Warning", reason, message, SOURCE)
+
+
 # --- TrainJob ---------------------------------------------------------------------------------
+# kubeflow/trainer `pkg/controller/trainjob_controller.go` (Reconcile, setSuspendedCondition) and
+# `pkg/runtime/framework/plugins/jobset/jobset.go` (Build, Status).
+
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 
 
 def reconcile_trainjob(ctx: Ctx, tj: Obj) -> None:
     spec, status, now = tj["spec"], dict(tj.get("status") or {}), ctx.ts()
-    name, ns = tj["metadata"]["name"], tj["metadata"]["namespace"]
     if has_condition(tj, "Complete") or has_condition(tj, "Failed"):
-        return
-    if not served(ctx, "jobsets.jobset.x-k8s.io"):
-        if "JobSetMissing" not in str(status.get("conditions")):
-            message = "the JobSet CRD is not installed; the TrainJob cannot run"
-            status["conditions"] = [condition("Created", False, "JobSetMissing", message, now)]
-            ctx.event(tj, "Warning", "JobSetMissing", message, "trainjob-controller")
-            ctx.set_status(tj, status)
-        return
-    trainer = spec.get("trainer") or {}
+        return  # trainjob.IsTrainJobFinished: no more reconcileObjects
     suspend = bool(spec.get("suspend"))
-    jobsets = ctx.children(tj, "JobSet")
+    jobsets = ctx.children(tj, "JobSet") if served(ctx, "jobsets.jobset.x-k8s.io") else []
     if not jobsets:
-        nodes = int(trainer.get("numNodes", 1))
-        container: dict[str, Any] = {
-            "name": "node",
-            "image": trainer.get("image") or "pytorch/pytorch:latest",
-        }
-        for key in ("command", "args", "env"):
-            if trainer.get(key):
-                container[key] = trainer[key]
-        if trainer.get("resourcesPerNode"):
-            container["resources"] = trainer["resourcesPerNode"]
-        labels = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
-        body = {
-            "apiVersion": "jobset.x-k8s.io/v1alpha2",
-            "kind": "JobSet",
-            "metadata": {
-                "name": name,
-                "labels": dict(tj["metadata"].get("labels") or {}),
-                "ownerReferences": [owner_ref(tj)],
-            },
-            "spec": {
-                "suspend": suspend,
-                "replicatedJobs": [
-                    {
-                        "name": "node",
-                        "replicas": 1,
-                        "template": {
-                            "spec": {
-                                "parallelism": nodes,
-                                "completions": nodes,
-                                "backoffLimit": 0,
-                                "template": {
-                                    "metadata": {"labels": labels},
-                                    "spec": {"restartPolicy": "Never", "containers": [container]},
-                                },
-                            }
-                        },
-                    }
-                ],
-            },
-        }
-        ctx.create("jobsets.jobset.x-k8s.io", ns, body)
-        status["conditions"] = [
-            condition("Created", True, "JobSetCreated", "the JobSet was created", now)
-        ]
+        error = _create_jobset(ctx, tj)
+        if error is not None:
+            # "TrainJob resources reconciliation failed: %.950v" (+ " ..." past 950 chars).
+            message = f"TrainJob resources reconciliation failed: {error[:950]}"
+            if len(error) > 950:
+                message += " ..."
+            warn_once(ctx, tj, "TrainJobResourcesCreationFailed", message, "trainjob-controller")
+        _set_suspended(status, suspend, now)
         ctx.set_status(tj, status)
         return
     js = jobsets[0]
     if bool(js["spec"].get("suspend")) != suspend:
         js = ctx.update({**js, "spec": {**js["spec"], "suspend": suspend}})
+    _set_suspended(status, suspend, now)
     jstatus = js.get("status") or {}
-    status["jobsStatus"] = list(jstatus.get("replicatedJobsStatus") or [])
-    conditions = list(status.get("conditions") or [])
-    if jstatus.get("terminalState") == "Completed":
-        conditions = merge_conditions(
-            conditions,
-            [condition("Complete", True, "JobsCompleted", "jobset completed successfully", now)],
-        )
-    elif jstatus.get("terminalState") == "Failed":
-        message = next(
-            (
-                c.get("message", "")
-                for c in jstatus.get("conditions") or []
-                if c.get("type") == "Failed"
-            ),
-            "",
-        )
-        conditions = merge_conditions(
-            conditions, [condition("Failed", True, "JobsFailed", message, now)]
-        )
-    elif suspend:
-        conditions = merge_conditions(
-            conditions, [condition("Suspended", True, "Suspended", "TrainJob is suspended", now)]
-        )
-    elif any(c.get("type") == "Suspended" for c in conditions):
-        conditions = merge_conditions(
-            conditions, [condition("Suspended", False, "Resumed", "TrainJob is resumed", now)]
-        )
-    status["conditions"] = conditions
+    # JobSet.Status: the JobSet's Completed / Failed conditions are copied with their reason,
+    # message and time, only the type renamed (Complete / Failed).
+    copied = []
+    for cond in jstatus.get("conditions") or []:
+        if cond.get("status") != "True":
+            continue
+        if cond.get("type") == "Completed":
+            copied.append({**cond, "type": "Complete"})
+        elif cond.get("type") == "Failed":
+            copied.append(dict(cond))
+    status["conditions"] = merge_conditions(status.get("conditions"), copied)
+    status["jobsStatus"] = [
+        {k: rj.get(k, 0) for k in ("name", "ready", "succeeded", "failed", "active", "suspended")}
+        for rj in jstatus.get("replicatedJobsStatus") or []
+    ]
     ctx.set_status(tj, status)
+
+
+def _set_suspended(status: dict[str, Any], suspend: bool, now: str) -> None:
+    conditions = status.get("conditions") or []
+    if suspend:
+        new = condition("Suspended", True, "Suspended", "TrainJob is suspended", now)
+    elif any(c.get("type") == "Suspended" and c.get("status") == "True" for c in conditions):
+        new = condition("Suspended", False, "Resumed", "TrainJob is resumed", now)
+    else:
+        return
+    status["conditions"] = merge_conditions(conditions, [new])
+
+
+def _create_jobset(ctx: Ctx, tj: Obj) -> str | None:
+    """The JobSet plugin's Build, applied; the API error's text when it cannot be created."""
+    if not served(ctx, "jobsets.jobset.x-k8s.io"):
+        # controller-runtime's error for an unknown kind (no JobSet CRD installed).
+        return f'no matches for kind "JobSet" in version "{JOBSET_API}"'
+    spec, name = tj["spec"], tj["metadata"]["name"]
+    trainer = spec.get("trainer") or {}
+    nodes = int(trainer.get("numNodes", 1))
+    container: dict[str, Any] = {
+        "name": "node",
+        "image": trainer.get("image") or "pytorch/pytorch:latest",
+    }
+    for key in ("command", "args", "env"):
+        if trainer.get(key):
+            container[key] = trainer[key]
+    if trainer.get("resourcesPerNode"):
+        container["resources"] = trainer["resourcesPerNode"]
+    labels = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+    body = {
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "metadata": {
+            "name": name,
+            "labels": dict(tj["metadata"].get("labels") or {}),
+            "ownerReferences": [owner_ref(tj)],
+        },
+        "spec": {
+            "suspend": bool(spec.get("suspend")),
+            "replicatedJobs": [
+                {
+                    "name": "node",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "parallelism": nodes,
+                            "completions": nodes,
+                            "backoffLimit": 0,
+                            "template": {
+                                "metadata": {"labels": labels},
+                                "spec": {"restartPolicy": "Never", "containers": [container]},
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    try:
+        ctx.create("jobsets.jobset.x-k8s.io", tj["metadata"]["namespace"], body)
+    except ApiError as exc:
+        return exc.message
+    return None

@@ -21,15 +21,22 @@ follows the objects a real Kueue v0.19 writes, so the agent reads them as on a c
   `QuotaReserved` and `Admitted` True, and the job is unsuspended. If not: `QuotaReserved=False`,
   reason `Pending`, with Kueue's message, e.g. "couldn't assign flavors to pod set main:
   insufficient unused quota for cpu in flavor default-flavor, 3 more needed" (or "...,
-  request > maximum capacity (24 > 16)" when it can never fit). `BestEffortFIFO` (the default)
-  lets a later Workload that fits pass one that does not; `StrictFIFO` does not.
+  previously considered podsets requests (0) + current podset request (24) > maximum capacity
+  (16)" when it can never fit), and a Warning Event with the reason. `version = "0.20"`: the
+  granular reasons (Misconfigured, WaitingForQuota, ExceedsMaxQuota, NoMatchingFlavor).
+  `BestEffortFIFO` (the default) lets a later Workload that fits pass one that does not;
+  `StrictFIFO` does not.
 - **Release.** When the job completes or fails the Workload gets `Finished=True` and its quota
   is free for the next one; a deleted job's Workload goes with it (ownerReference GC).
 - **Counts.** ClusterQueue and LocalQueue status: `pendingWorkloads`, `reservingWorkloads`,
   `admittedWorkloads` and `flavorsUsage`.
 
+- **Deactivation.** `spec.active: false` (an admin; `deactivate()` plays the requeuing limit;
+  `maximumExecutionTimeSeconds` sets it itself): `Evicted=True` reason `Deactivated` or
+  `DeactivatedDueTo<cause>`, the job stopped, then `Requeued=False`: suspended for good.
+
 Not modelled: cohorts and borrowing, preemption (use `evict()` to play one), admission checks,
-priorities, fair sharing, partial admission, waitForPodsReady, topology-aware scheduling,
+priorities, fair sharing, partial admission, waitForPodsReady itself, topology-aware scheduling,
 ResourceFlavor node labels, and the other job integrations (PyTorchJob, RayJob, ...).
 """
 
@@ -40,6 +47,7 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
+from launch_agent.sandbox.cluster.children import elapsed
 from launch_agent.sandbox.cluster.common import (
     Ctx,
     condition,
@@ -58,6 +66,8 @@ LOCAL_QUEUES = f"localqueues.{GROUP}"
 CLUSTER_QUEUES = f"clusterqueues.{GROUP}"
 QUEUE_LABEL = f"{GROUP}/queue-name"
 JOB_UID_LABEL = f"{GROUP}/job-uid"
+MAX_EXEC_LABEL = f"{GROUP}/max-exec-time-seconds"
+SOURCE = "kueue-admission"
 
 PodSets = list[dict[str, Any]]
 Usage = dict[tuple[str, str], Decimal]  # (flavor, resource) -> amount
@@ -121,8 +131,24 @@ class KueueController:
     and idle until the Workload CRD is registered.
     """
 
-    def __init__(self, enabled: bool = False) -> None:
+    def __init__(self, enabled: bool = False, version: str = "0.19") -> None:
         self.enabled = enabled
+        # "0.19": the legacy reasons (Inadmissible, Pending); "0.20": the granular ones of
+        # UnadmittedWorkloadsObservability, on by default from 0.20 (Misconfigured,
+        # WaitingForQuota, ExceedsMaxQuota, PendingEvaluation, Deactivated); before "0.10" a
+        # deactivation is reason InactiveWorkload.
+        self.version = version
+
+    def _at_least(self, major: int, minor: int) -> bool:
+        return tuple(int(p) for p in self.version.split(".")[:2]) >= (major, minor)
+
+    @property
+    def granular(self) -> bool:
+        """pkg/workload UnadmittedWorkloadReasonWithFallback: the gate decides the reason."""
+        return self._at_least(0, 20)
+
+    def _reason(self, granular: str, fallback: str) -> str:
+        return granular if self.granular else fallback
 
     def reconcile(self, ctx: Ctx) -> None:
         store = ctx.store
@@ -143,6 +169,21 @@ class KueueController:
         if meta.get("deletionTimestamp") or not (meta.get("labels") or {}).get(QUEUE_LABEL):
             return False
         return not any(r.get("controller") for r in meta.get("ownerReferences") or [])
+
+    @staticmethod
+    def _workload_spec(job: Obj, pod_sets: Callable[[Obj], PodSets]) -> dict[str, Any]:
+        labels = job["metadata"]["labels"]
+        spec: dict[str, Any] = {
+            "queueName": labels[QUEUE_LABEL],
+            "podSets": pod_sets(job),
+            "active": True,
+            "priority": 0,
+        }
+        # jobframework MaximumExecutionTimeSeconds: from the job's label.
+        limit = str(labels.get(MAX_EXEC_LABEL) or "")
+        if limit.isdigit() and int(limit) > 0:
+            spec["maximumExecutionTimeSeconds"] = int(limit)
+        return spec
 
     def _workload_of(self, ctx: Ctx, job: Obj) -> Obj | None:
         found = ctx.children(job, "Workload")
@@ -165,12 +206,7 @@ class KueueController:
                         "labels": {JOB_UID_LABEL: meta["uid"]},
                         "ownerReferences": [owner_ref(job)],
                     },
-                    "spec": {
-                        "queueName": meta["labels"][QUEUE_LABEL],
-                        "podSets": pod_sets(job),
-                        "active": True,
-                        "priority": 0,
-                    },
+                    "spec": self._workload_spec(job, pod_sets),
                 },
             )
         outcome = _job_finished(job)
@@ -184,11 +220,106 @@ class KueueController:
                 )
                 ctx.set_status(wl, status)
             return
-        admitted = has_condition(wl, "Admitted") and not has_condition(wl, "Evicted")
+        wl = self._workload_lifecycle(ctx, wl)
+        evicted = _condition(wl, "Evicted")
         suspended = bool((job.get("spec") or {}).get("suspend"))
+        if evicted is not None:
+            self._handle_eviction(ctx, job, wl, evicted, suspended)
+            return
+        admitted = has_condition(wl, "Admitted")
         if admitted == suspended:
             # Admitted and still suspended: start it. Running without admission: stop it.
             ctx.update({**job, "spec": {**job["spec"], "suspend": not admitted}})
+
+    def _handle_eviction(
+        self, ctx: Ctx, job: Obj, wl: Obj, evicted: dict[str, Any], suspended: bool
+    ) -> None:
+        """jobframework/reconciler.go ReconcileGenericJob, "6. handle eviction": stop the job,
+        then, once it is no longer active, clear the admission with `Requeued` True only for a
+        preemption or node failures (a deactivated Workload is never requeued)."""
+        if not suspended:
+            ctx.update({**job, "spec": {**job["spec"], "suspend": True}})
+            ctx.event(job, "Normal", "Stopped", evicted.get("message", ""), "kueue-job-controller")
+            return
+        if not has_condition(wl, "QuotaReserved"):
+            return
+        now, reason, message = ctx.ts(), evicted["reason"], evicted.get("message", "")
+        status = dict(wl.get("status") or {})
+        status.pop("admission", None)
+        status["conditions"] = merge_conditions(
+            status.get("conditions"),
+            [
+                condition(
+                    "Requeued", reason in ("Preempted", "NodeFailures"), reason, message, now
+                ),
+                condition(
+                    "QuotaReserved",
+                    False,
+                    self._reason("PendingEvaluation", "Pending"),
+                    message,
+                    now,
+                ),
+                condition(
+                    "Admitted", False, "NoReservation", "The workload has no reservation", now
+                ),
+            ],
+        )
+        ctx.set_status(wl, status)
+
+    def _workload_lifecycle(self, ctx: Ctx, wl: Obj) -> Obj:
+        """workload_controller.go Reconcile: a DeactivationTarget turns `spec.active` off, an
+        exceeded maximumExecutionTimeSeconds sets one (reconcileMaxExecutionTime), and an
+        inactive Workload is evicted with reason Deactivated[DueTo<cause>]."""
+        spec, status = wl.get("spec") or {}, dict(wl.get("status") or {})
+        active = spec.get("active", True) is not False
+        target = _condition(wl, "DeactivationTarget")
+        if active and target is not None:
+            return ctx.update({**wl, "spec": {**spec, "active": False}})
+        if active:
+            self._max_execution_time(ctx, wl)
+            return wl
+        if _condition(wl, "Evicted") is not None:
+            return wl
+        message = "The workload is deactivated"
+        # Kueue before 0.10 named it InactiveWorkload (WorkloadEvictedByDeactivation) and
+        # appended the cause bare; since then Deactivated, "DueTo" the cause (ReasonWithCause).
+        reason = "Deactivated" if self._at_least(0, 10) else "InactiveWorkload"
+        if target is not None:
+            joiner = "DueTo" if self._at_least(0, 10) else ""
+            reason = f"{reason}{joiner}{target['reason']}"
+            message = f"{message} due to {target.get('message', '')}"
+        status["conditions"] = merge_conditions(
+            [c for c in status.get("conditions") or [] if c.get("type") != "DeactivationTarget"],
+            [condition("Evicted", True, reason, message, ctx.ts())],
+        )
+        status.pop("requeueState", None)
+        had_admission = bool(status.get("admission"))
+        wl = ctx.set_status(wl, status)
+        if had_admission:
+            # evict.reportEvictedWorkload: "Evicted" + "DueTo" + the reason.
+            ctx.event(wl, "Normal", f"EvictedDueTo{reason}", message, "kueue-workload-controller")
+        return wl
+
+    def _max_execution_time(self, ctx: Ctx, wl: Obj) -> None:
+        limit = (wl.get("spec") or {}).get("maximumExecutionTimeSeconds")
+        admitted = _condition(wl, "Admitted")
+        if limit is None or admitted is None or has_condition(wl, "Finished"):
+            return
+        past = int((wl.get("status") or {}).get("accumulatedPastExecutionTimeSeconds") or 0)
+        left = float(limit) - past - elapsed(ctx, admitted["lastTransitionTime"])
+        if left > 0:
+            ctx.wake_at(ctx.t + left)
+            return
+        self.deactivate(
+            ctx, wl, "MaximumExecutionTimeExceeded", "exceeding the maximum execution time"
+        )
+        ctx.event(
+            wl,
+            "Warning",
+            "MaximumExecutionTimeExceeded",
+            f"The maximum execution time ({int(limit)}s) exceeded",
+            "kueue-workload-controller",
+        )
 
     # --- admission -----------------------------------------------------------------------
 
@@ -218,6 +349,12 @@ class KueueController:
         for wl in workloads:
             if has_condition(wl, "Finished"):
                 continue
+            if (wl.get("spec") or {}).get("active", True) is False:
+                # The queue manager holds no inactive Workload; with the granular reasons the
+                # workload controller says so in QuotaReserved.
+                if self.granular and not has_condition(wl, "QuotaReserved"):
+                    self._unreserved(ctx, wl, "Deactivated", "The workload is deactivated")
+                continue
             admission = (wl.get("status") or {}).get("admission")
             if has_condition(wl, "QuotaReserved") and admission:
                 cq = admission["clusterQueue"]
@@ -238,21 +375,30 @@ class KueueController:
             ns, queue = wl["metadata"]["namespace"], str(wl["spec"].get("queueName") or "")
             lq = lqs.get((ns, queue))
             if lq is None:
-                self._unreserved(ctx, wl, "Inadmissible", f"LocalQueue {queue} doesn't exist")
+                # getQueueBlocker (granular) / resolveLegacyUnadmittedQuotaReservedCondition.
+                reason = self._reason("Misconfigured", "Inadmissible")
+                self._unreserved(ctx, wl, reason, f"LocalQueue {queue} doesn't exist")
                 count(wl, None, "pending")
                 continue
             cq_name = str((lq.get("spec") or {}).get("clusterQueue") or "")
             cq = cqs.get(cq_name)
             if cq is None:
-                self._unreserved(ctx, wl, "Inadmissible", f"ClusterQueue {cq_name} doesn't exist")
+                reason = self._reason("Misconfigured", "Inadmissible")
+                self._unreserved(ctx, wl, reason, f"ClusterQueue {cq_name} doesn't exist")
                 count(wl, cq_name, "pending")
                 continue
             if cq_name in blocked:
                 count(wl, cq_name, "pending")
                 continue
-            assignment, problem = assign(cq, wl["spec"].get("podSets") or [], usage[cq_name])
+            assignment, problem, no_fit = assign(
+                cq, wl["spec"].get("podSets") or [], usage[cq_name]
+            )
             if assignment is None:
-                self._unreserved(ctx, wl, "Pending", problem)
+                # scheduler.go requeueAndUpdate: the condition, and a Warning Event when it
+                # changes, both with the (granular or "Pending") reason.
+                reason = self._reason(no_fit, "Pending")
+                if self._unreserved(ctx, wl, reason, problem):
+                    ctx.event(wl, "Warning", reason, problem, SOURCE)
                 count(wl, cq_name, "pending")
                 if (cq.get("spec") or {}).get("queueingStrategy") == "StrictFIFO":
                     blocked.add(cq_name)
@@ -268,7 +414,21 @@ class KueueController:
             count(wl, cq_name, "admitted")
         self._queue_status(ctx, cqs, lqs, usage, counts)
 
-    def _unreserved(self, ctx: Ctx, wl: Obj, reason: str, message: str) -> None:
+    def _unreserved(self, ctx: Ctx, wl: Obj, reason: str, message: str) -> bool:
+        """workload.UnsetQuotaReservationWithCondition; True when the condition changed."""
+        before = next(
+            (
+                c
+                for c in (wl.get("status") or {}).get("conditions") or []
+                if c["type"] == "QuotaReserved"
+            ),
+            None,
+        )
+        changed = before is None or (
+            before.get("status"),
+            before.get("reason"),
+            before.get("message"),
+        ) != ("False", reason, message)
         status = dict(wl.get("status") or {})
         status.pop("admission", None)
         new = [condition("QuotaReserved", False, reason, message, ctx.ts())]
@@ -281,18 +441,22 @@ class KueueController:
         conditions = merge_conditions(status.get("conditions"), new)
         status["conditions"] = conditions
         ctx.set_status(wl, status)
+        return changed
 
     def _reserve(self, ctx: Ctx, wl: Obj, cq: str, assignment: list[dict[str, Any]]) -> None:
         status = dict(wl.get("status") or {})
         status["admission"] = {"clusterQueue": cq, "podSetAssignments": assignment}
         now = ctx.ts()
+        # workload.SetQuotaReservation: Evicted and Preempted are reset (resetActiveCondition).
+        reset = [
+            condition(c["type"], False, "QuotaReserved", f"Previously: {c.get('message', '')}", now)
+            for c in status.get("conditions") or []
+            if c["type"] in ("Evicted", "Preempted") and c.get("status") == "True"
+        ]
         status["conditions"] = merge_conditions(
+            status.get("conditions"),
             [
-                c
-                for c in status.get("conditions") or []
-                if c["type"] not in ("Evicted", "Preempted", "Requeued")
-            ],
-            [
+                *reset,
                 condition(
                     "QuotaReserved",
                     True,
@@ -361,27 +525,47 @@ class KueueController:
 
     @staticmethod
     def evict(ctx: Ctx, wl: Obj, reason: str, message: str) -> None:
-        """Evict an admitted Workload as Kueue's preemption does (conditions Evicted,
-        Preempted and QuotaReserved False); its job is suspended on the next pass."""
+        """Evict an admitted Workload as Kueue's preemption does (preemption.go: a `Preempted`
+        Event, then evict.Evict: `Evicted=True` reason Preempted, `Preempted=True` with the
+        preemption reason, an `EvictedDueToPreempted` Event). The next pass stops the job and
+        releases the quota with `Requeued=True`, as the job reconciler does."""
         now = ctx.ts()
         status = dict(wl.get("status") or {})
-        status.pop("admission", None)
-        new = [
-            condition("Evicted", True, "Preempted", message, now),
-            condition("QuotaReserved", False, "Pending", message, now),
-            condition("Admitted", False, "NoReservation", "The workload has no reservation", now),
-        ]
+        new = [condition("Evicted", True, "Preempted", message, now)]
         if reason:
             new.append(condition("Preempted", True, reason, message, now))
         status["conditions"] = merge_conditions(status.get("conditions"), new)
+        ctx.event(wl, "Normal", "Preempted", message, SOURCE)
         ctx.set_status(wl, status)
-        ctx.event(wl, "Normal", "Preempted", message, "kueue-admission")
+        ctx.event(wl, "Normal", "EvictedDueToPreempted", message, "kueue-workload-controller")
+
+    @staticmethod
+    def deactivate(ctx: Ctx, wl: Obj, cause: str, message: str) -> None:
+        """workload.SetDeactivationTarget, as Kueue's requeuing limit (triggerDeactivation:
+        `RequeuingLimitExceeded`, "exceeding the maximum number of re-queuing retries") or the
+        maximum execution time do: the next pass sets `spec.active: false` and evicts with
+        reason `DeactivatedDueTo<cause>`. An admin deactivates by patching `spec.active`."""
+        status = dict(wl.get("status") or {})
+        status["conditions"] = merge_conditions(
+            status.get("conditions"),
+            [condition("DeactivationTarget", True, cause, message, ctx.ts())],
+        )
+        ctx.set_status(wl, status)
+
+
+def _condition(obj: Obj, kind: str) -> dict[str, Any] | None:
+    """The condition of that type when its status is True."""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind and cond.get("status") == "True":
+            return dict(cond)
+    return None
 
 
 def assign(
     cq: Obj, pod_sets: list[Mapping[str, Any]], used: Usage
-) -> tuple[list[dict[str, Any]] | None, str]:
-    """Flavors for every pod set under nominal quota, or (None, Kueue's pending message)."""
+) -> tuple[list[dict[str, Any]] | None, str, str]:
+    """Flavors for every pod set under nominal quota, or (None, Kueue's pending message, the
+    granular no-fit reason) as flavorassigner.go words them."""
     groups = (cq.get("spec") or {}).get("resourceGroups") or []
     taken: Usage = {}
     assignment: list[dict[str, Any]] = []
@@ -395,13 +579,21 @@ def assign(
                 continue
             group = next((g for g in groups if res in (g.get("coveredResources") or [])), None)
             if group is None:
-                return None, (
+                return (
+                    None,
                     f"couldn't assign flavors to pod set {name}: resource {res} unavailable in"
-                    " ClusterQueue"
+                    " ClusterQueue",
+                    "NoMatchingFlavor",
                 )
             chosen, problems = _pick_flavor(group, request, used, taken)
             if chosen is None:
-                return None, f"couldn't assign flavors to pod set {name}: {', '.join(problems)}"
+                # Status.Message sorts the reasons; the most severe one names the condition.
+                severe = any("maximum capacity" in p for p in problems)
+                return (
+                    None,
+                    f"couldn't assign flavors to pod set {name}: {', '.join(sorted(problems))}",
+                    "ExceedsMaxQuota" if severe else "WaitingForQuota",
+                )
             for r in request:
                 if r in (group.get("coveredResources") or []):
                     flavors[r] = chosen
@@ -415,7 +607,7 @@ def assign(
                 "count": count,
             }
         )
-    return assignment, ""
+    return assignment, "", ""
 
 
 def _pick_flavor(
@@ -431,10 +623,14 @@ def _pick_flavor(
         for r in wanted:
             nominal = quota.get(r, Decimal(0))
             in_use = used.get((fname, r), Decimal(0)) + taken.get((fname, r), Decimal(0))
-            if request[r] > nominal:
+            assumed = taken.get((fname, r), Decimal(0))
+            if assumed + request[r] > nominal:
+                # flavorassigner.go fitsResourceQuota, "No Fit" (v0.19 wording).
                 misses.append(
-                    f"insufficient quota for {r} in flavor {fname}, request > maximum capacity"
-                    f" ({format_amount(r, request[r])} > {format_amount(r, nominal)})"
+                    f"insufficient quota for {r} in flavor {fname}, previously considered"
+                    f" podsets requests ({format_amount(r, assumed)}) + current podset request"
+                    f" ({format_amount(r, request[r])}) > maximum capacity"
+                    f" ({format_amount(r, nominal)})"
                 )
             elif in_use + request[r] > nominal:
                 more = format_amount(r, in_use + request[r] - nominal)

@@ -1,174 +1,47 @@
-"""PyTorchJob, LeaderWorkerSet, RayJob and Volcano Job controllers; see `workloads`."""
+"""The LeaderWorkerSet controller; see `workloads` (the other operators have a module each)."""
 
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from typing import Any
 
-from launch_agent.sandbox.cluster.children import (
-    RUN_FOREVER,
-    elapsed,
-    ensure_pod,
-    is_ready,
-    pod_phase,
-    suffix,
-)
-from launch_agent.sandbox.cluster.common import (
-    Ctx,
-    condition,
-    has_condition,
-    merge_conditions,
-    owner_ref,
-)
+from launch_agent.sandbox.cluster.children import ensure_pod, is_ready, pod_phase
+from launch_agent.sandbox.cluster.common import Ctx, condition
 from launch_agent.sandbox.kube.store import Obj
 
-# --- PyTorchJob -------------------------------------------------------------------------------
-
-
-def reconcile_pytorchjob(ctx: Ctx, job: Obj) -> None:
-    spec, status, now = job["spec"], dict(job.get("status") or {}), ctx.ts()
-    name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
-    kind = "PyTorchJob"
-    conditions = list(status.get("conditions") or [])
-    if has_condition(job, "Succeeded") or has_condition(job, "Failed"):
-        return
-    if not conditions:
-        conditions = [
-            _kf_condition("Created", True, f"{kind}Created", f"{kind} {name} is created.", now)
-        ]
-        ctx.event(
-            job, "Normal", f"{kind}Created", f"{kind} {name} is created.", "pytorchjob-controller"
-        )
-    replicas = spec.get("pytorchReplicaSpecs") or {}
-    suspended = bool((spec.get("runPolicy") or {}).get("suspend"))
-    existing = {p["metadata"]["name"]: p for p in ctx.children(job, "Pod")}
-    replica_status: dict[str, dict[str, Any]] = {}
-    for rtype, rspec in sorted(replicas.items()):
-        counts = Counter[str]()
-        for i in range(int(rspec.get("replicas", 1))):
-            pod_name = f"{name}-{rtype.lower()}-{i}"
-            if suspended:
-                if pod_name in existing:
-                    ctx.delete(existing[pod_name])
-                continue
-            template = dict(rspec.get("template") or {})
-            pspec = dict(template.get("spec") or {})
-            policy = rspec.get("restartPolicy", "OnFailure")
-            pspec["restartPolicy"] = "Never" if policy == "ExitCode" else policy
-            labels = {
-                "training.kubeflow.org/job-name": name,
-                "training.kubeflow.org/operator-name": "pytorchjob-controller",
-                "training.kubeflow.org/replica-type": rtype.lower(),
-                "training.kubeflow.org/replica-index": str(i),
-            }
-            if rtype == "Master":
-                labels["training.kubeflow.org/job-role"] = "master"
-            pod = ensure_pod(
-                ctx, job, existing, pod_name, {**template, "spec": pspec}, labels=labels
-            )
-            phase = pod_phase(pod)
-            counts[
-                "succeeded" if phase == "Succeeded" else "failed" if phase == "Failed" else "active"
-            ] += 1
-        replica_status[rtype] = {
-            "active": counts["active"],
-            "succeeded": counts["succeeded"],
-            "failed": counts["failed"],
-            "selector": ",".join(
-                [
-                    f"training.kubeflow.org/job-name={name}",
-                    "training.kubeflow.org/operator-name=pytorchjob-controller",
-                    f"training.kubeflow.org/replica-type={rtype.lower()}",
-                ]
-            ),
-        }
-    status["replicaStatuses"] = replica_status
-    if suspended:
-        conditions = merge_conditions(
-            conditions,
-            [
-                _kf_condition(
-                    "Suspended", True, f"{kind}Suspended", f"{kind} {name} is suspended.", now
-                )
-            ],
-        )
-        status["conditions"] = conditions
-        ctx.set_status(job, status)
-        return
-    status.setdefault("startTime", now)
-    failed = {r: s["failed"] for r, s in replica_status.items() if s["failed"]}
-    lead = "Master" if "Master" in replica_status else None
-    if lead:
-        succeeded = replica_status[lead]["succeeded"] == int(replicas[lead].get("replicas", 1))
-    else:
-        succeeded = all(
-            s["succeeded"] == int(replicas[r].get("replicas", 1)) for r, s in replica_status.items()
-        )
-    if failed:
-        rtype, count = sorted(failed.items())[0]
-        message = f"{kind} {ns}/{name} has failed because {count} {rtype} replica(s) failed."
-        conditions = merge_conditions(
-            conditions,
-            [
-                _kf_condition("Running", False, f"{kind}Failed", message, now),
-                _kf_condition("Failed", True, f"{kind}Failed", message, now),
-            ],
-        )
-        status["completionTime"] = now
-        ctx.event(job, "Normal", f"{kind}Failed", message, "pytorchjob-controller")
-    elif succeeded:
-        message = f"{kind} {ns}/{name} successfully completed."
-        conditions = merge_conditions(
-            conditions,
-            [
-                _kf_condition("Running", False, f"{kind}Succeeded", message, now),
-                _kf_condition("Succeeded", True, f"{kind}Succeeded", message, now),
-            ],
-        )
-        status["completionTime"] = now
-    elif any(pod_phase(p) == "Running" for p in ctx.children(job, "Pod")):
-        conditions = merge_conditions(
-            conditions,
-            [
-                _kf_condition(
-                    "Running", True, f"{kind}Running", f"{kind} {ns}/{name} is running.", now
-                )
-            ],
-        )
-    status["conditions"] = conditions
-    status["lastReconcileTime"] = now
-    if status == job.get("status") or _same_but_reconcile_time(status, job.get("status") or {}):
-        return
-    ctx.set_status(job, status)
-
-
-def _same_but_reconcile_time(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return {k: v for k, v in a.items() if k != "lastReconcileTime"} == {
-        k: v for k, v in b.items() if k != "lastReconcileTime"
-    }
-
-
-def _kf_condition(kind: str, status: bool, reason: str, message: str, now: str) -> dict[str, Any]:
-    return condition(kind, status, reason, message, now, lastUpdateTime=now)
-
-
 # --- LeaderWorkerSet --------------------------------------------------------------------------
+# kubernetes-sigs/lws v0.10 `pkg/controllers/leaderworkerset_controller.go` (updateConditions,
+# setCondition) and `pod_controller.go` (handleRestartPolicy). The leader and worker
+# StatefulSets are not objects here: the pods are the LeaderWorkerSet's children.
+
+LWS_SOURCE = "leaderworkerset-controller"
 
 
 def reconcile_lws(ctx: Ctx, lws: Obj) -> None:
-    spec, status, now = lws["spec"], dict(lws.get("status") or {}), ctx.ts()
+    spec, status = lws["spec"], dict(lws.get("status") or {})
     name = lws["metadata"]["name"]
     lwt = spec.get("leaderWorkerTemplate") or {}
     size, groups = int(lwt.get("size", 1)), int(spec.get("replicas", 1))
     worker = lwt.get("workerTemplate") or {}
     leader = lwt.get("leaderTemplate") or worker
-    existing = {p["metadata"]["name"]: p for p in ctx.children(lws, "Pod")}
+    # The CRD defaults restartPolicy to RecreateGroupOnPodRestart.
+    policy = lwt.get("restartPolicy") or "RecreateGroupOnPodRestart"
+    pods = ctx.children(lws, "Pod")
+    existing = {p["metadata"]["name"]: p for p in pods}
     ready_groups = 0
     for g in range(groups):
+        names = [f"{name}-{g}" if w == 0 else f"{name}-{g}-{w}" for w in range(size)]
+        if policy in ("RecreateGroupOnPodRestart", "RecreateGroupAfterStart"):
+            broken = next(
+                (existing[n] for n in names if n in existing and _restarted(existing[n])), None
+            )
+            if broken is not None:
+                _recreate_group(ctx, lws, [existing[n] for n in names if n in existing], broken, g)
+                continue
+        if any(existing.get(n, {}).get("metadata", {}).get("deletionTimestamp") for n in names):
+            continue  # the group is going; it is recreated once its pods are gone
         members = []
-        for w in range(size):
-            pod_name = f"{name}-{g}" if w == 0 else f"{name}-{g}-{w}"
+        for w, pod_name in enumerate(names):
             labels = {
                 "leaderworkerset.sigs.k8s.io/name": name,
                 "leaderworkerset.sigs.k8s.io/group-index": str(g),
@@ -178,40 +51,34 @@ def reconcile_lws(ctx: Ctx, lws: Obj) -> None:
                 ).hexdigest()[:40],
             }
             annotations = {"leaderworkerset.sigs.k8s.io/size": str(size)}
-            pod = ensure_pod(
-                ctx,
-                lws,
-                existing,
-                pod_name,
-                leader if w == 0 else worker,
-                labels=labels,
-                annotations=annotations,
+            members.append(
+                ensure_pod(
+                    ctx,
+                    lws,
+                    existing,
+                    pod_name,
+                    leader if w == 0 else worker,
+                    labels=labels,
+                    annotations=annotations,
+                )
             )
-            members.append(pod)
-        if all(is_ready(p) for p in members):
+        if all(is_ready(p) and pod_phase(p) == "Running" for p in members):
             ready_groups += 1
-    available = ready_groups == groups
-    conditions = merge_conditions(
-        status.get("conditions"),
-        [
-            condition(
-                "Available",
-                available,
-                "AllGroupsReady" if available else "GroupsNotReady",
-                "All replicas are ready"
-                if available
-                else f"{ready_groups}/{groups} replicas are ready",
-                now,
-            ),
-            condition(
-                "Progressing",
-                not available,
-                "GroupsProgressing" if not available else "GroupsReady",
-                "Replicas are progressing" if not available else "All replicas are ready",
-                now,
-            ),
-        ],
-    )
+    # updateConditions: Available when every group is ready, Progressing otherwise; only the
+    # true one is written, the other turned False (setCondition, exclusiveConditionTypes).
+    if ready_groups == groups:
+        kind, reason, message = "Available", "AllGroupsReady", "All replicas are ready"
+    else:
+        kind, reason, message = "Progressing", "GroupsProgressing", "Replicas are progressing"
+    conditions, changed = _set_true(status.get("conditions") or [], kind, reason, message, ctx.ts())
+    if changed:
+        ctx.event(
+            lws,
+            "Normal",
+            reason,
+            f"{message}, with {ready_groups} groups ready of total {groups} groups",
+            LWS_SOURCE,
+        )
     status.update(
         replicas=groups,
         readyReplicas=ready_groups,
@@ -223,230 +90,61 @@ def reconcile_lws(ctx: Ctx, lws: Obj) -> None:
     ctx.set_status(lws, status)
 
 
-# --- RayJob -----------------------------------------------------------------------------------
-
-
-def reconcile_rayjob(ctx: Ctx, rj: Obj) -> None:
-    spec, status, now = rj["spec"], dict(rj.get("status") or {}), ctx.ts()
-    name, ns = rj["metadata"]["name"], rj["metadata"]["namespace"]
-    if status.get("jobDeploymentStatus") in ("Complete", "Failed"):
-        if spec.get("shutdownAfterJobFinishes"):
-            for pod in ctx.children(rj, "Pod"):
-                ctx.delete(pod)
-        return
-    cluster = status.get("rayClusterName") or f"{name}-{suffix(rj)}"
-    status.update(rayClusterName=cluster, jobId=status.get("jobId") or f"{name}-{suffix(rj)[::-1]}")
-    status.setdefault("startTime", now)
-    status.setdefault("jobStatus", "PENDING")
-    status.setdefault("jobDeploymentStatus", "Initializing")
-    rcs = spec.get("rayClusterSpec") or {}
-    existing = {p["metadata"]["name"]: p for p in ctx.children(rj, "Pod")}
-    base = {
-        "ray.io/cluster": cluster,
-        "ray.io/is-ray-node": "yes",
-        "app.kubernetes.io/created-by": "kuberay-operator",
-    }
-    head_t = (rcs.get("headGroupSpec") or {}).get("template") or {}
-    head = ensure_pod(
-        ctx,
-        rj,
-        existing,
-        f"{cluster}-head",
-        head_t,
-        labels={**base, "ray.io/node-type": "head", "ray.io/group": "headgroup"},
-        annotations=RUN_FOREVER,
+def _restarted(pod: Obj) -> bool:
+    """podutils.ContainerRestarted (a Running or Pending pod with a restarted container), or a
+    pod that failed for good (the StatefulSet would replace it: the group restarts too)."""
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    phase = pod_phase(pod)
+    if phase == "Failed":
+        return True
+    if phase not in ("Running", "Pending"):
+        return False
+    pstatus = pod.get("status") or {}
+    return any(
+        int(cs.get("restartCount", 0)) > 0
+        for cs in (pstatus.get("initContainerStatuses") or [])
+        + (pstatus.get("containerStatuses") or [])
     )
-    workers, desired = [], 0
-    for group in rcs.get("workerGroupSpecs") or []:
-        count = int(group.get("replicas", group.get("minReplicas", 0)))
-        desired += count
-        for i in range(count):
-            labels = {
-                **base,
-                "ray.io/node-type": "worker",
-                "ray.io/group": group.get("groupName", "workers"),
-            }
-            workers.append(
-                ensure_pod(
-                    ctx,
-                    rj,
-                    existing,
-                    f"{cluster}-{group.get('groupName', 'workers')}-worker-{i}",
-                    group.get("template") or {},
-                    labels=labels,
-                    annotations=RUN_FOREVER,
-                )
-            )
-    ready = is_ready(head) and all(is_ready(w) for w in workers)
-    status["rayClusterStatus"] = {
-        "state": "ready" if ready else "",
-        "desiredWorkerReplicas": desired,
-        "availableWorkerReplicas": sum(1 for w in workers if is_ready(w)),
-        "readyWorkerReplicas": sum(1 for w in workers if is_ready(w)),
-        "head": {
-            "podName": head["metadata"]["name"],
-            "podIP": (head.get("status") or {}).get("podIP", ""),
-        },
-    }
-    deadline = spec.get("activeDeadlineSeconds")
-    if not ready:
-        ctx.set_status(rj, status)
-        return
-    status["dashboardURL"] = f"{cluster}-head-svc.{ns}.svc.cluster.local:8265"
-    submitters = ctx.children(rj, "Job")
-    if not submitters:
-        image = ((head_t.get("spec") or {}).get("containers") or [{}])[0].get(
-            "image", "rayproject/ray:latest"
-        )
-        template = spec.get("submitterPodTemplate") or {
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [
-                    {
-                        "name": "ray-job-submitter",
-                        "image": image,
-                        "command": [
-                            "ray",
-                            "job",
-                            "submit",
-                            "--address",
-                            f"http://{status['dashboardURL']}",
-                            "--submission-id",
-                            status["jobId"],
-                            "--",
-                            *str(spec.get("entrypoint", "")).split(),
-                        ],
-                    }
-                ],
-            }
-        }
-        backoff = int((spec.get("submitterConfig") or {}).get("backoffLimit", 2))
-        ctx.create(
-            "jobs",
-            ns,
-            {
-                "metadata": {
-                    "name": name,
-                    "labels": {"ray.io/originated-from-crd": "RayJob"},
-                    "ownerReferences": [owner_ref(rj)],
-                },
-                "spec": {"backoffLimit": backoff, "template": template},
-            },
-        )
-        status.update(jobDeploymentStatus="Running", jobStatus="RUNNING")
-        ctx.set_status(rj, status)
-        return
-    sub = submitters[0]
-    started = status.get("startTime")
-    if has_condition(sub, "Complete"):
-        status.update(
-            jobDeploymentStatus="Complete",
-            jobStatus="SUCCEEDED",
-            endTime=now,
-            succeeded=1,
-            failed=0,
-            message="Job finished successfully.",
-        )
-    elif has_condition(sub, "Failed"):
-        status.update(
-            jobDeploymentStatus="Failed",
-            jobStatus="FAILED",
-            endTime=now,
-            succeeded=0,
-            failed=1,
-            reason="AppFailed",
-            message="Job submission has failed: the submitter Job reached its backoff limit",
-        )
-    elif deadline is not None and started is not None and elapsed(ctx, started) >= float(deadline):
-        status.update(
-            jobDeploymentStatus="Failed",
-            jobStatus="STOPPED",
-            endTime=now,
-            reason="DeadlineExceeded",
-            message=(
-                f"The RayJob has passed the activeDeadlineSeconds. StartTime: {started}."
-                f" ActiveDeadlineSeconds: {deadline}"
-            ),
-        )
-    elif deadline is not None and started is not None:
-        ctx.wake_at(ctx.t + float(deadline) - elapsed(ctx, started))
-    ctx.set_status(rj, status)
 
 
-# --- Volcano Job ------------------------------------------------------------------------------
-
-
-def reconcile_volcano(ctx: Ctx, job: Obj) -> None:
-    spec, status, now = job["spec"], dict(job.get("status") or {}), ctx.ts()
-    name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
-    state = dict(status.get("state") or {})
-    if state.get("phase") in ("Completed", "Failed", "Aborted", "Terminated"):
-        return
-    existing = {p["metadata"]["name"]: p for p in ctx.children(job, "Pod")}
-    counts = Counter[str]()
-    task_counts: dict[str, dict[str, dict[str, int]]] = {}
-    total = 0
-    for task in spec.get("tasks") or []:
-        tname = task.get("name", "task")
-        per = Counter[str]()
-        for i in range(int(task.get("replicas", 1))):
-            total += 1
-            labels = {
-                "volcano.sh/job-name": name,
-                "volcano.sh/job-namespace": ns,
-                "volcano.sh/queue-name": spec.get("queue", "default"),
-                "volcano.sh/task-spec": tname,
-                "volcano.sh/job-version": "0",
-            }
-            annotations = {
-                "volcano.sh/task-index": str(i),
-                "scheduling.k8s.io/group-name": f"{name}-{job['metadata']['uid']}",
-            }
-            template = dict(task.get("template") or {})
-            pspec = {
-                **(template.get("spec") or {}),
-                "schedulerName": spec.get("schedulerName", "volcano"),
-            }
-            pod = ensure_pod(
-                ctx,
-                job,
-                existing,
-                f"{name}-{tname}-{i}",
-                {**template, "spec": pspec},
-                labels=labels,
-                annotations=annotations,
-            )
-            phase = pod_phase(pod)
-            per[phase] += 1
-            counts[phase] += 1
-        task_counts[tname] = {"phase": dict(per)}
-    min_available = int(spec.get("minAvailable", total))
-    min_success = spec.get("minSuccess")
-    if counts["Failed"]:
-        phase, reason = "Failed", "PodFailed"
-    elif counts["Succeeded"] >= (int(min_success) if min_success is not None else total):
-        phase, reason = "Completed", "Completed"
-    elif counts["Running"] + counts["Succeeded"] >= min_available:
-        phase, reason = "Running", ""
-    else:
-        phase, reason = "Pending", ""
-    if state.get("phase") != phase:
-        state = {"phase": phase, "lastTransitionTime": now, "reason": reason, "message": ""}
-        status["conditions"] = [
-            *(status.get("conditions") or []),
-            {"status": phase, "lastTransitionTime": now},
-        ]
-    status.update(
-        state=state,
-        minAvailable=min_available,
-        pending=counts["Pending"],
-        running=counts["Running"],
-        succeeded=counts["Succeeded"],
-        failed=counts["Failed"],
-        terminating=0,
-        unknown=0,
-        version=0,
-        retryCount=0,
-        taskStatusCount=task_counts,
+def _recreate_group(ctx: Ctx, lws: Obj, members: list[Obj], broken: Obj, group: int) -> None:
+    """handleRestartPolicy: the leader is deleted (foreground, its workers with it)."""
+    leader = next(
+        (p for p in members if p["metadata"]["name"] == f"{lws['metadata']['name']}-{group}"), None
     )
-    ctx.set_status(job, status)
+    for pod in members:
+        ctx.delete(pod, propagation="Foreground")
+    leader_name = leader["metadata"]["name"] if leader else f"{lws['metadata']['name']}-{group}"
+    ctx.event(
+        lws,
+        "Normal",
+        "RecreateGroup",
+        f"Worker pod {broken['metadata']['name']} failed, deleted leader pod {leader_name}"
+        f" to recreate group {group}",
+        LWS_SOURCE,
+    )
+
+
+def _set_true(
+    conditions: list[dict[str, Any]], kind: str, reason: str, message: str, now: str
+) -> tuple[list[dict[str, Any]], bool]:
+    out: list[dict[str, Any]] = []
+    found, changed = False, False
+    exclusive = {"Available", "Progressing"}
+    for old in conditions:
+        if old.get("type") == kind:
+            found = True
+            if old.get("status") != "True":
+                out.append(condition(kind, True, reason, message, now))
+                changed = True
+                continue
+        elif old.get("status") == "True" and {old.get("type"), kind} <= exclusive:
+            out.append({**old, "status": "False", "lastTransitionTime": now})
+            changed = True
+            continue
+        out.append(dict(old))
+    if not found:
+        out.append(condition(kind, True, reason, message, now))
+        changed = True
+    return out, changed

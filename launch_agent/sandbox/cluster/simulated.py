@@ -22,6 +22,7 @@ import contextlib
 from collections.abc import Sequence
 from types import TracebackType
 
+from launch_agent.sandbox.cluster.children import RUN_FOREVER
 from launch_agent.sandbox.cluster.clock import Clock, ManualClock
 from launch_agent.sandbox.cluster.common import Ctx
 from launch_agent.sandbox.cluster.jobs import JobController
@@ -35,6 +36,7 @@ from launch_agent.sandbox.cluster.outcomes import (
     parse_outcome,
     pick,
 )
+from launch_agent.sandbox.cluster.rayjob import ATTEMPTS_OF
 from launch_agent.sandbox.cluster.workloads import CONTROLLERS
 from launch_agent.sandbox.kube.apiserver import KubeApiServer
 from launch_agent.sandbox.kube.selectors import LabelSelector, parse_label_selector
@@ -152,7 +154,18 @@ class SimulatedCluster:
 
     def _outcome_for(self, pod: Obj) -> Outcome:
         chain = self._chain(pod)
+        own = (pod["metadata"].get("annotations") or {}).get(ANNOTATION)
+        labels = pod["metadata"].get("labels")
+        if own == RUN_FOREVER[ANNOTATION] and not any(s.matches(labels) for s, _ in self._scripts):
+            # A controller's infrastructure pod (a Ray head or worker) takes no attempt of its
+            # owner's outcome: those belong to the pods that play the workload's result.
+            return parse_outcome(own)[0]
         owner = chain[1]["metadata"]["uid"] if len(chain) > 1 else pod["metadata"]["uid"]
+        # A controller that recreates its child for each retry (KubeRay's submitter Job) counts
+        # the attempts on itself, so the Nth pod over all retries plays the Nth attempt.
+        owner = ((chain[1]["metadata"].get("annotations") or {}) if len(chain) > 1 else {}).get(
+            ATTEMPTS_OF, owner
+        )
         attempt = self._attempts.get(owner, 0)
         self._attempts[owner] = attempt + 1
         for obj in chain:

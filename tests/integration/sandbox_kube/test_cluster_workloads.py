@@ -203,10 +203,11 @@ async def test_leaderworkerset_becomes_available(
     names = sorted(p["metadata"]["name"] for p in kube.objects.list("pods"))
     assert names == ["lws-0", "lws-0-1", "lws-0-2", "lws-1", "lws-1-1", "lws-1-2"]
     lws = kube.objects.get("leaderworkersets", "lws")
-    assert conditions(lws)["Available"] == "False"
+    assert conditions(lws) == {"Progressing": "True"}  # only true conditions are written
     cluster.advance(2)
     lws = kube.objects.get("leaderworkersets", "lws")
-    assert conditions(lws)["Available"] == "True" and lws["status"]["readyReplicas"] == 2
+    assert conditions(lws) == {"Progressing": "False", "Available": "True"}
+    assert lws["status"]["readyReplicas"] == 2
     await assert_status_matches_crd(crds, lws)
 
 

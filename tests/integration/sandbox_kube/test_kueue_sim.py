@@ -215,7 +215,8 @@ async def test_request_over_the_nominal_quota_and_uncovered_resources(
     cluster.step()
     assert conditions(await workload_of(custom, big.metadata.uid))["QuotaReserved"][2] == (
         "couldn't assign flavors to pod set main: insufficient quota for cpu in flavor"
-        " default-flavor, request > maximum capacity (24 > 16)"
+        " default-flavor, previously considered podsets requests (0) + current podset request"
+        " (24) > maximum capacity (16)"
     )
     assert conditions(await workload_of(custom, gpu_job.metadata.uid))["QuotaReserved"][2] == (
         "couldn't assign flavors to pod set main: resource nvidia.com/gpu unavailable in"
@@ -336,7 +337,7 @@ def test_assign_picks_the_first_flavor_that_fits() -> None:
         {"name": "spot", "resources": [{"name": "cpu", "nominalQuota": "8"}]}
     )
     pod = {"spec": {"containers": [{"name": "m", "resources": {"requests": {"cpu": "6"}}}]}}
-    result, problem = assign(cq, [{"name": "main", "count": 1, "template": pod}], {})
+    result, problem, _ = assign(cq, [{"name": "main", "count": 1, "template": pod}], {})
     assert problem == ""
     assert result is not None
     assert result[0]["flavors"] == {"cpu": "spot"}

@@ -1,0 +1,325 @@
+"""The operators' harsh behaviours end to end: the agent on the sandbox, judged in W&B.
+
+Each case has the sandbox's controller behave as the upstream one does (KubeRay retries,
+Volcano's finish rule, Kueue deactivation, JobSet / Trainer creation failures reported only in
+Events, PyTorchJob restarts) and checks what W&B records for the run: its outcome and the
+upstream words in the failure message.
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+import pytest
+
+from launch_agent.sandbox.wandb import ItemState, RunQueueItem
+from tests.e2e.conftest import CRDS, EXAMPLE_SPECS, Env, run_spec, until
+from tests.e2e.test_quota_kueue import KUEUE_SPEC, install_kueue, job_of
+
+NS = "ml-training"
+
+
+@pytest.fixture
+async def ops_env(env: Env) -> Env:
+    await env.kube.load_crds_from(CRDS)
+    env.kube.objects.create(
+        "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, ""
+    )
+    return env
+
+
+def use_spec(env: Env, file: str, queue: str, edit: Any = None) -> None:
+    """Install an example queue spec, optionally edited (text in, text out)."""
+    text = (EXAMPLE_SPECS / file).read_text()
+    if edit is not None:
+        text = edit(text)
+    (env.specs_dir / file).write_text(text)
+    env.state.add_queue(queue)
+
+
+def push(env: Env, run_id: str, queue: str) -> RunQueueItem:
+    spec = run_spec(run_id)
+    spec.pop("overrides")
+    return env.push(spec, queue=queue)
+
+
+def config(env: Env, queue: str, **tracking: Any) -> Any:
+    return env.config(
+        queues=[queue],
+        namespaces=[NS],
+        tracking={"stop_check_seconds": 0.1, "unschedulable_timeout_seconds": 120, **tracking},
+    )
+
+
+def succeeded(agent: Any) -> float | None:
+    value = agent.metrics.registry.get_sample_value(
+        "launch_agent_run_outcomes_total", {"state": "succeeded"}
+    )
+    return None if value is None else float(value)
+
+
+# --- RayJob -------------------------------------------------------------------------------
+
+
+def _retrying_rayjob(backoff: int) -> Any:
+    def edit(text: str) -> str:
+        return text.replace(
+            "      entrypoint: python train.py\n",
+            "      entrypoint: python train.py\n"
+            f"      backoffLimit: {backoff}\n"
+            "      submitterConfig: {backoffLimit: 0}\n",
+        )
+
+    return edit
+
+
+def _rayjob_history(env: Env) -> list[tuple[str, dict[str, Any]]]:
+    """Every write to a RayJob, and its deletion, in order."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def listen(storage: str, kind: str, obj: dict[str, Any]) -> None:
+        if obj.get("kind") == "RayJob":
+            deleting = kind == "DELETED" or bool(obj["metadata"].get("deletionTimestamp"))
+            seen.append(("deleted" if deleting else "written", dict(obj.get("status") or {})))
+
+    env.kube.store.listeners.append(listen)
+    return seen
+
+
+async def test_rayjob_retry_that_succeeds_is_a_successful_run(ops_env: Env) -> None:
+    env = ops_env
+    use_spec(env, "rayjob.yaml", "ray", _retrying_rayjob(2))
+    history = _rayjob_history(env)
+    # The submitter plays the Ray job: the first attempt fails, the retry succeeds.
+    env.cluster.script("ray.io/originated-from-crd=RayJob", "fail after=5s; succeed after=5s")
+    item = push(env, "ray-retry", "ray")
+    async with env.running(env.agent(config(env, "ray"))) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="claimed")
+        # Small steps, so the agent watches the RayJob through its Retrying status (3 s).
+        await until(
+            lambda: agent.runs.get(item.id) is None,
+            advance=lambda: env.advance(0.5),
+            within=60,
+            message="run finished",
+        )
+        assert item.failure is None, item.failure
+        assert succeeded(agent) == 1
+    statuses = [s for what, s in history if what == "written"]
+    assert any(s.get("jobDeploymentStatus") == "Retrying" for s in statuses)
+    deletions = [s for what, s in history if what == "deleted"]
+    # Not deleted in the middle of the retry: only once the second attempt completed.
+    assert all(s.get("jobDeploymentStatus") == "Complete" for s in deletions), deletions
+
+
+async def test_rayjob_exhausting_its_retries_fails_with_upstream_words(ops_env: Env) -> None:
+    env = ops_env
+    use_spec(env, "rayjob.yaml", "ray", _retrying_rayjob(1))
+    env.cluster.script("ray.io/originated-from-crd=RayJob", "exit code=3 after=5s")
+    item = push(env, "ray-exhausted", "ray")
+    async with env.running(env.agent(config(env, "ray"))) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="claimed")
+        # The most attempts the RayJob had counted, whenever it was written (it may be gone
+        # by the time the test sees the failure).
+        counted = [0]
+        env.kube.store.listeners.append(
+            lambda storage, kind, obj: (
+                counted.__setitem__(
+                    0, max(counted[0], int((obj.get("status") or {}).get("failed") or 0))
+                )
+                if obj.get("kind") == "RayJob"
+                else None
+            )
+        )
+        attempts_when_failed: list[int] = []
+
+        def failed() -> bool:
+            if item.state is not ItemState.FAILED:
+                return False
+            attempts_when_failed.append(counted[0])
+            return True
+
+        await until(failed, advance=lambda: env.advance(0.25), within=30, message="run failed")
+        assert item.failure is not None
+        assert "Job entrypoint command failed with exit code 3" in item.failure.message
+        # Failed only once the retry failed too (backoffLimit 1: two attempts).
+        assert attempts_when_failed == [2], attempts_when_failed
+        await until(lambda: agent.runs.get(item.id) is None, message="record released")
+
+
+# --- Volcano ------------------------------------------------------------------------------
+
+
+async def test_volcano_one_failed_pod_of_three_is_not_a_failed_run(ops_env: Env) -> None:
+    """Without policies the job finishes only when all pods have: with minAvailable 2, one
+    failed pod and two successes complete the job."""
+    env = ops_env
+    use_spec(
+        env,
+        "volcano-job.yaml",
+        "volcano",
+        lambda t: t.replace("      minAvailable: 3\n", "      minAvailable: 2\n"),
+    )
+    env.cluster.script("volcano.sh/job-name", "fail after=2s; succeed after=30s")
+    item = push(env, "vc-one-failed", "volcano")
+    async with env.running(env.agent(config(env, "volcano"))) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="claimed")
+        for _ in range(20):
+            env.advance(5)
+            if agent.runs.get(item.id) is None:
+                break
+        await until(lambda: agent.runs.get(item.id) is None, message="run finished")
+        assert item.failure is None, item.failure
+        assert succeeded(agent) == 1
+
+
+async def test_volcano_fails_only_when_every_pod_finished(ops_env: Env) -> None:
+    env = ops_env
+    use_spec(env, "volcano-job.yaml", "volcano")
+    env.cluster.script("volcano.sh/job-name", "fail after=2s; succeed after=30s")
+    item = push(env, "vc-all-done", "volcano")
+    async with env.running(env.agent(config(env, "volcano"))):
+        await until(lambda: item.state is ItemState.CLAIMED, message="claimed")
+        done: set[str] = set()  # pods that ended, as the store saw them (GC may follow)
+        env.kube.store.listeners.append(
+            lambda storage, kind, obj: (
+                done.add(obj["metadata"]["name"])
+                if obj.get("kind") == "Pod"
+                and (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                else None
+            )
+        )
+        finished_pods: list[int] = []
+
+        def failed() -> bool:
+            if item.state is not ItemState.FAILED:
+                return False
+            finished_pods.append(len(done))
+            return True
+
+        await until(failed, advance=lambda: env.advance(0.5), within=30, message="run failed")
+        assert finished_pods == [3], finished_pods  # not at the first failed pod
+
+
+# --- Kueue --------------------------------------------------------------------------------
+
+
+async def test_kueue_deactivation_fails_the_run_with_its_reason(env: Env) -> None:
+    (env.specs_dir / "basic.yaml").write_text(KUEUE_SPEC)
+    await install_kueue(env, cpu="1")
+    env.cluster.script("launch-agent.io/run-id=deact", "succeed after=600s")
+    item = env.push(run_spec("deact"))
+    async with env.running(env.agent(env.config(quota={"mode": "kueue"}))) as agent:
+        await until(lambda: env.pods_of(item), advance=lambda: env.advance(1), message="running")
+        [wl] = env.kube.objects.list("workloads.kueue.x-k8s.io", namespace="default")
+        # An admin (or Kueue's requeuing limit) deactivates the Workload.
+        env.kube.objects.patch(
+            "workloads.kueue.x-k8s.io",
+            wl["metadata"]["name"],
+            {"spec": {"active": False}},
+            namespace="default",
+        )
+        await until(
+            lambda: item.state is ItemState.FAILED,
+            advance=lambda: env.advance(5),
+            message="deactivation reported as a failure",
+        )
+        assert item.failure is not None
+        assert "The workload is deactivated" in item.failure.message
+        assert job_of(env, item)["spec"]["suspend"] is True
+        await until(lambda: agent.runs.get(item.id) is None, message="record released")
+
+
+# --- JobSet / Trainer creation failures (Events only) ---------------------------------------
+
+
+async def test_jobset_child_jobs_refused_fail_the_run_with_the_event(ops_env: Env) -> None:
+    env = ops_env
+    # An admin's template the Job API refuses (a Job's pods may not restart Always): JobSet
+    # only says so in JobCreationFailed Warning Events.
+    use_spec(
+        env,
+        "jobset-gke.yaml",
+        "jobset-tpu",
+        lambda t: t.replace(
+            "                spec:\n                  containers:\n",
+            "                spec:\n                  restartPolicy: Always\n                  containers:\n",
+        ),
+    )
+    item = push(env, "js-refused", "jobset-tpu")
+    async with env.running(env.agent(config(env, "jobset-tpu", start_timeout_seconds=300))):
+        await until(lambda: item.state is ItemState.CLAIMED, message="claimed")
+        await until(
+            lambda: item.state is ItemState.FAILED,
+            advance=lambda: env.advance(30),
+            message="failed at the start deadline",
+        )
+        assert item.failure is not None
+        assert "JobCreationFailed" in item.failure.message or (
+            'Unsupported value: "Always"' in item.failure.message
+        ), item.failure.message
+
+
+async def test_trainjob_resources_not_created_fail_the_run_with_the_event(env: Env) -> None:
+    await env.kube.load_crd_file(CRDS / "trainer.kubeflow.org_trainjobs.yaml")  # no JobSet CRD
+    env.kube.objects.create(
+        "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, ""
+    )
+    shutil.copy(EXAMPLE_SPECS / "trainjob.yaml", env.specs_dir / "trainjob.yaml")
+    env.state.add_queue("trainjob")
+    item = push(env, "tj-no-jobset", "trainjob")
+    async with env.running(env.agent(config(env, "trainjob", start_timeout_seconds=300))):
+        await until(lambda: item.state is ItemState.CLAIMED, message="claimed")
+        await until(
+            lambda: item.state is ItemState.FAILED,
+            advance=lambda: env.advance(30),
+            message="failed at the start deadline",
+        )
+        assert item.failure is not None
+        assert "TrainJob resources reconciliation failed" in item.failure.message, (
+            item.failure.message
+        )
+
+
+# --- PyTorchJob ---------------------------------------------------------------------------
+
+
+async def test_pytorchjob_restarting_is_still_running(ops_env: Env) -> None:
+    env = ops_env
+    use_spec(
+        env,
+        "pytorchjob.yaml",
+        "pytorch-ddp",
+        lambda t: t.replace("restartPolicy: Never", "restartPolicy: ExitCode").replace(
+            "        pytorchReplicaSpecs:\n",
+            "        runPolicy:\n          backoffLimit: 3\n        pytorchReplicaSpecs:\n",
+        ),
+    )
+    # The master is killed once (137, retryable): the operator recreates it and it succeeds.
+    env.cluster.script(
+        "training.kubeflow.org/replica-type=master", "exit code=137 after=5s; succeed after=20s"
+    )
+    env.cluster.script("training.kubeflow.org/replica-type=worker", "succeed after=30s")
+    item = push(env, "pt-restart", "pytorch-ddp")
+    async with env.running(env.agent(config(env, "pytorch-ddp"))) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="claimed")
+        restarted: list[bool] = []  # a Restarting condition written (the agent watched it)
+        env.kube.store.listeners.append(
+            lambda storage, kind, obj: (
+                restarted.append(True)
+                if obj.get("kind") == "PyTorchJob"
+                and any(
+                    c["type"] == "Restarting" and c["status"] == "True"
+                    for c in (obj.get("status") or {}).get("conditions") or []
+                )
+                else None
+            )
+        )
+        await until(lambda: restarted, advance=lambda: env.advance(1), message="Restarting")
+        for _ in range(20):
+            env.advance(5)
+            if agent.runs.get(item.id) is None:
+                break
+        await until(lambda: agent.runs.get(item.id) is None, message="run finished")
+        assert item.failure is None, item.failure
+        assert succeeded(agent) == 1
