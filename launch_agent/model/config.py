@@ -145,9 +145,17 @@ class TrackingConfig(_Strict):
     log_tail_lines: int = Field(default=50, ge=0, le=1000)
     # One batched RunStoppedStatus request for every in-flight run, this often.
     stop_check_seconds: float = Field(default=10.0, gt=0)
-    # W&B's run start deadline (its chart's agent.startTimeout, WANDB_LAUNCH_START_TIMEOUT).
-    # Accepted so W&B's values load unchanged; the agent does not act on it yet (docs/install.md).
-    start_timeout_seconds: float | None = Field(default=None, gt=0)
+    # W&B's run start deadline (its chart's agent.startTimeout, WANDB_LAUNCH_START_TIMEOUT): a
+    # run none of whose pods runs this long after it was created (or admitted) is failed, with
+    # the Warning Events that explain it (FailedCreate, FailedMount, ...).
+    start_timeout_seconds: float = Field(default=1800.0, gt=0)
+    # A pull failing for a reason that can recover (429, timeouts, registry 5xx) fails the run
+    # only once it has lasted this long; manifest unknown, unauthorized and invalid names fail
+    # at once.
+    image_pull_grace_seconds: float = Field(default=300.0, ge=0)
+    # CreateContainerConfigError (a missing Secret or ConfigMap key) clears once the object is
+    # synced; the run is failed only if it lasts this long.
+    container_config_grace_seconds: float = Field(default=300.0, ge=0)
 
 
 class LimitsConfig(_Strict):
