@@ -261,7 +261,7 @@ def assess(
         return Assessment(RunState.RUNNING, warning)
     found = ev.explain(ev.related(ev.warnings(events), workload, pods))
     since = started_at or _started_at(workload, kueue_workload)
-    if since is not None and now - since >= policy.start_timeout:
+    if since is not None and not summary.started and now - since >= policy.start_timeout:
         head = f"{describe_kind(workload)} did not start within {_duration(policy.start_timeout)}"
         if found is not None:
             return Assessment(

@@ -166,6 +166,8 @@ class PodSummary:
     warnings: tuple[Diagnosis, ...]
     # The best explanation among pods the cluster did not take away.
     own_failure: Diagnosis | None = None
+    # Some container of some pod ran at some point: the run started (no start deadline).
+    started: bool = False
 
 
 def _sorted_pods(pods: Iterable[object]) -> list[Mapping[str, Any]]:
@@ -505,9 +507,11 @@ def summarize_pods(
     disruptions: list[tuple[Diagnosis, int]] = []
     every: list[tuple[Diagnosis, int]] = []
     own: list[tuple[Diagnosis, int]] = []
+    started = False
     for pod in _sorted_pods(pods):
         if text(pod, "status", "phase") == "Running" and not Meta(pod).deletion_timestamp:
             running = True
+        started = started or running or any(_ran(cs) for cs in _container_statuses(pod))
         roles = _roles(pod, main)
         found = _diagnose_pod(pod, now, deadline, graces)
         pod_disrupted = any(infra for _, infra in found)
@@ -527,6 +531,18 @@ def summarize_pods(
         failure=_best([r for r in every if r[0].reason in _FAILURE_RANK]),
         warnings=_unique([d for d, _ in sorted(every, key=_rank_key)]),
         own_failure=_best(own),
+        started=started,
+    )
+
+
+def _ran(cs: Mapping[str, Any]) -> bool:
+    return any(
+        dig(cs, *path) is not None
+        for path in (
+            ("state", "running"),
+            ("state", "terminated", "startedAt"),
+            ("lastState", "terminated", "startedAt"),
+        )
     )
 
 
