@@ -243,7 +243,12 @@ def assess(
         if deactivated is not None:
             return deactivated
     if status.phase is Phase.SUSPENDED:
-        return _queued(kueue_workload)
+        queued = _queued(kueue_workload)
+        found = ev.explain(ev.related(ev.warnings(events), workload, pods))
+        if queued.diagnosis is None and found is not None:
+            # A Volcano gang its scheduler cannot place says so only in PodGroup Events.
+            return Assessment(RunState.QUEUED, _event_diagnosis(found, Severity.WARNING))
+        return queued
     if summary.stuck is not None:
         return Assessment(RunState.FAILED, summary.stuck)
     warning = summary.warnings[0] if summary.warnings else None

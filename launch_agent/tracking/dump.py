@@ -132,13 +132,37 @@ def choose_workload(
         uids = {u for o in others if (u := text(o, "metadata", "uid"))}
         top = [o for o in others if not any(u in uids for u in _owner_uids(o))]
         known = [o for o in top if group_kind(o) in READERS]
-        chosen = known or top
+        chosen = _parents(known or top)
         if not chosen:
             raise DumpError("no workload in the input (only pods and events)")
     if len(chosen) > 1:
         names = ", ".join(f"{o.get('kind')}/{Meta(o).name or '?'}" for o in chosen[:5])
         raise DumpError(f"several workloads in the input ({names}): pass --kind")
     return chosen[0]
+
+
+def _parents(objs: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Drop the objects that are another one's children by name or label, for dumps that lost
+    their ownerReferences: a JobSet's Job `<jobset>-<replicatedJob>-<index>` carries
+    `jobset.sigs.k8s.io/jobset-name`, a RayJob's submitter Job has the RayJob's name."""
+    names = {Meta(o).name for o in objs}
+
+    def child(obj: Mapping[str, Any]) -> bool:
+        meta = Meta(obj)
+        if any(meta.label(key) in names - {meta.name} for key in POD_LABELS):
+            return True
+        if any(meta.name.startswith(n + "-") for n in names if n and n != meta.name):
+            return True
+        # Same name: the batch Job is the child (RayJob submitter, TrainJob's JobSet's Jobs).
+        return group_kind(obj) in _CHILD_KINDS and sum(Meta(o).name == meta.name for o in objs) > 1
+
+    kept = [o for o in objs if not child(o)]
+    return kept or objs
+
+
+# Kinds that other workloads create under their own name (a RayJob's submitter Job, the
+# TrainJob's JobSet).
+_CHILD_KINDS = frozenset({("batch", "Job"), ("jobset.x-k8s.io", "JobSet")})
 
 
 def _belongs(
