@@ -13,7 +13,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -110,16 +110,6 @@ def _tracking(args: argparse.Namespace) -> TrackingConfig:
     return TrackingConfig()
 
 
-def policy_of(tracking: TrackingConfig, start_timeout: float | None) -> TrackingPolicy:
-    """The policy the agent runs with, from its configuration (`runtime/agent.py` too)."""
-    return TrackingPolicy(
-        unschedulable_deadline=timedelta(seconds=tracking.unschedulable_timeout_seconds),
-        start_timeout=timedelta(seconds=start_timeout or tracking.start_timeout_seconds),
-        image_pull_grace=timedelta(seconds=tracking.image_pull_grace_seconds),
-        container_config_grace=timedelta(seconds=tracking.container_config_grace_seconds),
-    )
-
-
 def verdict(assessment: Assessment) -> dict[str, str | None]:
     """Exactly the fields `-o json` prints, None where there is none."""
     state, diag = assessment
@@ -189,7 +179,7 @@ def _run(args: argparse.Namespace) -> int:
         inputs.workload,
         inputs.pods,
         now,
-        policy_of(tracking, args.start_timeout),
+        TrackingPolicy.from_config(tracking, args.start_timeout),
         events=inputs.events,
         kueue_workload=inputs.kueue_workload,
         main=main,

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from launch_agent.model.config import TrackingConfig
 from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
 from launch_agent.tracking import events as ev
 from launch_agent.tracking import kueue
@@ -72,6 +73,18 @@ class TrackingPolicy:
     image_pull_grace: timedelta = timedelta(seconds=300)
     # tracking.container_config_grace_seconds: CreateContainerConfigError fails after this.
     container_config_grace: timedelta = timedelta(seconds=300)
+
+    @classmethod
+    def from_config(
+        cls, tracking: TrackingConfig, start_timeout: float | None = None
+    ) -> TrackingPolicy:
+        """The policy of an agent configured with `tracking` (`runtime/agent.py`, `diagnose`)."""
+        return cls(
+            unschedulable_deadline=timedelta(seconds=tracking.unschedulable_timeout_seconds),
+            start_timeout=timedelta(seconds=start_timeout or tracking.start_timeout_seconds),
+            image_pull_grace=timedelta(seconds=tracking.image_pull_grace_seconds),
+            container_config_grace=timedelta(seconds=tracking.container_config_grace_seconds),
+        )
 
     @property
     def graces(self) -> Graces:

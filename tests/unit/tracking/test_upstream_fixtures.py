@@ -62,7 +62,7 @@ def test_fixture_verdict(path: Path, capsys: pytest.CaptureFixture[str]) -> None
     code, got, err = _diagnose(capsys, "-f", str(path), *_argv(path, doc))
     assert code == 0, err
     assert got == expected
-    assert list(got) == ["state", "reason", "message", "pod", "container"]
+    assert got is not None and list(got) == ["state", "reason", "message", "pod", "container"]
 
 
 @pytest.mark.parametrize("path", CASES[::7], ids=_case_id)
