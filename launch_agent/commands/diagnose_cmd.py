@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from launch_agent.adapters.kube import KindNotInstalled, KubeClient, KubeNotFound, Resource
 from launch_agent.commands.config_cmd import load_config, report_config_error
 from launch_agent.model.config import TrackingConfig
 from launch_agent.model.config_resolve import ConfigError
@@ -204,8 +205,6 @@ async def read_cluster(
 ) -> Inputs:
     """The workload, the namespace's pods and Events, and Kueue's Workloads, through the same
     client and list calls the agent's informers use; then the same selection as `-f`."""
-    from launch_agent.adapters.kube import KindNotInstalled, KubeClient, KubeNotFound, Resource
-
     group, kind_name = kind or ("batch", "Job")
     api_version = API_VERSIONS[(group, kind_name)]
     async with await KubeClient.from_kubeconfig(kubeconfig, context) as kube:
