@@ -40,7 +40,7 @@ import os
 import platform
 from collections.abc import Callable
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from launch_agent import __version__
@@ -247,9 +247,7 @@ class Agent:
             queue_entity=registration.entity,
         )
         self.finisher = finisher
-        policy = TrackingPolicy(
-            unschedulable_deadline=timedelta(seconds=config.tracking.unschedulable_timeout_seconds)
-        )
+        policy = TrackingPolicy.from_config(config.tracking)
         tracker = Tracker(
             kube,
             self.runs,

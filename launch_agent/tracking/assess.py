@@ -28,6 +28,7 @@ Precedence, strongest first:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -237,9 +238,9 @@ def assess(
     free to start, when the caller knows better than the objects.
     """
     status = workload_status(workload)
-    summary = summarize_pods(
-        pods, now, policy.unschedulable_deadline, graces=policy.graces, main=main
-    )
+    about = ev.related(ev.warnings(events), workload, pods)
+    graces = dataclasses.replace(policy.graces, pull_errors=ev.pull_errors(about))
+    summary = summarize_pods(pods, now, policy.unschedulable_deadline, graces=graces, main=main)
     if status.phase is Phase.SUCCEEDED:
         return Assessment(RunState.SUCCEEDED, None)
     if status.phase is Phase.FAILED:
@@ -257,7 +258,7 @@ def assess(
             return deactivated
     if status.phase is Phase.SUSPENDED:
         queued = _queued(kueue_workload)
-        found = ev.explain(ev.related(ev.warnings(events), workload, pods))
+        found = ev.explain(about)
         if queued.diagnosis is None and found is not None:
             # A Volcano gang its scheduler cannot place says so only in PodGroup Events.
             return Assessment(RunState.QUEUED, _event_diagnosis(found, Severity.WARNING))
@@ -277,7 +278,7 @@ def assess(
         return Assessment(RunState.RUNNING, warning or retry)
     if status.phase is Phase.RUNNING or summary.running:
         return Assessment(RunState.RUNNING, warning)
-    found = ev.explain(ev.related(ev.warnings(events), workload, pods))
+    found = ev.explain(about)
     since = started_at or _started_at(workload, kueue_workload)
     if since is not None and not summary.started and now - since >= policy.start_timeout:
         head = f"{describe_kind(workload)} did not start within {_duration(policy.start_timeout)}"

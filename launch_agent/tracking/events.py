@@ -166,3 +166,19 @@ def sentence(found: Explanation) -> str:
 def _one_line(value: str, limit: int = 400) -> str:
     flat = " ".join(value.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def pull_errors(events: Iterable[Event]) -> dict[str, str]:
+    """Pod name -> the latest pull failure the kubelet recorded for it (`Failed` Events,
+    `pkg/kubelet/images/image_manager.go` `pullImage`: "Failed to pull image ...")."""
+    latest: dict[str, Event] = {}
+    for event in events:
+        if event.kind != "Pod" or event.reason not in ("Failed", "ErrImagePull"):
+            continue
+        if "failed to pull" not in event.message.lower():
+            continue
+        known = latest.get(event.name)
+        stamp = event.last.isoformat() if event.last else ""
+        if known is None or stamp >= (known.last.isoformat() if known.last else ""):
+            latest[event.name] = event
+    return {name: event.message for name, event in latest.items()}

@@ -148,6 +148,9 @@ class Graces:
 
     image_pull: timedelta | None = None
     container_config: timedelta | None = None
+    # Pod name -> the kubelet's latest "Failed to pull image" Event message: the back-off
+    # message of older kubelets (`Back-off pulling image "x"`) does not say why.
+    pull_errors: Mapping[str, str] = field(default_factory=dict)
 
 
 IMMEDIATE = Graces()
@@ -307,8 +310,12 @@ def _waiting(
     if reason in ("ImagePullBackOff", "ErrImagePull") and graces.image_pull is not None:
         # The kubelet alternates ErrImagePull and ImagePullBackOff while it retries: which of
         # the two it shows says nothing; the registry's words do.
-        terminal = permanent_pull(detail) or _outlasted(pod, now, graces.image_pull)
-        if terminal and not permanent_pull(detail):
+        said = graces.pull_errors.get(name)
+        permanent = permanent_pull(detail) or permanent_pull(said)
+        if said and not permanent_pull(detail) and said not in message:
+            message += f" ({_one_line(said)})"
+        terminal = permanent or _outlasted(pod, now, graces.image_pull)
+        if terminal and not permanent:
             message += f" (still failing after {_duration(graces.image_pull)})"
     elif reason == "CreateContainerConfigError" and grace is not None:
         terminal = _outlasted(pod, now, grace)
