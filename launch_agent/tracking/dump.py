@@ -180,11 +180,10 @@ def _belongs(
     item = wmeta.label(RUN_QUEUE_ITEM)
     if item is not None and meta.label(RUN_QUEUE_ITEM) == item:
         return True
-    for key in POD_LABELS:
-        value = meta.label(key)
-        if value is not None and any(value == n or value.startswith(n + "-") for n in names):
-            return True
-    return False
+    # Exact names only: the operators label every pod with their workload's own name (a
+    # JobSet's pods carry `jobset.sigs.k8s.io/jobset-name`, not only their Job's), and a
+    # prefix would take the pods of `train-2` for those of `train`.
+    return any(meta.label(key) in names for key in POD_LABELS)
 
 
 def select(items: Sequence[Mapping[str, Any]], kind: tuple[str, str] | None = None) -> Inputs:

@@ -109,12 +109,18 @@ def related(
     `<job>-<uid>`), so an Event about `<name>` or `<name>-...` in the namespace is about it.
     """
     meta = Meta(workload)
+    kind = text(workload, "kind") or ""
+    uid = text(workload, "metadata", "uid")
     pod_names = {Meta(p).name for p in pods}
+    pod_uids = {u for p in pods if (u := text(p, "metadata", "uid"))}
     out = []
     for event in events:
         if meta.namespace and event.namespace and event.namespace != meta.namespace:
             continue
-        uid = dig(workload, "metadata", "uid")
+        if uid and event.uid and event.kind == kind and event.uid != uid:
+            continue  # an earlier object of the same name, or `train-2` beside `train`
+        if event.kind == "Pod" and event.uid and pod_uids and event.uid not in pod_uids:
+            continue
         if (
             (uid and event.uid == uid)
             or (event.kind == "Pod" and event.name in pod_names)

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from launch_agent.model.run_state import Reason, RunState
-from launch_agent.tracking import assess, kueue, pod_warnings
+from launch_agent.tracking import assess, dump, kueue, pod_warnings
 from launch_agent.tracking import events as ev
 from tests.unit.tracking.shapes import NOW, cond, container_status, job, pod, ts
 
@@ -124,3 +124,14 @@ def test_a_sidecar_oom_does_not_hide_the_main_containers_exit_code() -> None:
     body["spec"]["containers"].append({"name": "istio-proxy", "image": "istio/proxyv2"})
     _, diag = assess(failed, [body], NOW)
     assert diag is not None and (diag.container, diag.exit_code) == ("main", 1)
+
+
+def test_a_neighbour_named_like_a_child_is_not_the_workloads() -> None:
+    # `run-abc-2` beside `run-abc` in one namespace: its pods and its Events are not ours.
+    its_pod = pod("run-abc-2-q8x1z", "Failed", container_status(terminated=("OOMKilled", 137)))
+    its_pod["metadata"]["labels"] = {"job-name": "run-abc-2"}
+    about = {"kind": "Job", "name": "run-abc-2", "namespace": "ml", "uid": "other-uid"}
+    warning = {"type": "Warning", "reason": "FailedCreate", "message": "x", "involvedObject": about}
+    inputs = dump.select([job(active=1), its_pod, warning])
+    assert inputs.pods == []
+    assert ev.related(ev.warnings(inputs.events), inputs.workload, inputs.pods) == []
