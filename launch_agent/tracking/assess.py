@@ -246,6 +246,16 @@ def assess(
     if status.phase is Phase.FAILED:
         return _failed(workload, status, summary)
     if status.phase is Phase.STOPPED:
+        own = summary.own_failure
+        if (
+            group_kind(workload)[0] == "batch.volcano.sh"
+            and own is not None
+            and own.reason in (Reason.OOM_KILLED, Reason.EXIT_CODE)
+        ):
+            # volcano `pkg/controllers/job/state/running.go` (`Execute`, AbortJobAction): a
+            # `PodFailed -> AbortJob` policy aborts the job the way `vcctl job suspend` does;
+            # a failed container says which of the two it was.
+            return Assessment(RunState.FAILED, _terminal(own))
         what = describe_kind(workload)
         message = f"{what} was stopped" + (f": {status.message}" if status.message else "")
         return Assessment(
