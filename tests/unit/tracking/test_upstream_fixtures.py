@@ -14,12 +14,17 @@ import io
 import json
 import random
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from launch_agent.cli import main
+from launch_agent.tracking import assess
+from launch_agent.tracking.dump import DumpError, items_of, select
 
 UPSTREAM = Path(__file__).resolve().parents[2] / "fixtures" / "upstream"
 CASES = sorted(p for p in UPSTREAM.glob("*/*.json") if not p.name.endswith(".expected.json"))
@@ -315,3 +320,59 @@ def test_a_partial_workload_never_crashes(
         code, got, err = _diagnose(capsys, "-f", str(path), "-o", "json")
         assert code == 0, err
         assert got is not None and got["state"] in ("starting", "failed", "running", "queued")
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 200) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [prefix] if prefix else []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            found += _paths(value, (*prefix, key))
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            found += _paths(value, (*prefix, i))
+    return found
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_any_field_of_any_fixture_may_be_anything(data: st.DataObject) -> None:
+    """Replace fields of a real dump with arbitrary JSON: the judgement never raises."""
+    path = data.draw(st.sampled_from(CASES))
+    doc = json.loads(path.read_text())
+    items = doc["items"]
+    for _ in range(data.draw(st.integers(1, 4))):
+        where = data.draw(st.sampled_from(_paths(items)))
+        target: Any = items
+        for step in where[:-1]:
+            target = target[step]
+        target[where[-1]] = data.draw(JSON)
+    try:
+        inputs = select(items_of({"kind": "List", "items": items}))
+    except DumpError:
+        return  # refused with a reason: what -f prints with exit status 2
+    state, diagnosis = assess(
+        inputs.workload,
+        inputs.pods,
+        datetime(2026, 11, 30, 12, 30, tzinfo=UTC),
+        events=inputs.events,
+        kueue_workload=inputs.kueue_workload,
+    )
+    assert state.value in (
+        "queued",
+        "starting",
+        "running",
+        "succeeded",
+        "failed",
+        "preempted",
+        "stopped",
+    )
+    assert diagnosis is None or isinstance(diagnosis.message, str)
