@@ -192,25 +192,31 @@ def workload_status(workload: Mapping[str, Any]) -> KueueStatus:
 def deactivation(workload: Mapping[str, Any]) -> tuple[str, str] | None:
     """(reason, message) when Kueue deactivated the Workload, else None.
 
-    `spec.active: false` is the decision; the Evicted condition carries why. Once it was
-    re-activated (`spec.active` true again) an old Evicted condition no longer counts.
+    Kueue first marks it with a `DeactivationTarget` condition (`workload.SetDeactivationTarget`
+    in `pkg/controller/core/workload_controller.go`: reasons `RequeuingLimitExceeded`,
+    `MaximumExecutionTimeExceeded`, `AdmissionCheck`), then sets `spec.active: false` and
+    evicts it (`Evicted` reason `Deactivated`, `DeactivatedDueTo<Cause>`,
+    `EvictedDueToDeactivatedDueTo<Cause>`; `InactiveWorkload` before v0.9). Once an admin
+    re-activates it (`spec.active` true again) a stale Evicted condition no longer counts.
     """
     spec = _mapping(workload, "spec")
     conds = _conditions(workload)
     evicted = conds.get("Evicted", {})
+    target = conds.get("DeactivationTarget", {})
     reason = str(evicted.get("reason") or "")
-    message = str(evicted.get("message") or "")
     by_reason = evicted.get("status") == "True" and (
-        reason in _DEACTIVATED_REASONS or reason.startswith("DeactivatedDueTo")
+        reason in _DEACTIVATED_REASONS or "DeactivatedDueTo" in reason
     )
-    if spec.get("active") is False or (by_reason and spec.get("active") is not True):
-        if not by_reason:
-            target = conds.get("DeactivationTarget", {})
-            reason = str(target.get("reason") or DEACTIVATED)
-            message = str(
-                target.get("message") or "the Workload was deactivated (spec.active: false)"
-            )
-        return reason or DEACTIVATED, message
+    if by_reason and spec.get("active") is not True:
+        return reason, str(evicted.get("message") or "")
+    if target.get("status") == "True":
+        cause = str(target.get("reason") or "")
+        return (
+            f"DeactivatedDueTo{cause}" if cause else DEACTIVATED,
+            str(target.get("message") or ""),
+        )
+    if spec.get("active") is False:
+        return DEACTIVATED, "the Workload was deactivated (spec.active: false)"
     return None
 
 
