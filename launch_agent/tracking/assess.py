@@ -61,6 +61,15 @@ _EXPLAINABLE = frozenset(
 )
 
 
+_CREATION = frozenset(
+    {
+        Reason.FAILED_CREATE,
+        Reason.JOB_CREATION_FAILED,
+        Reason.TRAINJOB_RESOURCES_CREATION_FAILED,
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class TrackingPolicy:
     """The knobs of tracking; defaults match `docs/architecture.md` and `TrackingConfig`."""
@@ -292,7 +301,8 @@ def assess(
     since = started_at or _started_at(workload, kueue_workload)
     if since is not None and not summary.started and now - since >= policy.start_timeout:
         head = f"{describe_kind(workload)} did not start within {_duration(policy.start_timeout)}"
-        if found is not None:
+        # Pods that cannot be created explain most; then what a pod shows; then other Events.
+        if found is not None and (found.reason in _CREATION or warning is None):
             return Assessment(
                 RunState.FAILED, _event_diagnosis(found, Severity.TERMINAL, head + ": ")
             )
