@@ -117,8 +117,17 @@ def related(
     for event in events:
         if meta.namespace and event.namespace and event.namespace != meta.namespace:
             continue
-        if uid and event.uid and event.kind == kind and event.uid != uid:
-            continue  # an earlier object of the same name, or `train-2` beside `train`
+        # `train-2` beside `train`: another workload of the same kind. (Same name and another
+        # uid is an earlier incarnation, or a capture whose uids were rewritten: its creation
+        # failures still describe this namespace's refusals.)
+        if (
+            uid
+            and event.uid
+            and event.kind == kind
+            and event.uid != uid
+            and event.name != meta.name
+        ):
+            continue
         if event.kind == "Pod" and event.uid and pod_uids and event.uid not in pod_uids:
             continue
         if (

@@ -54,8 +54,10 @@ async def test_a_job_whose_pods_cannot_be_created(
     job["spec"]["template"] = {
         "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}
     }
-    kube.objects.create("jobs", job)
+    created_job = kube.objects.create("jobs", job)
     for event in events:
+        # The Job controller's Events name the Job's uid, which the API server assigned.
+        event["involvedObject"]["uid"] = created_job["metadata"]["uid"]
         kube.objects.create("events", event)
     # A pod of another Job in the namespace must not be blamed.
     other = _fixture_items("job/oomkilled")[1]
