@@ -112,7 +112,6 @@ def related(
     kind = text(workload, "kind") or ""
     uid = text(workload, "metadata", "uid")
     pod_names = {Meta(p).name for p in pods}
-    pod_uids = {u for p in pods if (u := text(p, "metadata", "uid"))}
     out = []
     for event in events:
         if meta.namespace and event.namespace and event.namespace != meta.namespace:
@@ -127,8 +126,6 @@ def related(
             and event.uid != uid
             and event.name != meta.name
         ):
-            continue
-        if event.kind == "Pod" and event.uid and pod_uids and event.uid not in pod_uids:
             continue
         if (
             (uid and event.uid == uid)
