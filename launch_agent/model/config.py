@@ -162,9 +162,17 @@ class TrackingConfig(_Strict):
     stop_check_old_seconds: float = Field(default=300.0, gt=0)
     stop_check_batch: int = Field(default=100, ge=1, le=1000)
     stop_check_max_requests_per_minute: int = Field(default=100, ge=1)
-    # W&B's run start deadline (its chart's agent.startTimeout, WANDB_LAUNCH_START_TIMEOUT).
-    # Accepted so W&B's values load unchanged; the agent does not act on it yet (docs/install.md).
-    start_timeout_seconds: float | None = Field(default=None, gt=0)
+    # W&B's run start deadline (its chart's agent.startTimeout, WANDB_LAUNCH_START_TIMEOUT): a
+    # run none of whose pods runs this long after it was created (or admitted) is failed, with
+    # the Warning Events that explain it (FailedCreate, FailedMount, ...).
+    start_timeout_seconds: float = Field(default=1800.0, gt=0)
+    # A pull failing for a reason that can recover (429, timeouts, registry 5xx) fails the run
+    # only once it has lasted this long; manifest unknown, unauthorized and invalid names fail
+    # at once.
+    image_pull_grace_seconds: float = Field(default=300.0, ge=0)
+    # CreateContainerConfigError (a missing Secret or ConfigMap key) clears once the object is
+    # synced; the run is failed only if it lasts this long.
+    container_config_grace_seconds: float = Field(default=300.0, ge=0)
 
     @model_validator(mode="after")
     def _stop_tiers(self) -> TrackingConfig:

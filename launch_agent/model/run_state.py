@@ -62,6 +62,23 @@ class Reason(StrEnum):
     UNSCHEDULABLE = "Unschedulable"
     EVICTED = "Evicted"
     PREEMPTED = "Preempted"
+    # The kubelet refused the pod at admission (pod.status.reason OutOfnvidia.com/gpu,
+    # OutOfcpu, UnexpectedAdmissionError, NodeAffinity, ...): no container ever ran.
+    ADMISSION_REFUSED = "AdmissionRefused"
+    # Failures only Events show (the Event's own reason word)
+    FAILED_CREATE = "FailedCreate"
+    JOB_CREATION_FAILED = "JobCreationFailed"
+    TRAINJOB_RESOURCES_CREATION_FAILED = "TrainJobResourcesCreationFailed"
+    FAILED_MOUNT = "FailedMount"
+    FAILED_ATTACH_VOLUME = "FailedAttachVolume"
+    # Nothing started within tracking.start_timeout_seconds and no Event says why
+    START_TIMEOUT = "StartTimeout"
+    # A controller retrying a failed attempt (RayJob Retrying, PyTorchJob Restarting)
+    RESTARTING = "Restarting"
+    # Kueue
+    PENDING = "Pending"
+    INADMISSIBLE = "Inadmissible"
+    DEACTIVATED = "Deactivated"
     # The workload itself
     WORKLOAD_FAILED = "WorkloadFailed"
     STOPPED = "Stopped"

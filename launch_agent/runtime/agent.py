@@ -42,7 +42,7 @@ import os
 import platform
 from collections.abc import Callable
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from launch_agent import __version__
@@ -274,9 +274,7 @@ class Agent:
             queue_entity=queues.entity,
         )
         self.finisher = finisher
-        policy = TrackingPolicy(
-            unschedulable_deadline=timedelta(seconds=config.tracking.unschedulable_timeout_seconds)
-        )
+        policy = TrackingPolicy.from_config(config.tracking)
         tracker = Tracker(
             kube,
             self.runs,

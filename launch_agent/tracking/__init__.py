@@ -1,6 +1,8 @@
 """Workload and pod status -> run state and diagnosis. Pure: no I/O, no asyncio.
 
-`assess(workload, pods, now)` is the entry point; `assess_deleted` for a workload that is gone;
+`assess(workload, pods, now, events=..., kueue_workload=..., main=...)` is the entry point,
+shared by the runtime's tracker and `launch-agent diagnose`; `assess_deleted` for a workload
+that is gone;
 `pod_warnings` for every warning the pods show and `new_warnings` to report each once per run.
 The shapes of the objects read, and the one `metadata` reader every layer uses, are `views.py`.
 """
@@ -19,7 +21,7 @@ from launch_agent.tracking.assess import (
     assess,
     assess_deleted,
 )
-from launch_agent.tracking.pods import summarize_pods
+from launch_agent.tracking.pods import MainContainer, summarize_pods
 from launch_agent.tracking.warnings import new_warnings
 
 
@@ -27,13 +29,14 @@ def pod_warnings(
     pods: Sequence[Mapping[str, Any]], now: datetime, policy: TrackingPolicy = DEFAULT_POLICY
 ) -> tuple[Diagnosis, ...]:
     """Every non-terminal problem the pods show, most important first."""
-    summary = summarize_pods(pods, now, policy.unschedulable_deadline)
+    summary = summarize_pods(pods, now, policy.unschedulable_deadline, graces=policy.graces)
     return tuple(d for d in summary.warnings if not d.terminal)
 
 
 __all__ = [
     "DEFAULT_POLICY",
     "Assessment",
+    "MainContainer",
     "TrackingPolicy",
     "assess",
     "assess_deleted",

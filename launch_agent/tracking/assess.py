@@ -1,36 +1,52 @@
-"""A workload, its pods and the time -> `(RunState, Diagnosis | None)`.
+"""A workload, its pods, their Events and the time -> `(RunState, Diagnosis | None)`.
 
-This is the one decision the informers feed: the runtime calls `assess` on every event for a
-run with the latest cached objects and reports what changed. It is a pure function of its
-inputs (the clock is a parameter), so it is tested with tables of real-shaped status objects
-and with hypothesis, never with a cluster.
+This is the one decision the informers feed and `launch-agent diagnose` prints: the runtime
+calls `assess` on every event for a run with the latest cached objects and reports what
+changed; `diagnose` calls it with what it read from the cluster or a `kubectl get -o json`
+dump. It is a pure function of its inputs (the clock is a parameter), so it is tested with
+tables of real-shaped status objects and with hypothesis, never with a cluster.
 
 Precedence, strongest first:
 
 1. The workload's own terminal signal (Job conditions, JobSet Completed/Failed, RayJob
-   jobStatus, ...). Pods can only *explain* it: a Job that failed with BackoffLimitExceeded is
-   reported as "OOMKilled in container main" when its pod says so, and as preempted when its
-   pod was preempted. Success is never overridden by a pod: terminal states are absorbing
-   whatever pod events arrive, in whatever order.
+   jobDeploymentStatus, ...). Pods can only *explain* it: a Job that failed with
+   BackoffLimitExceeded is reported as "OOMKilled in container main" when its pod says so,
+   and as preempted when its pods were taken away by the cluster (preemption, drain, lost
+   node, node shutdown) and none failed on its own. Success is never overridden by a pod:
+   terminal states are absorbing whatever pod events arrive, in whatever order.
 2. Deletion in progress -> stopped.
-3. Suspended (Kueue or the agent's quota) -> queued; pods of a suspended workload are leftovers.
-4. A pod stuck in a way no controller resolves (ImagePullBackOff, InvalidImageName,
-   CreateContainerConfigError, unschedulable past the deadline) -> failed, so the agent can
-   delete the workload and free its slot.
-5. Running if the workload or any pod says so, else starting; the most important pod warning
-   rides along.
+3. Kueue deactivated the run's Workload (`spec.active: false`) -> failed with Kueue's reason:
+   the job stays suspended for good.
+4. Suspended (Kueue or the agent's quota) -> queued; pods of a suspended workload are leftovers.
+5. A pod stuck in a way no controller resolves (a permanent pull error, a transient one or
+   CreateContainerConfigError past its grace, InvalidImageName, unschedulable past the
+   deadline) -> failed, so the agent can delete the workload and free its slot.
+6. Running if the workload or any pod says so. Otherwise starting, until the start deadline
+   (`start_timeout`, from creation or the last resume): then failed, with the Warning Events
+   that explain it ("did not start within 30m: 3 FailedCreate events: ...").
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from launch_agent.model.config import TrackingConfig
 from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
-from launch_agent.tracking.fields import name_of
-from launch_agent.tracking.pods import summarize_pods
+from launch_agent.tracking import events as ev
+from launch_agent.tracking import kueue
+from launch_agent.tracking.fields import mappings, name_of, text, timestamp
+from launch_agent.tracking.pods import (
+    NO_MAIN,
+    Graces,
+    MainContainer,
+    PodSummary,
+    summarize_pods,
+)
+from launch_agent.tracking.views import Meta
 from launch_agent.tracking.workloads import Phase, WorkloadStatus, group_kind, workload_status
 
 _JOB_REASONS = {
@@ -45,13 +61,44 @@ _EXPLAINABLE = frozenset(
 )
 
 
+_CREATION = frozenset(
+    {
+        Reason.FAILED_CREATE,
+        Reason.JOB_CREATION_FAILED,
+        Reason.TRAINJOB_RESOURCES_CREATION_FAILED,
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class TrackingPolicy:
-    """The knobs of tracking; defaults match `docs/architecture.md`."""
+    """The knobs of tracking; defaults match `docs/architecture.md` and `TrackingConfig`."""
 
     # How long a pod may stay unschedulable before the run is failed. Long enough for a cluster
     # autoscaler to add a node (typically 1-3 minutes), short enough not to hold a slot forever.
     unschedulable_deadline: timedelta = timedelta(minutes=10)
+    # tracking.start_timeout_seconds: no pod running this long after creation (or resume).
+    start_timeout: timedelta = timedelta(seconds=1800)
+    # tracking.image_pull_grace_seconds: a transient pull error fails the run after this.
+    image_pull_grace: timedelta = timedelta(seconds=300)
+    # tracking.container_config_grace_seconds: CreateContainerConfigError fails after this.
+    container_config_grace: timedelta = timedelta(seconds=300)
+
+    @classmethod
+    def from_config(
+        cls, tracking: TrackingConfig, start_timeout: float | None = None
+    ) -> TrackingPolicy:
+        """The policy of an agent configured with `tracking` (`runtime/agent.py`, `diagnose`)."""
+        return cls(
+            unschedulable_deadline=timedelta(seconds=tracking.unschedulable_timeout_seconds),
+            start_timeout=timedelta(seconds=start_timeout or tracking.start_timeout_seconds),
+            image_pull_grace=timedelta(seconds=tracking.image_pull_grace_seconds),
+            container_config_grace=timedelta(seconds=tracking.container_config_grace_seconds),
+        )
+
+    @property
+    def graces(self) -> Graces:
+        return Graces(self.image_pull_grace, self.container_config_grace)
 
 
 DEFAULT_POLICY = TrackingPolicy()
@@ -95,43 +142,190 @@ def _terminal(diag: Diagnosis) -> Diagnosis:
     )
 
 
+def _failed(workload: Mapping[str, Any], status: WorkloadStatus, summary: PodSummary) -> Assessment:
+    own = _workload_failure(workload, status)
+    if own.reason is Reason.DEADLINE_EXCEEDED:
+        return Assessment(RunState.FAILED, own)
+    disruption = summary.disruption
+    if disruption is not None and summary.own_failure is None:
+        # Every failed pod was taken away by the cluster: infrastructure, requeue the run.
+        return Assessment(RunState.PREEMPTED, _terminal(disruption))
+    if own.reason in _EXPLAINABLE:
+        explanation = summary.own_failure or summary.failure
+        if explanation is not None:
+            return Assessment(RunState.FAILED, _terminal(explanation))
+    return Assessment(RunState.FAILED, own)
+
+
+def _started_at(
+    workload: Mapping[str, Any], kueue_workload: Mapping[str, Any] | None
+) -> datetime | None:
+    """When the run last became free to start: its creation, or its last resume (a Suspended
+    condition turning False, a Job's `status.startTime`, Kueue's admission), whichever is
+    latest. A run queued for hours in Kueue is not late the moment it is admitted."""
+    times = [timestamp(Meta(workload).creation_timestamp)]
+    times.append(timestamp(text(workload, "status", "startTime")))
+    for cond in mappings(workload, "status", "conditions"):
+        if cond.get("type") == "Suspended" and cond.get("status") == "False":
+            times.append(timestamp(cond.get("lastTransitionTime")))
+    if kueue_workload is not None:
+        for cond in mappings(kueue_workload, "status", "conditions"):
+            if cond.get("type") in ("Admitted", "QuotaReserved") and cond.get("status") == "True":
+                times.append(timestamp(cond.get("lastTransitionTime")))
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+
+
+def _event_diagnosis(found: ev.Explanation, severity: Severity, head: str = "") -> Diagnosis:
+    return Diagnosis(
+        found.reason,
+        head + ev.sentence(found),
+        severity,
+        pod=found.about.removeprefix("pod ") if found.about.startswith("pod ") else None,
+        detail=found.message,
+    )
+
+
+def _kueue(workload: Mapping[str, Any], kueue_workload: Mapping[str, Any]) -> Assessment | None:
+    status = kueue.workload_status(kueue_workload)
+    if status.state is kueue.KueueState.DEACTIVATED:
+        why = f"{status.reason}: {status.message}" if status.message else status.reason
+        return Assessment(
+            RunState.FAILED,
+            Diagnosis(
+                Reason.DEACTIVATED,
+                f"Kueue deactivated the Workload of {describe_kind(workload)} ({why}); it stays"
+                " suspended and is never admitted again",
+                Severity.TERMINAL,
+                detail=status.message or None,
+            ),
+        )
+    return None
+
+
+def _queued(kueue_workload: Mapping[str, Any] | None) -> Assessment:
+    if kueue_workload is None:
+        return Assessment(RunState.QUEUED, None)
+    status = kueue.workload_status(kueue_workload)
+    said = kueue.describe(status)
+    if said is None or status.state not in (
+        kueue.KueueState.PENDING,
+        kueue.KueueState.INADMISSIBLE,
+        kueue.KueueState.CHECKS,
+        kueue.KueueState.EVICTED,
+    ):
+        return Assessment(RunState.QUEUED, None)
+    reason = (
+        Reason.INADMISSIBLE
+        if status.state is kueue.KueueState.INADMISSIBLE
+        else Reason.PREEMPTED
+        if status.state is kueue.KueueState.EVICTED
+        else Reason.PENDING
+    )
+    return Assessment(
+        RunState.QUEUED,
+        Diagnosis(reason, said, Severity.WARNING, detail=status.message or None),
+    )
+
+
 def assess(
     workload: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
     now: datetime,
     policy: TrackingPolicy = DEFAULT_POLICY,
+    *,
+    events: Iterable[object] = (),
+    kueue_workload: Mapping[str, Any] | None = None,
+    main: MainContainer = NO_MAIN,
+    started_at: datetime | None = None,
 ) -> Assessment:
-    """The run's state and the one diagnosis that best explains it (None when all is well)."""
+    """The run's state and the one diagnosis that best explains it (None when all is well).
+
+    `events`: Warning Events (core/v1 or events.k8s.io/v1) about the workload, the objects its
+    controller made and its pods; others are ignored. `kueue_workload`: Kueue's Workload for
+    it, when Kueue admits it. `main`: the run's main container. `started_at`: when the run was
+    free to start, when the caller knows better than the objects.
+    """
     status = workload_status(workload)
-    summary = summarize_pods(pods, now, policy.unschedulable_deadline)
+    about = ev.related(ev.warnings(events), workload, pods)
+    graces = dataclasses.replace(policy.graces, pull_errors=ev.pull_errors(about))
+    summary = summarize_pods(pods, now, policy.unschedulable_deadline, graces=graces, main=main)
     if status.phase is Phase.SUCCEEDED:
         return Assessment(RunState.SUCCEEDED, None)
     if status.phase is Phase.FAILED:
-        own = _workload_failure(workload, status)
-        disruption = summary.disruption
-        if (
-            disruption is not None
-            and disruption.reason is Reason.PREEMPTED
-            and own.reason is not Reason.DEADLINE_EXCEEDED
-        ):
-            return Assessment(RunState.PREEMPTED, _terminal(disruption))
-        if own.reason in _EXPLAINABLE and summary.failure is not None:
-            return Assessment(RunState.FAILED, _terminal(summary.failure))
-        return Assessment(RunState.FAILED, own)
+        return _failed(workload, status, summary)
     if status.phase is Phase.STOPPED:
+        own = summary.own_failure
+        if (
+            group_kind(workload)[0] == "batch.volcano.sh"
+            and own is not None
+            and own.reason in (Reason.OOM_KILLED, Reason.EXIT_CODE)
+        ):
+            # volcano `pkg/controllers/job/state/running.go` (`Execute`, AbortJobAction): a
+            # `PodFailed -> AbortJob` policy aborts the job the way `vcctl job suspend` does;
+            # a failed container says which of the two it was.
+            return Assessment(RunState.FAILED, _terminal(own))
         what = describe_kind(workload)
         message = f"{what} was stopped" + (f": {status.message}" if status.message else "")
         return Assessment(
             RunState.STOPPED,
             Diagnosis(Reason.STOPPED, message, Severity.TERMINAL, detail=status.message),
         )
+    if kueue_workload is not None:
+        deactivated = _kueue(workload, kueue_workload)
+        if deactivated is not None:
+            return deactivated
     if status.phase is Phase.SUSPENDED:
-        return Assessment(RunState.QUEUED, None)
+        queued = _queued(kueue_workload)
+        found = ev.explain(about)
+        if queued.diagnosis is None and found is not None:
+            # A Volcano gang its scheduler cannot place says so only in PodGroup Events.
+            return Assessment(RunState.QUEUED, _event_diagnosis(found, Severity.WARNING))
+        return queued
     if summary.stuck is not None:
         return Assessment(RunState.FAILED, summary.stuck)
     warning = summary.warnings[0] if summary.warnings else None
+    if status.phase is Phase.RESTARTING:
+        what = describe_kind(workload)
+        said = f": {status.message}" if status.message else ""
+        retry = Diagnosis(
+            Reason.RESTARTING,
+            f"{what} is retrying a failed attempt ({status.reason}){said}",
+            Severity.WARNING,
+            detail=status.message,
+        )
+        return Assessment(RunState.RUNNING, warning or retry)
     if status.phase is Phase.RUNNING or summary.running:
         return Assessment(RunState.RUNNING, warning)
+    found = ev.explain(about)
+    since = started_at or _started_at(workload, kueue_workload)
+    if since is not None and not summary.started and now - since >= policy.start_timeout:
+        head = f"{describe_kind(workload)} did not start within {_duration(policy.start_timeout)}"
+        # Pods that cannot be created explain most; then what a pod shows; then other Events.
+        if found is not None and (found.reason in _CREATION or warning is None):
+            return Assessment(
+                RunState.FAILED, _event_diagnosis(found, Severity.TERMINAL, head + ": ")
+            )
+        if warning is not None:
+            return Assessment(
+                RunState.FAILED,
+                Diagnosis(
+                    warning.reason,
+                    f"{head}: {warning.message}",
+                    Severity.TERMINAL,
+                    pod=warning.pod,
+                    container=warning.container,
+                    image=warning.image,
+                    exit_code=warning.exit_code,
+                    detail=warning.detail,
+                ),
+            )
+        return Assessment(
+            RunState.FAILED,
+            Diagnosis(Reason.START_TIMEOUT, f"{head} and no Event says why", Severity.TERMINAL),
+        )
+    if warning is None and found is not None:
+        warning = _event_diagnosis(found, Severity.WARNING)
     return Assessment(RunState.STARTING, warning)
 
 
@@ -159,3 +353,15 @@ def assess_deleted(
             Severity.TERMINAL,
         ),
     )
+
+
+def _duration(delta: timedelta) -> str:
+    seconds = max(0, int(delta.total_seconds()))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [
+        f"{hours}h" if hours else "",
+        f"{minutes}m" if minutes else "",
+        f"{seconds}s" if seconds else "",
+    ]
+    return "".join(parts) or "0s"

@@ -10,8 +10,15 @@ whose shape is the same in both served API versions:
   reason: `InClusterQueue`, `InCohortReclamation`, ...);
 - admitted: `Admitted=True` (`status.admission.clusterQueue` names the ClusterQueue);
 - checks: `QuotaReserved=True` but not `Admitted` yet: admission checks are pending;
-- inadmissible: `QuotaReserved=False`, reason `Inadmissible`: the LocalQueue or ClusterQueue
-  is missing or stopped ("LocalQueue NAME doesn't exist");
+- inadmissible: `QuotaReserved=False`, reason `Inadmissible` (or `Misconfigured` in newer
+  Kueue): the LocalQueue or ClusterQueue is missing or stopped ("LocalQueue NAME doesn't
+  exist");
+- deactivated: `spec.active: false`, or `Evicted=True` with reason `Deactivated`,
+  `DeactivatedDueTo<Cause>` (`RequeuingLimitExceeded`, `MaximumExecutionTimeExceeded`,
+  `AdmissionCheck`) or the older `InactiveWorkload` (kueue `pkg/workload/workload.go`,
+  `pkg/controller/core/workload_controller.go` `reconcileNotReadyTimeout` /
+  `reconcileMaxExecutionTime`): Kueue never admits it again until someone sets it active;
+  the job stays suspended for good, so the run is failed with Kueue's message;
 - pending: `QuotaReserved=False` otherwise, with Kueue's message ("couldn't assign flavors to
   pod set main: insufficient unused quota for cpu in flavor default-flavor, 3 more needed"), or
   no condition yet (no warning then: Kueue usually admits moments later).
@@ -33,6 +40,13 @@ QUEUE_LABEL = f"{GROUP}/queue-name"
 # Served versions, newest first: the agent watches the first one the cluster serves.
 VERSIONS = ("v1beta2", "v1beta1")
 INADMISSIBLE = "Inadmissible"
+# kueue `apis/kueue/v1beta1/workload_types.go` (`WorkloadInadmissible`) and the newer
+# `Misconfigured` pending reason for a missing or misconfigured LocalQueue.
+INADMISSIBLE_REASONS = frozenset({INADMISSIBLE, "Misconfigured"})
+# Evicted reasons of a deactivated Workload (`WorkloadDeactivated`, `WorkloadInactive` in
+# older releases, and `DeactivatedDueTo` + the cause since v0.10).
+DEACTIVATED = "Deactivated"
+_DEACTIVATED_REASONS = frozenset({DEACTIVATED, "InactiveWorkload"})
 
 
 class KueueState(enum.Enum):
@@ -41,6 +55,7 @@ class KueueState(enum.Enum):
     INADMISSIBLE = "inadmissible"
     ADMITTED = "admitted"
     EVICTED = "evicted"
+    DEACTIVATED = "deactivated"
     FINISHED = "finished"
 
     @property
@@ -135,6 +150,10 @@ def workload_status(workload: Mapping[str, Any]) -> KueueStatus:
 
     if _true(conds, "Finished"):
         return make(KueueState.FINISHED, "Finished")
+    deactivated = deactivation(workload)
+    if deactivated is not None:
+        reason, message = deactivated
+        return make(KueueState.DEACTIVATED, reason=reason, message=message, cluster_queue=None)
     evicted = _true(conds, "Evicted")
     admitted = _true(conds, "Admitted")
     if evicted and admitted:
@@ -165,9 +184,40 @@ def workload_status(workload: Mapping[str, Any]) -> KueueStatus:
             message=", ".join(waiting),
         )
     reserved = conds.get("QuotaReserved", {})
-    if reserved.get("status") == "False" and reserved.get("reason") == INADMISSIBLE:
+    if reserved.get("status") == "False" and reserved.get("reason") in INADMISSIBLE_REASONS:
         return make(KueueState.INADMISSIBLE, "QuotaReserved")
     return make(KueueState.PENDING, "QuotaReserved")
+
+
+def deactivation(workload: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(reason, message) when Kueue deactivated the Workload, else None.
+
+    Kueue first marks it with a `DeactivationTarget` condition (`workload.SetDeactivationTarget`
+    in `pkg/controller/core/workload_controller.go`: reasons `RequeuingLimitExceeded`,
+    `MaximumExecutionTimeExceeded`, `AdmissionCheck`), then sets `spec.active: false` and
+    evicts it (`Evicted` reason `Deactivated`, `DeactivatedDueTo<Cause>`,
+    `EvictedDueToDeactivatedDueTo<Cause>`; `InactiveWorkload` before v0.9). Once an admin
+    re-activates it (`spec.active` true again) a stale Evicted condition no longer counts.
+    """
+    spec = _mapping(workload, "spec")
+    conds = _conditions(workload)
+    evicted = conds.get("Evicted", {})
+    target = conds.get("DeactivationTarget", {})
+    reason = str(evicted.get("reason") or "")
+    by_reason = evicted.get("status") == "True" and (
+        reason in _DEACTIVATED_REASONS or "DeactivatedDueTo" in reason
+    )
+    if by_reason and spec.get("active") is not True:
+        return reason, str(evicted.get("message") or "")
+    if target.get("status") == "True":
+        cause = str(target.get("reason") or "")
+        return (
+            f"DeactivatedDueTo{cause}" if cause else DEACTIVATED,
+            str(target.get("message") or ""),
+        )
+    if spec.get("active") is False:
+        return DEACTIVATED, "the Workload was deactivated (spec.active: false)"
+    return None
 
 
 def describe(status: KueueStatus) -> str | None:
@@ -178,6 +228,12 @@ def describe(status: KueueStatus) -> str | None:
     match status.state:
         case KueueState.FINISHED:
             return None
+        case KueueState.DEACTIVATED:
+            why = f"{status.reason}: {status.message}" if status.message else status.reason
+            return (
+                f"Kueue deactivated the workload ({why}); it will not be admitted again in"
+                f" {where} unless an admin sets spec.active: true on its Workload"
+            )
         case KueueState.ADMITTED:
             return f"admitted by Kueue: {where}"
         case KueueState.CHECKS:

@@ -39,6 +39,8 @@ class Phase(Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"
+    # A failed attempt the controller retries (RayJob Retrying, PyTorchJob Restarting).
+    RESTARTING = "restarting"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +125,12 @@ def pytorchjob(obj: Mapping[str, Any]) -> WorkloadStatus:
         return SUSPENDED
     if condition(obj, "Running") is not None:
         return RUNNING
+    restarting = condition(obj, "Restarting")
+    if restarting is not None:
+        # training-operator `pkg/controller.v1/pytorch/pytorchjob_controller.go`
+        # (`UpdateJobStatus`): a replica failed with a retryable exit code and is recreated;
+        # Failed follows only once `runPolicy.backoffLimit` is exceeded.
+        return _from_condition(Phase.RESTARTING, restarting)
     return PENDING
 
 
@@ -145,19 +153,32 @@ _RAY_SUCCEEDED = "SUCCEEDED"
 
 
 def rayjob(obj: Mapping[str, Any]) -> WorkloadStatus:
+    # kuberay `ray-operator/apis/ray/v1/rayjob_types.go` (`IsJobDeploymentTerminal`): only the
+    # deployment statuses Complete and Failed are final. With `spec.backoffLimit > 0` a failed
+    # attempt is `jobStatus: FAILED` with `jobDeploymentStatus: Retrying`, then New ("") while
+    # `rayjob_controller.go` (`Reconcile`, case Retrying) deletes the cluster and starts over:
+    # FAILED alone is an attempt, not the outcome. Only a controller old enough to write no
+    # `jobDeploymentStatus` at all has jobStatus as its outcome.
+    status = dig(obj, "status")
     deployment = text(obj, "status", "jobDeploymentStatus")
     job_status = text(obj, "status", "jobStatus")
     reason = text(obj, "status", "reason")
     message = text(obj, "status", "message")
-    if deployment in ("Failed", "ValidationFailed") or job_status == "FAILED":
+    modern = isinstance(status, Mapping) and "jobDeploymentStatus" in status
+    if deployment in ("Failed", "ValidationFailed"):
         return WorkloadStatus(Phase.FAILED, reason or deployment or job_status, message)
-    if job_status == "STOPPED":
+    if deployment == "Retrying" or (modern and deployment is None and job_status == "FAILED"):
+        return WorkloadStatus(Phase.RESTARTING, "Retrying", message)
+    if job_status == "STOPPED" and deployment in (None, "Complete"):
         return WorkloadStatus(Phase.STOPPED, reason or job_status, message)
     if job_status == _RAY_SUCCEEDED and deployment in (None, "Complete"):
         return WorkloadStatus(Phase.SUCCEEDED, reason, message)
     if deployment == "Complete":
-        # Complete without a SUCCEEDED job: the Ray job ended some other way.
-        return WorkloadStatus(Phase.FAILED, reason or "Complete", message)
+        # Complete without a SUCCEEDED job: the Ray job ended some other way (an older
+        # KubeRay writes Complete for a FAILED job without retries).
+        return WorkloadStatus(Phase.FAILED, reason or job_status or "Complete", message)
+    if job_status == "FAILED" and not modern:
+        return WorkloadStatus(Phase.FAILED, reason or job_status, message)
     if flag(obj, "spec", "suspend") or deployment in ("Suspended", "Suspending"):
         return SUSPENDED
     if job_status == "RUNNING" or (deployment == "Running" and job_status not in (None, "PENDING")):

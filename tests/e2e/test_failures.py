@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from launch_agent.sandbox.wandb import ItemState
+from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 from tests.e2e.conftest import Env, run_spec, until
 
 CASES = [
@@ -23,7 +23,8 @@ CASES = [
     ('exit code=3 after=2s log="ValueError: bad lr"', 10, ["exited with code 3", "bad lr"], False),
     ("imagepullbackoff", 30, ["registry.example/train:1", "pull"], True),
     ("invalidimagename", 5, ["InvalidImageName"], True),
-    ("createcontainerconfigerror", 5, ["CreateContainerConfigError"], True),
+    # A missing Secret may still sync: failed after tracking.container_config_grace_seconds (300).
+    ("createcontainerconfigerror", 310, ["CreateContainerConfigError"], True),
     (
         'unschedulable message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu."',
         130,
@@ -32,7 +33,6 @@ CASES = [
     ),
     ("fail after=2s", 10, ["exited with code 1"], False),
     ("succeed after=2h", 3700, ["deadline"], False),
-    ("evicted after=2s", 10, ["evicted"], False),
 ]
 
 
@@ -62,3 +62,34 @@ async def test_failure_reaches_wandb_with_stage_and_reason(
         else:
             assert len(jobs) == 1
             assert "launch-agent.io/reported" in jobs[0]["metadata"]["annotations"]
+
+
+async def test_a_node_pressure_eviction_requeues_the_run(env: Env) -> None:
+    # The kubelet's eviction (DisruptionTarget TerminationByKubelet) is the node's doing, not
+    # the run's: requeued like a preemption (issue 14), failed only past tracking.max_requeues.
+    env.cluster.script("launch-agent.io/run-id=e1", "evicted after=2s")
+    item = env.push(run_spec("e1"))
+    async with env.running():
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+        env.advance(10)
+
+        def requeued() -> list[RunQueueItem]:
+            return [i for i in env.state.items.values() if i.id != item.id]
+
+        again = await until(requeued, message="requeued item")
+        assert again[0].run_spec["_resume_count"] == 1
+        assert item.failure is None
+
+
+async def test_an_eviction_past_max_requeues_fails_with_the_kubelets_words(env: Env) -> None:
+    env.cluster.script("launch-agent.io/run-id=e2", "evicted after=2s")
+    item = env.push(run_spec("e2"))
+    config = env.config(tracking={"max_requeues": 0, "stop_check_seconds": 0.1})
+    async with env.running(env.agent(config)):
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+        env.advance(10)
+        await until(lambda: item.state is ItemState.FAILED, message="failed")
+        assert item.failure is not None
+        assert "TerminationByKubelet" in item.failure.message, item.failure.message
+        assert "The node was low on resource: memory" in item.failure.message
+        assert "tracking.max_requeues" in item.failure.message

@@ -140,12 +140,20 @@ CASES = [
     ("succeed after=5s", 10, RunState.SUCCEEDED, None),
     ("exit code=3 after=2s", 10, RunState.FAILED, Reason.EXIT_CODE),
     ("oomkilled after=2s", 10, RunState.FAILED, Reason.OOM_KILLED),
-    ("imagepullbackoff", 30, RunState.FAILED, Reason.IMAGE_PULL),
+    # ErrImagePull says "not found": that cannot recover, the run fails at once.
+    ("imagepullbackoff after=20s", 10, RunState.FAILED, Reason.IMAGE_PULL),
+    # The kubelet's back-off message names no cause (only its Events do): a warning until
+    # tracking.image_pull_grace_seconds (300) has passed.
+    ("imagepullbackoff", 30, RunState.STARTING, Reason.IMAGE_PULL),
+    ("imagepullbackoff", 400, RunState.FAILED, Reason.IMAGE_PULL),
     ("invalidimagename", 10, RunState.FAILED, Reason.INVALID_IMAGE_NAME),
-    ("createcontainerconfigerror", 10, RunState.FAILED, Reason.CREATE_CONTAINER_CONFIG_ERROR),
+    # A Secret may still sync: failed after tracking.container_config_grace_seconds (300).
+    ("createcontainerconfigerror", 10, RunState.STARTING, Reason.CREATE_CONTAINER_CONFIG_ERROR),
+    ("createcontainerconfigerror", 400, RunState.FAILED, Reason.CREATE_CONTAINER_CONFIG_ERROR),
     ("unschedulable", 30, RunState.STARTING, Reason.UNSCHEDULABLE),
     ("unschedulable", 200, RunState.FAILED, Reason.UNSCHEDULABLE),
-    ("evicted after=2s", 10, RunState.FAILED, Reason.EVICTED),
+    # Node-pressure eviction (TerminationByKubelet) is the node's doing: requeued.
+    ("evicted after=2s", 10, RunState.PREEMPTED, Reason.EVICTED),
     ("preempted after=2s", 10, RunState.PREEMPTED, Reason.PREEMPTED),
     ("run", 30, RunState.RUNNING, None),
 ]
@@ -260,7 +268,13 @@ CR_CASES = [
     ),
     (pytorchjob, "kubeflow.org_pytorchjobs.yaml", "run", RunState.RUNNING, None),
     (volcano, "batch.volcano.sh_jobs.yaml", "succeed after=2s", RunState.SUCCEEDED, None),
-    (volcano, "batch.volcano.sh_jobs.yaml", "imagepullbackoff", RunState.FAILED, Reason.IMAGE_PULL),
+    (
+        volcano,
+        "batch.volcano.sh_jobs.yaml",
+        "imagepullbackoff",
+        RunState.STARTING,  # the back-off names no cause: within the pull grace
+        Reason.IMAGE_PULL,
+    ),
 ]
 
 

@@ -135,12 +135,14 @@ ADMITTED = (
                 cond("Evicted", True, "Deactivated", "The workload is deactivated", T1),
                 *ADMITTED,
             ),
-            KueueState.EVICTED,
+            # Deactivated is final until an admin re-activates it (issue 14).
+            KueueState.DEACTIVATED,
             None,
             "Deactivated",
-            "evicted by Kueue (Deactivated: The workload is deactivated); the run is suspended"
-            " and waits in LocalQueue team-a/lq-a to be admitted again",
-            id="evicted-after-admission",
+            "Kueue deactivated the workload (Deactivated: The workload is deactivated); it will"
+            " not be admitted again in LocalQueue team-a/lq-a unless an admin sets spec.active:"
+            " true on its Workload",
+            id="deactivated-after-admission",
         ),
         pytest.param(
             workload(

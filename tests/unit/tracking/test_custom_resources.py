@@ -385,10 +385,16 @@ def test_failed_pytorchjob_explained_by_worker_oom() -> None:
     assert (diagnosis.reason, diagnosis.container) == (Reason.OOM_KILLED, "pytorch")
 
 
+# The registry's "not found" cannot recover: the run fails at the first ErrImagePull.
+PULL_NOT_FOUND = (
+    "ErrImagePull",
+    'failed to pull and unpack image "ghcr.io/acme/train:1.2": failed to resolve reference'
+    ' "ghcr.io/acme/train:1.2": ghcr.io/acme/train:1.2: not found',
+)
+
+
 def test_image_pull_fails_an_admitted_volcano_gang_stuck_in_pending() -> None:
-    stuck = pod(
-        "run-abc-worker-0", "Pending", container_status(waiting=("ImagePullBackOff", "Back-off"))
-    )
+    stuck = pod("run-abc-worker-0", "Pending", container_status(waiting=PULL_NOT_FOUND))
     state, diagnosis = assess(vcjob("Pending", pending=1, running=1), [stuck], NOW)
     assert state is RunState.FAILED
     assert diagnosis is not None
@@ -396,9 +402,7 @@ def test_image_pull_fails_an_admitted_volcano_gang_stuck_in_pending() -> None:
 
 
 def test_image_pull_fails_a_jobset_that_never_fails_itself() -> None:
-    stuck = pod(
-        "run-abc-workers-0-0", "Pending", container_status(waiting=("ImagePullBackOff", "Back-off"))
-    )
+    stuck = pod("run-abc-workers-0-0", "Pending", container_status(waiting=PULL_NOT_FOUND))
     state, diagnosis = assess(
         jobset({"replicatedJobsStatus": [rjs("workers", active=1)]}), [stuck], NOW
     )

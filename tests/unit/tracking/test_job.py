@@ -188,22 +188,40 @@ CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]], RunState, Reason | 
         "failed because its pod was drained",
         job(cond("Failed", reason="BackoffLimitExceeded"), failed=1),
         [DRAINED_POD],
-        RunState.FAILED,
+        # A drain is the infrastructure's doing: requeued, not failed (issue 14).
+        RunState.PREEMPTED,
         Reason.EVICTED,
     ),
     (
         "failed because its pod was evicted by the kubelet",
         job(cond("Failed", reason="BackoffLimitExceeded"), failed=1),
         [EVICTED_POD],
-        RunState.FAILED,
+        # Node memory pressure is the node's, not the run's.
+        RunState.PREEMPTED,
         Reason.EVICTED,
     ),
-    ("image pull back-off", job(active=1), [PULL_BACKOFF], RunState.FAILED, Reason.IMAGE_PULL),
+    # The kubelet keeps retrying a pull whose error may recover: a warning within the grace.
+    ("image pull back-off", job(active=1), [PULL_BACKOFF], RunState.STARTING, Reason.IMAGE_PULL),
     (
-        "first failed pull is a warning",
+        "image pull back-off past the grace",
+        job(active=1),
+        [
+            {
+                **PULL_BACKOFF,
+                "metadata": {
+                    **PULL_BACKOFF["metadata"],
+                    "creationTimestamp": ts(timedelta(minutes=6)),
+                },
+            }
+        ],
+        RunState.FAILED,
+        Reason.IMAGE_PULL,
+    ),
+    (
+        "a pull of an image that does not exist fails at once",
         job(active=1),
         [ERR_IMAGE_PULL],
-        RunState.STARTING,
+        RunState.FAILED,
         Reason.IMAGE_PULL,
     ),
     (
@@ -214,9 +232,24 @@ CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]], RunState, Reason | 
         Reason.INVALID_IMAGE_NAME,
     ),
     (
-        "create container config error",
+        "create container config error within its grace",
         job(active=1),
         [CONFIG_ERROR],
+        RunState.STARTING,
+        Reason.CREATE_CONTAINER_CONFIG_ERROR,
+    ),
+    (
+        "create container config error past its grace",
+        job(active=1),
+        [
+            {
+                **CONFIG_ERROR,
+                "metadata": {
+                    **CONFIG_ERROR["metadata"],
+                    "creationTimestamp": ts(timedelta(minutes=6)),
+                },
+            }
+        ],
         RunState.FAILED,
         Reason.CREATE_CONTAINER_CONFIG_ERROR,
     ),

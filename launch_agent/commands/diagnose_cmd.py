@@ -1,0 +1,230 @@
+"""`launch-agent diagnose`: the agent's judgement of one workload, as a tool for admins.
+
+It reads the workload, its pods and their Events (from the cluster, or from a file captured
+with kubectl) and prints what the running agent would report for it. The judgement is the
+tracker's own `tracking.assess`, called with the same inputs: there is no second
+implementation to drift from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from launch_agent.adapters.kube import KindNotInstalled, KubeClient, KubeNotFound, Resource
+from launch_agent.commands.config_cmd import load_config, report_config_error
+from launch_agent.model.config import TrackingConfig
+from launch_agent.model.config_resolve import ConfigError
+from launch_agent.model.safe_load import InputError, Limits, load_json, load_yaml
+from launch_agent.tracking import Assessment, MainContainer, TrackingPolicy, assess
+from launch_agent.tracking.dump import (
+    API_VERSIONS,
+    KUEUE_GROUP,
+    DumpError,
+    Inputs,
+    items_of,
+    parse_kind,
+    select,
+)
+from launch_agent.tracking.fields import timestamp
+
+# A namespace's pods and Events with managedFields can be large; nesting stays shallow.
+DUMP_LIMITS = Limits(max_bytes=256 * 1024 * 1024, max_depth=64)
+FIELDS = ("state", "reason", "message", "pod", "container")
+
+DESCRIPTION = """\
+Print what the agent would report for one workload: its state (queued, starting, running,
+succeeded, failed, preempted, stopped), the reason (a stable word: ExitCode, OOMKilled,
+FailedCreate, Deactivated, ...), the message the submitter reads in W&B, and the pod and
+container it blames.
+
+From the cluster:   launch-agent diagnose NAMESPACE/NAME [--kind rayjob]
+From a capture:     kubectl get job/NAME,pods,events -n NS -o json > dump.json
+                    launch-agent diagnose -f dump.json [--now 2026-12-01T08:00:00Z]
+                    (-f - reads standard input; add the Kueue Workload to the capture,
+                    `kubectl get workloads.kueue.x-k8s.io`, to judge Kueue's admission)
+
+The workload is the one object of the capture that is not a Pod, an Event or a Kueue Workload
+(or the one of --kind); its pods are matched by ownerReferences and the labels the operators
+set. --now judges at another time than now (the start deadline, grace periods).
+
+Exit status 0 with a verdict, 2 for input that cannot be judged (with the reason on stderr),
+1 when the cluster cannot be read.
+"""
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "diagnose",
+        help="print what the agent would report for one workload (from the cluster or a file)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("target", nargs="?", metavar="NAMESPACE/NAME", help="the workload")
+    parser.add_argument(
+        "-f",
+        "--filename",
+        metavar="FILE",
+        help="read `kubectl get <workload>,pods,events -o json` output instead (`-` for stdin)",
+    )
+    parser.add_argument(
+        "--kind",
+        help="the workload's kind: job (default from the cluster), jobset, pytorchjob, trainjob,"
+        " leaderworkerset, rayjob, vcjob",
+    )
+    parser.add_argument("--now", metavar="RFC3339", help="judge at this time (default: now)")
+    parser.add_argument(
+        "--start-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="the start deadline (default: the config's tracking.start_timeout_seconds, 1800)",
+    )
+    parser.add_argument(
+        "--main-container",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="the run's main container, blamed before sidecars (default: the first container)",
+    )
+    parser.add_argument("--image", help="the run's image: its container is the main one")
+    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    parser.add_argument("-c", "--config", metavar="FILE", help="the agent's launch-config.yaml")
+    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG)")
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context")
+    parser.set_defaults(handler=_run)
+
+
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def _tracking(args: argparse.Namespace) -> TrackingConfig:
+    if getattr(args, "config", None):
+        return load_config(args).config.tracking
+    return TrackingConfig()
+
+
+def verdict(assessment: Assessment) -> dict[str, str | None]:
+    """Exactly the fields `-o json` prints, None where there is none."""
+    state, diag = assessment
+    return {
+        "state": state.value,
+        "reason": diag.reason.value if diag else None,
+        "message": diag.message if diag else None,
+        "pod": diag.pod if diag else None,
+        "container": diag.container if diag else None,
+    }
+
+
+def _read(path: str) -> Any:
+    source = "<stdin>" if path == "-" else path
+    try:
+        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise DumpError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    if raw.lstrip()[:1] in (b"{", b"["):
+        return load_json(raw, source=source, limits=DUMP_LIMITS)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DumpError(f"{source}: not UTF-8") from None
+    return load_yaml(text, source=source, limits=DUMP_LIMITS)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.start_timeout is not None and not args.start_timeout > 0:
+        return _error("--start-timeout: must be a number of seconds > 0")
+    now = datetime.now(UTC)
+    if args.now:
+        parsed = timestamp(args.now)
+        if parsed is None:
+            return _error(f"--now: not an RFC 3339 time: {args.now!r}")
+        now = parsed
+    try:
+        tracking = _tracking(args)
+    except ConfigError as exc:
+        return report_config_error(exc)
+    try:
+        kind = parse_kind(args.kind) if args.kind else None
+        if args.filename is not None:
+            if args.target:
+                return _error("give NAMESPACE/NAME or -f FILE, not both")
+            inputs = select(items_of(_read(args.filename)), kind)
+        elif args.target:
+            namespace, _, name = args.target.partition("/")
+            if not namespace or not name or "/" in name:
+                return _error(f"expected NAMESPACE/NAME, got {args.target!r}")
+            try:
+                inputs = asyncio.run(
+                    read_cluster(namespace, name, kind, args.kubeconfig, args.context)
+                )
+            except DumpError:
+                raise
+            except Exception as exc:
+                # A kubeconfig, TLS or API failure: one line, no traceback (like kubectl).
+                print(f"error: cannot read {args.target} from the cluster: {exc}", file=sys.stderr)
+                return 1
+        else:
+            return _error("give NAMESPACE/NAME or -f FILE")
+    except (DumpError, InputError) as exc:
+        return _error(str(exc))
+    main = MainContainer(frozenset(args.main_container), args.image)
+    assessment = assess(
+        inputs.workload,
+        inputs.pods,
+        now,
+        TrackingPolicy.from_config(tracking, args.start_timeout),
+        events=inputs.events,
+        kueue_workload=inputs.kueue_workload,
+        main=main,
+    )
+    print(render(verdict(assessment), args.output))
+    return 0
+
+
+def render(result: Mapping[str, str | None], output: str) -> str:
+    if output == "json":
+        return json.dumps(dict(result), ensure_ascii=False)
+    width = max(len(k) for k in FIELDS)
+    return "\n".join(f"{k.upper():<{width}}  {result[k] or '-'}" for k in FIELDS)
+
+
+async def read_cluster(
+    namespace: str,
+    name: str,
+    kind: tuple[str, str] | None,
+    kubeconfig: str | None,
+    context: str | None,
+) -> Inputs:
+    """The workload, the namespace's pods and Events, and Kueue's Workloads, through the same
+    client and list calls the agent's informers use; then the same selection as `-f`."""
+    group, kind_name = kind or ("batch", "Job")
+    api_version = API_VERSIONS[(group, kind_name)]
+    async with await KubeClient.from_kubeconfig(kubeconfig, context) as kube:
+        try:
+            resource = await kube.resolve(api_version, kind_name)
+        except KindNotInstalled as exc:
+            raise DumpError(str(exc)) from None
+        try:
+            workload = dict(await kube.get(resource, namespace, name))
+        except KubeNotFound:
+            raise DumpError(f"{kind_name} {namespace}/{name} not found") from None
+        workload.setdefault("apiVersion", api_version)
+        workload.setdefault("kind", kind_name)
+        items: list[Mapping[str, Any]] = [workload]
+        items += (await kube.list(Resource("", "v1", "Pod", "pods"), namespace)).items
+        items += (await kube.list(Resource("", "v1", "Event", "events"), namespace)).items
+        try:
+            kueue = await kube.resolve(f"{KUEUE_GROUP}/v1beta1", "Workload")
+        except KindNotInstalled:
+            kueue = None
+        if kueue is not None:
+            items += (await kube.list(kueue, namespace)).items
+    return select(items, (group, kind_name))

@@ -1,0 +1,222 @@
+"""A `kubectl get <workload>,pods,events -o json` dump -> the inputs of `assess`.
+
+`launch-agent diagnose` reads the same objects the agent's informers cache, from the cluster or
+from a file an admin captured, and hands them to the one judgement the tracker uses. This
+module does the pure half: it picks the workload out of a `v1 List` in any order, keeps the
+pods that belong to it, the Events (core/v1 with `involvedObject` or events.k8s.io/v1 with
+`regarding`) and Kueue's Workload for it. Bad input is a `DumpError` with a precise reason,
+never an exception from deep inside.
+
+Which pods belong to a workload: a controller ownerReference chain to it through objects in
+the dump (a JobSet's Jobs), the label its operator sets on its pods (below), or the agent's own
+`launch-agent.io/run-queue-item` label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from launch_agent.model.labels import RUN_QUEUE_ITEM
+from launch_agent.tracking.fields import mappings, text
+from launch_agent.tracking.views import Meta
+from launch_agent.tracking.workloads import READERS, group_kind
+
+# Pod labels each operator sets to name the workload (or its child) a pod belongs to.
+POD_LABELS = (
+    "job-name",
+    "batch.kubernetes.io/job-name",
+    "jobset.sigs.k8s.io/jobset-name",
+    "training.kubeflow.org/job-name",
+    "ray.io/cluster",
+    "leaderworkerset.sigs.k8s.io/name",
+    "volcano.sh/job-name",
+)
+# --kind values -> (API group, kind).
+KINDS: dict[str, tuple[str, str]] = {
+    "job": ("batch", "Job"),
+    "jobs": ("batch", "Job"),
+    "job.batch": ("batch", "Job"),
+    "jobset": ("jobset.x-k8s.io", "JobSet"),
+    "pytorchjob": ("kubeflow.org", "PyTorchJob"),
+    "trainjob": ("trainer.kubeflow.org", "TrainJob"),
+    "leaderworkerset": ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),
+    "lws": ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),
+    "rayjob": ("ray.io", "RayJob"),
+    "vcjob": ("batch.volcano.sh", "Job"),
+    "volcanojob": ("batch.volcano.sh", "Job"),
+    "job.batch.volcano.sh": ("batch.volcano.sh", "Job"),
+}
+# The API version `diagnose NAMESPACE/NAME` asks the cluster for, per kind.
+API_VERSIONS: dict[tuple[str, str], str] = {
+    ("batch", "Job"): "batch/v1",
+    ("jobset.x-k8s.io", "JobSet"): "jobset.x-k8s.io/v1alpha2",
+    ("kubeflow.org", "PyTorchJob"): "kubeflow.org/v1",
+    ("trainer.kubeflow.org", "TrainJob"): "trainer.kubeflow.org/v1alpha1",
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): "leaderworkerset.x-k8s.io/v1",
+    ("ray.io", "RayJob"): "ray.io/v1",
+    ("batch.volcano.sh", "Job"): "batch.volcano.sh/v1alpha1",
+}
+KUEUE_GROUP = "kueue.x-k8s.io"
+
+
+class DumpError(ValueError):
+    """The dump cannot be judged: what is wrong with it, in one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    workload: Mapping[str, Any]
+    pods: list[Mapping[str, Any]]
+    events: list[Mapping[str, Any]]
+    kueue_workload: Mapping[str, Any] | None
+
+
+def parse_kind(value: str) -> tuple[str, str]:
+    """`--kind` -> (group, kind): `Job`, `jobset`, `RayJob`, `Job.batch.volcano.sh`, ..."""
+    found = KINDS.get(value.strip().lower())
+    if found is None:
+        known = ", ".join(sorted({k for _, k in KINDS.values()} | {"vcjob"}))
+        raise DumpError(f"unknown kind {value!r}: one of {known}")
+    return found
+
+
+def items_of(document: object) -> list[Mapping[str, Any]]:
+    """The objects of a `v1 List` (or a single object), each a mapping with a kind."""
+    if not isinstance(document, Mapping):
+        raise DumpError("expected a JSON object (the output of kubectl get ... -o json)")
+    raw: object = document.get("items") if document.get("kind") == "List" else [document]
+    if "items" in document and document.get("kind") != "List":
+        raw = document.get("items")  # a typed list (PodList, JobList)
+    if not isinstance(raw, Sequence) or isinstance(raw, str | bytes):
+        raise DumpError("items: expected a list of objects")
+    out = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, Mapping):
+            raise DumpError(f"items[{i}]: expected an object, got {type(item).__name__}")
+        if not isinstance(item.get("kind"), str):
+            raise DumpError(f"items[{i}]: no kind")
+        out.append(item)
+    return out
+
+
+def _is_event(obj: Mapping[str, Any]) -> bool:
+    return obj.get("kind") == "Event"
+
+
+def _is_pod(obj: Mapping[str, Any]) -> bool:
+    return obj.get("kind") == "Pod" and group_kind(obj)[0] == ""
+
+
+def _is_kueue(obj: Mapping[str, Any]) -> bool:
+    return group_kind(obj) == (KUEUE_GROUP, "Workload")
+
+
+def _owner_uids(obj: Mapping[str, Any]) -> list[str]:
+    return [str(r.get("uid")) for r in mappings(obj, "metadata", "ownerReferences") if r.get("uid")]
+
+
+def choose_workload(
+    items: Sequence[Mapping[str, Any]], kind: tuple[str, str] | None = None
+) -> Mapping[str, Any]:
+    """The one workload of the dump: of `kind` when given, else the one object that is not a
+    Pod, an Event or a Kueue Workload and is not owned by another object of the dump (a
+    JobSet's Jobs, a RayJob's RayCluster); a supported kind wins over others."""
+    others = [o for o in items if not (_is_event(o) or _is_pod(o) or _is_kueue(o))]
+    if kind is not None:
+        chosen = [o for o in others if group_kind(o) == kind]
+        if not chosen:
+            raise DumpError(f"no {kind[1]} ({kind[0] or 'core'}) in the input")
+    else:
+        uids = {u for o in others if (u := text(o, "metadata", "uid"))}
+        top = [o for o in others if not any(u in uids for u in _owner_uids(o))]
+        known = [o for o in top if group_kind(o) in READERS]
+        chosen = _parents(known or top)
+        if not chosen:
+            raise DumpError("no workload in the input (only pods and events)")
+    if len(chosen) > 1:
+        names = ", ".join(f"{o.get('kind')}/{Meta(o).name or '?'}" for o in chosen[:5])
+        raise DumpError(f"several workloads in the input ({names}): pass --kind")
+    return chosen[0]
+
+
+def _parents(objs: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Drop the objects that are another one's children by name or label, for dumps that lost
+    their ownerReferences: a JobSet's Job `<jobset>-<replicatedJob>-<index>` carries
+    `jobset.sigs.k8s.io/jobset-name`, a RayJob's submitter Job has the RayJob's name."""
+    names = {Meta(o).name for o in objs}
+
+    def child(obj: Mapping[str, Any]) -> bool:
+        meta = Meta(obj)
+        if any(meta.label(key) in names - {meta.name} for key in POD_LABELS):
+            return True
+        if any(meta.name.startswith(n + "-") for n in names if n and n != meta.name):
+            return True
+        # Same name: the batch Job is the child (RayJob submitter, TrainJob's JobSet's Jobs).
+        return group_kind(obj) in _CHILD_KINDS and sum(Meta(o).name == meta.name for o in objs) > 1
+
+    kept = [o for o in objs if not child(o)]
+    return kept or objs
+
+
+# Kinds that other workloads create under their own name (a RayJob's submitter Job, the
+# TrainJob's JobSet).
+_CHILD_KINDS = frozenset({("batch", "Job"), ("jobset.x-k8s.io", "JobSet")})
+
+
+def _belongs(
+    pod: Mapping[str, Any],
+    workload: Mapping[str, Any],
+    owned: set[str],
+    names: set[str],
+) -> bool:
+    meta = Meta(pod)
+    wmeta = Meta(workload)
+    if wmeta.namespace and meta.namespace and meta.namespace != wmeta.namespace:
+        return False
+    if any(uid in owned for uid in _owner_uids(pod)):
+        return True
+    item = wmeta.label(RUN_QUEUE_ITEM)
+    if item is not None and meta.label(RUN_QUEUE_ITEM) == item:
+        return True
+    # Exact names only: the operators label every pod with their workload's own name (a
+    # JobSet's pods carry `jobset.sigs.k8s.io/jobset-name`, not only their Job's), and a
+    # prefix would take the pods of `train-2` for those of `train`.
+    return any(meta.label(key) in names for key in POD_LABELS)
+
+
+def select(items: Sequence[Mapping[str, Any]], kind: tuple[str, str] | None = None) -> Inputs:
+    """The inputs of `assess` for the dump's workload."""
+    workload = choose_workload(items, kind)
+    meta = Meta(workload)
+    uid = text(workload, "metadata", "uid")
+    # The workload and, transitively, every object of the dump it owns.
+    owned = {uid} if uid else set()
+    names = {meta.name} if meta.name else set()
+    cluster = text(workload, "status", "rayClusterName")
+    if cluster:
+        names.add(cluster)
+    grew = True
+    while grew:
+        grew = False
+        for obj in items:
+            ouid = text(obj, "metadata", "uid")
+            if ouid and ouid not in owned and any(u in owned for u in _owner_uids(obj)):
+                owned.add(ouid)
+                grew = True
+    pods = [p for p in items if _is_pod(p) and _belongs(p, workload, owned, names)]
+    events = [e for e in items if _is_event(e)]
+    kueue = [
+        w
+        for w in items
+        if _is_kueue(w)
+        and (
+            any(u in owned for u in _owner_uids(w))
+            or any(
+                r.get("name") == meta.name and r.get("kind") == workload.get("kind")
+                for r in mappings(w, "metadata", "ownerReferences")
+            )
+        )
+    ]
+    return Inputs(workload, pods, events, kueue[0] if kueue else None)
