@@ -56,6 +56,7 @@ from launch_agent.render.settings import RenderSettings
 from launch_agent.runtime.admission.kueue import KueueAdmission
 from launch_agent.runtime.admission.quota import QuotaAdmission
 from launch_agent.runtime.admission.quota_driver import QuotaDriver
+from launch_agent.runtime.admission.schedulers import SchedulerCap
 from launch_agent.runtime.admission.slots import MaxJobs
 from launch_agent.runtime.admission.stage import AdmissionStage
 from launch_agent.runtime.builds import check_builder, open_builds
@@ -67,6 +68,7 @@ from launch_agent.runtime.kueue_watch import KueueWatch
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.poller import Poller
 from launch_agent.runtime.reporter import Reporter
+from launch_agent.runtime.run_checks import RunChecks
 from launch_agent.runtime.runs import RunTable
 from launch_agent.runtime.specs import SpecStore
 from launch_agent.runtime.startup import StartupError, Stopped, ensure_api_key_secrets, register
@@ -244,6 +246,7 @@ class Agent:
             reporter,
             self.metrics,
             config.tracking,
+            checks=RunChecks(wandb, reporter, config.sweeps, entity=registration.entity),
             queue_entity=registration.entity,
         )
         self.finisher = finisher
@@ -297,6 +300,7 @@ class Agent:
             metrics=self.metrics,
             settings=settings,
             admission=self.admission,
+            schedulers=SchedulerCap(config.max_schedulers, self.runs),
             builds=builds,
             clock=self.clock,
         )
