@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 
 from launch_agent.sandbox.cluster import SimulatedCluster
 from launch_agent.sandbox.kube import KubeApiServer
+from tests.e2e.conftest import until
 
 from .conftest import job_body
 
@@ -46,13 +46,6 @@ def terminated(kube: KubeApiServer, job: str) -> dict[str, Any] | None:
     statuses = pod.get("status", {}).get("containerStatuses") or [{}]
     found: dict[str, Any] | None = statuses[0].get("state", {}).get("terminated")
     return found
-
-
-async def until(check: Callable[[], Any], within: float = 15.0) -> Any:
-    async with asyncio.timeout(within):
-        while not (value := check()):
-            await asyncio.sleep(0.02)
-        return value
 
 
 def alive(pid: int) -> bool:
