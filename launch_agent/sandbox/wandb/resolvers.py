@@ -191,6 +191,36 @@ def project(
     return None if found is None else project_view(state, found)
 
 
+def model(
+    _: None, info: Info, name: str | None = None, entityName: str | None = None
+) -> Obj | None:
+    """`RunResumeStatus`: the project, created on first use as W&B does for a new run."""
+    state = _state(info)
+    home = state.project(entityName or state.default_entity, name or "uncategorized", create=True)
+    return project_view(state, home)
+
+
+def model_bucket(parent: Obj, info: Info, name: str, missingOk: bool | None = None) -> Obj | None:
+    run = parent["_p"].runs.get(name)
+    if run is None:
+        return None
+    return {
+        "id": run.id,
+        "name": run.name,
+        "summaryMetrics": "{}",
+        "displayName": run.display_name or run.name,
+        "logLineCount": len(run.output),
+        "historyLineCount": run.history_line_count,
+        "eventsLineCount": 0,
+        "historyTail": "[]",
+        "eventsTail": "[]",
+        "config": run.config or "{}",
+        "tags": [],
+        "notes": run.description,
+        "wandbConfig": "{}",
+    }
+
+
 def project_run_queues(parent: Obj, _info: Info) -> list[Obj]:
     return [queue_view(q) for q in parent["_p"].queues.values()]
 
@@ -374,6 +404,24 @@ def upsert_sweep(_: None, info: Info, input: Obj) -> Obj:
     return {"sweep": sweep_view(state, sweep), "inserted": False}
 
 
+def create_agent(_: None, info: Info, input: Obj) -> Obj:
+    state = _state(info)
+    agent_id = state.create_sweep_agent(
+        input.get("entityName") or state.default_entity,
+        input.get("projectName"),
+        input["sweep"],
+        input["host"],
+    )
+    return {"agent": {"id": agent_id}}
+
+
+def agent_heartbeat(_: None, info: Info, input: Obj) -> Obj:
+    state = _state(info)
+    run_states = loads_object(input.get("runState") or "{}", "runState")
+    commands = state.sweep_heartbeat(input["id"], run_states)
+    return {"agent": {"id": input["id"]}, "commands": commands}
+
+
 RESOLVERS: dict[tuple[str, str], Any] = {
     ("Query", "viewer"): viewer,
     ("Query", "entity"): entity,
@@ -385,6 +433,8 @@ RESOLVERS: dict[tuple[str, str], Any] = {
     ("Project", "runQueue"): project_run_queue,
     ("Project", "run"): project_run,
     ("Project", "sweep"): project_sweep,
+    ("Query", "model"): model,
+    ("Model", "bucket"): model_bucket,
     ("RunQueue", "runQueueItems"): queue_items,
     ("Run", "sampledHistory"): sampled_history,
     ("Mutation", "createRunQueue"): create_run_queue,
@@ -399,6 +449,8 @@ RESOLVERS: dict[tuple[str, str], Any] = {
     ("Mutation", "upsertBucket"): upsert_bucket,
     ("Mutation", "createRunFiles"): create_run_files,
     ("Mutation", "upsertSweep"): upsert_sweep,
+    ("Mutation", "createAgent"): create_agent,
+    ("Mutation", "agentHeartbeat"): agent_heartbeat,
 }
 
 

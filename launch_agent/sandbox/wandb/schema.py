@@ -33,6 +33,7 @@ type Query {
   viewer: User
   entity(name: String): Entity
   project(name: String, entityName: String): Project
+  model(name: String, entityName: String): Model
   launchAgent(id: ID!): LaunchAgent
   runQueue(id: ID!): RunQueue
   serverInfo: ServerInfo
@@ -54,6 +55,8 @@ type Mutation {
   upsertBucket(input: UpsertBucketInput!): UpsertBucketPayload
   createRunFiles(input: CreateRunFilesInput!): CreateRunFilesPayload
   upsertSweep(input: UpsertSweepInput!): UpsertSweepPayload
+  createAgent(input: CreateAgentInput!): CreateAgentPayload
+  agentHeartbeat(input: AgentHeartbeatInput!): AgentHeartbeatPayload
 }
 
 type User {
@@ -354,6 +357,29 @@ input UpsertBucketInput {
 }
 type UpsertBucketPayload { bucket: Run inserted: Boolean }
 
+# wandb-core's `RunResumeStatus` (wandb.init with resume): a project under its old name.
+type Model {
+  id: ID!
+  name: String!
+  entity: Entity!
+  bucket(name: String!, missingOk: Boolean): Bucket
+}
+type Bucket {
+  id: ID!
+  name: String!
+  summaryMetrics: JSONString
+  displayName: String
+  logLineCount: Int
+  historyLineCount: Int
+  eventsLineCount: Int
+  historyTail: JSONString
+  eventsTail: JSONString
+  config: JSONString
+  tags: [String!]
+  notes: String
+  wandbConfig(keys: [String!]): JSONString
+}
+
 input CreateRunFilesInput {
   entityName: String!
   projectName: String!
@@ -372,6 +398,17 @@ input UpsertSweepInput {
   description: String
 }
 type UpsertSweepPayload { sweep: Sweep inserted: Boolean }
+
+input CreateAgentInput {
+  host: String!
+  projectName: String
+  entityName: String
+  sweep: String!
+}
+type CreateAgentPayload { agent: SweepAgent }
+type SweepAgent { id: ID! }
+input AgentHeartbeatInput { id: ID! metrics: JSONString runState: JSONString }
+type AgentHeartbeatPayload { agent: SweepAgent commands: JSONString }
 """
 
 
