@@ -400,7 +400,7 @@ def upsert_sweep(_: None, info: Info, input: Obj) -> Obj:
     if sweep is None:
         raise WandbError(f"sweep {input.get('id')} not found")
     if input.get("state"):
-        sweep.state = input["state"]
+        state.set_sweep_state(sweep, input["state"])
     return {"sweep": sweep_view(state, sweep), "inserted": False}
 
 

@@ -448,6 +448,17 @@ class LaunchState:
         sweep.runs.append(run_id)
         return [{"type": "run", "run_id": run_id, "args": params, "program": None, "logs": []}]
 
+    def set_sweep_state(self, sweep: Sweep, state: str) -> None:
+        """`UpsertSweep` or the sweep page's buttons. Cancelling a sweep also stops its runs
+        that are not over (their `RunStoppedStatus` turns true), as the W&B UI's Cancel does;
+        Stop (`FINISHED`) lets them finish."""
+        sweep.state = state
+        if state == "CANCELED":
+            for name in sweep.runs:
+                run = self.run(sweep.entity, sweep.project, name)
+                if run is not None and run.state in ("pending", "running"):
+                    run.stopped = True
+
     def iter_sweeps(self) -> Iterator[Sweep]:
         for owner in self.entities.values():
             for home in owner.projects.values():
