@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -172,3 +174,51 @@ async def test_a_sweep_cancelled_from_the_ui_stops_its_scheduler_and_runs(env: E
         )
         assert item.failure is None
         assert all(r.failure is None for r in sweep_runs(env, "swp3"))
+
+
+async def test_wandb_launch_sweep_starts_a_sweep_our_agent_runs_to_completion(
+    env: Env, tmp_path: Path
+) -> None:
+    home = tmp_path / "engineer"
+    home.mkdir()
+    (home / "sweep.yaml").write_text(json.dumps({**SWEEP, "run_cap": 3}))
+    client_env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "WANDB_BASE_URL": env.wandb.url,
+        "WANDB_API_KEY": env.wandb.api_key,
+        "WANDB_DIR": str(home),
+        "WANDB_CONFIG_DIR": str(home / ".config"),
+        "WANDB_CACHE_DIR": str(home / ".cache"),
+        "WANDB_ERROR_REPORTING": "false",
+        "WANDB_ENTITY": "ent",
+    }
+    wandb_cli = str(Path(sys.executable).parent / "wandb")
+    client = await asyncio.create_subprocess_exec(
+        *[wandb_cli, "launch-sweep", "sweep.yaml", "--queue", "q1", "--project", "proj"],
+        cwd=home,
+        env=client_env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(client.communicate(), timeout=60)
+    assert client.returncode == 0, out.decode()
+    assert "Scheduler added to launch queue (q1)" in out.decode()
+    (sweep,) = list(env.state.iter_sweeps())
+    assert sweep.state == "PENDING"
+    (item,) = env.state.items.values()
+    config = env.config(max_jobs=2, sweeps={"scheduler_image": "sandbox.local/launch-agent"})
+    async with env.running(env.agent(config)):
+        await until(lambda: item.state is ItemState.CLAIMED, message="scheduler acked")
+        await until(
+            lambda: sweep.state == "FINISHED",
+            within=90,
+            advance=lambda: play_workloads(env, sweep.name),
+            message="sweep finished",
+        )
+        runs = sweep_runs(env, sweep.name)
+        assert len(runs) == 3
+        assert all(r.state is ItemState.CLAIMED and r.failure is None for r in runs)
+        await until(lambda: not scheduler_jobs(env), message="scheduler Job gone")
+        assert item.failure is None

@@ -159,6 +159,7 @@ def sweep_view(state: LaunchState, sweep: Sweep) -> Obj:
         "description": None,
         "config": sweep.config,
         "runs": {"edges": [{"node": run_view(state, r)} for r in runs if r is not None]},
+        "project": project_view(state, state.project(sweep.entity, sweep.project)),
     }
 
 
@@ -170,6 +171,9 @@ def viewer(_: None, info: Info) -> Obj:
     teams = [entity_view(state, e.name) for e in state.entities.values() if e.is_team]
     return {
         "id": encode_id("User", 1),
+        "name": state.username,
+        "deletedAt": None,
+        "apiKeys": {"edges": []},
         "entity": state.default_entity,
         "username": state.username,
         "email": state.email,
@@ -396,12 +400,25 @@ def create_run_files(_: None, info: Info, input: Obj) -> Obj:
 
 def upsert_sweep(_: None, info: Info, input: Obj) -> Obj:
     state = _state(info)
-    sweep = state.sweep_by_id(input["id"]) if input.get("id") else None
-    if sweep is None:
+    if not input.get("id"):
+        # `wandb sweep` / `wandb launch-sweep`: a new sweep (and its scheduler item).
+        if not input.get("config"):
+            raise WandbError("a new sweep needs a config")
+        sweep = state.create_sweep(
+            input.get("entityName") or state.default_entity,
+            input.get("projectName") or "uncategorized",
+            input["config"],
+            state=input.get("state") or "RUNNING",
+            launch_scheduler=input.get("launchScheduler"),
+        )
+        view = sweep_view(state, sweep)
+        return {"sweep": view, "inserted": True, "configValidationWarnings": []}
+    found = state.sweep_by_id(input["id"])
+    if found is None:
         raise WandbError(f"sweep {input.get('id')} not found")
     if input.get("state"):
-        state.set_sweep_state(sweep, input["state"])
-    return {"sweep": sweep_view(state, sweep), "inserted": False}
+        state.set_sweep_state(found, input["state"])
+    return {"sweep": sweep_view(state, found), "inserted": False, "configValidationWarnings": []}
 
 
 def create_agent(_: None, info: Info, input: Obj) -> Obj:

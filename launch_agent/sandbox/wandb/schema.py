@@ -61,6 +61,9 @@ type Mutation {
 
 type User {
   id: ID!
+  name: String
+  deletedAt: DateTime
+  apiKeys: ApiKeyConnection
   entity: String
   username: String
   email: String
@@ -70,6 +73,9 @@ type User {
 }
 
 type EntityConnection { edges: [EntityEdge!]! }
+type ApiKeyConnection { edges: [ApiKeyEdge!]! }
+type ApiKeyEdge { node: ApiKey }
+type ApiKey { id: ID! name: String! description: String }
 type EntityEdge { node: Entity }
 
 type Entity {
@@ -256,6 +262,7 @@ type Sweep {
   controller: JSONString
   scheduler: JSONString
   runs: RunConnection!
+  project: Project
 }
 
 type ServerInfo { features: [ServerFeature!]! }
@@ -396,8 +403,18 @@ input UpsertSweepInput {
   projectName: String
   config: String
   description: String
+  controller: JSONString
+  launchScheduler: JSONString
+  templateVariableValues: JSONString
+  scheduler: JSONString
+  priorRunsFilters: JSONString
+  displayName: String
 }
-type UpsertSweepPayload { sweep: Sweep inserted: Boolean }
+type UpsertSweepPayload {
+  sweep: Sweep
+  inserted: Boolean
+  configValidationWarnings: [String!]
+}
 
 input CreateAgentInput {
   host: String!

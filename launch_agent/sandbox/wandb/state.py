@@ -52,7 +52,7 @@ from launch_agent.sandbox.wandb.model import (
     loads_any,
     loads_object,
 )
-from launch_agent.sandbox.wandb.sweep_engine import next_params
+from launch_agent.sandbox.wandb.sweep_engine import next_params, sweep_config
 
 __all__ = [
     "LAUNCH_PROJECT",
@@ -433,7 +433,7 @@ class LaunchState:
             raise WandbError(f"agent {agent_id} not found")
         if sweep.state != "RUNNING" or any(run_states.values()):
             return []
-        config = loads_object(sweep.config, "sweep config")
+        config = sweep_config(sweep.config)
         cap = config.get("run_cap")
         if isinstance(cap, int) and len(sweep.issued) >= cap:
             return []
@@ -447,6 +447,31 @@ class LaunchState:
         run.config = json.dumps(params)
         sweep.runs.append(run_id)
         return [{"type": "run", "run_id": run_id, "args": params, "program": None, "logs": []}]
+
+    def create_sweep(
+        self,
+        entity: str,
+        project: str,
+        config: str,
+        *,
+        state: str,
+        launch_scheduler: str | None = None,
+    ) -> Sweep:
+        """A new sweep, named as W&B names them (8 characters). With `launchScheduler`
+        (`wandb launch-sweep`), the scheduler's run spec is pushed onto its queue with the
+        `WANDB_SWEEP_ID` placeholder replaced by the sweep's name, as W&B's server does."""
+        name = "".join(self._rng.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=8))
+        sweep = self.add_sweep(entity, project, name, state)
+        sweep.config = config
+        if launch_scheduler:
+            sweep.launch_scheduler = launch_scheduler
+            spec = loads_object(launch_scheduler, "launchScheduler")
+            text = str(spec.get("run_spec") or "{}").replace("WANDB_SWEEP_ID", name)
+            queue = self.queue(
+                entity, str(spec.get("run_queue_project") or LAUNCH_PROJECT), str(spec["queue"])
+            )
+            self.push_text(queue, text)
+        return sweep
 
     def set_sweep_state(self, sweep: Sweep, state: str) -> None:
         """`UpsertSweep` or the sweep page's buttons. Cancelling a sweep also stops its runs

@@ -19,11 +19,24 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import yaml
+
 SUPPORTED_METHODS = frozenset({"grid", "random"})
 
 
 class SweepConfigError(ValueError):
     """A sweep config the engine cannot search, with the parameter's path."""
+
+
+def sweep_config(text: str) -> dict[str, Any]:
+    """The stored config: the SDK sends YAML (`_upsert_sweep`), tests may store JSON."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SweepConfigError(f"the sweep config is not YAML: {exc}") from None
+    if not isinstance(value, dict):
+        raise SweepConfigError("the sweep config must be a mapping")
+    return value
 
 
 def _distribution(spec: Mapping[str, Any], path: str) -> str:
