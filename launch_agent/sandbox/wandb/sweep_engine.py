@@ -5,10 +5,12 @@ defines them, for the sandbox's `agentHeartbeat`.
 Parameter forms: `value` (constant), `values` (categorical; with optional `probabilities`),
 `min`/`max` (both integers: `int_uniform`; else `uniform`), an explicit `distribution` among
 `constant`, `categorical`, `int_uniform`, `uniform`, `log_uniform_values`, `q_uniform`,
-`q_log_uniform_values`, and nested `parameters`. Grid takes the categorical and constant
-parameters in the order the config lists them, the last varying fastest (`itertools.product`,
-as `grid_search.py` does), and ends when every combination was issued. A run's parameters are
-`{name: {"value": v}}`, nested names joined as the engine's `parameters` dictionaries.
+`q_log_uniform_values`, and nested `parameters`. Grid takes the parameters sorted by name
+(`params.py` `HyperParameterSet.from_config`), `int_uniform` as every integer of its range and
+`q_uniform` as `np.arange(min, max, q)`, the last name varying fastest (`itertools.product`, as
+`grid_search.py` does), and ends when every combination was issued. The order is checked
+against sequences the real engine produced (`tests/fixtures/sweeps/grid-sequences.json`).
+A run's parameters are `{name: {"value": v}}`; nested parameters arrive as one dict.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def _flatten(
     parameters: Mapping[str, Any], prefix: str = ""
 ) -> list[tuple[str, Mapping[str, Any]]]:
     out: list[tuple[str, Mapping[str, Any]]] = []
-    for name, spec in parameters.items():
+    for name, spec in sorted(parameters.items()):  # the engine sorts names (`params.py`)
         path = f"{prefix}{name}"
         if not isinstance(spec, Mapping):
             raise SweepConfigError(f"parameters.{path}: must be a mapping")
@@ -118,9 +120,15 @@ def grid_points(config: Mapping[str, Any]) -> list[dict[str, Any]]:
             axes.append([spec["value"]])
         elif kind == "categorical":
             axes.append(list(spec["values"]))
+        elif kind == "int_uniform":
+            axes.append(list(range(int(spec["min"]), int(spec["max"]) + 1)))
+        elif kind == "q_uniform":
+            low, high, q = float(spec["min"]), float(spec["max"]), float(spec.get("q", 1.0))
+            axes.append([low + i * q for i in range(math.ceil((high - low) / q))])  # np.arange
         else:
             raise SweepConfigError(
-                f"parameters.{path}: grid search needs values or value, not {kind}"
+                f"parameters.{path}: grid search needs value, values, int_uniform or"
+                f" q_uniform, not {kind}"
             )
     names = [path for path, _ in flat]
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*axes)]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,13 +27,33 @@ GRID: dict[str, Any] = {
 }
 
 
-def test_grid_is_the_product_in_config_order_last_fastest() -> None:
-    # sweeps' grid_search.py: itertools.product over the parameters in order.
+RECORDED = json.loads(
+    (
+        Path(__file__).resolve().parents[2] / "fixtures" / "sweeps" / "grid-sequences.json"
+    ).read_text()
+)
+
+
+@pytest.mark.parametrize("case", sorted(RECORDED))
+def test_grid_order_equals_the_real_sweeps_engine(case: str) -> None:
+    config, expected = RECORDED[case]["config"], RECORDED[case]["runs"]
+    issued: list[dict[str, Any]] = []
+    while (params := next_params(config, issued, random.Random(0))) is not None:
+        issued.append(params)
+    assert issued == expected
+
+
+def test_grid_is_the_product_of_sorted_names_last_fastest() -> None:
     points = grid_points(GRID)
-    assert [(p["lr"], p["layers"]) for p in points] == [
-        (0.1, 1), (0.1, 2), (0.1, 3), (0.01, 1), (0.01, 2), (0.01, 3),
+    assert [(p["layers"], p["lr"]) for p in points] == [
+        (1, 0.1), (1, 0.01), (2, 0.1), (2, 0.01), (3, 0.1), (3, 0.01),
     ]  # fmt: skip
     assert all(p["opt"] == "adam" for p in points)
+    q = {
+        "method": "grid",
+        "parameters": {"x": {"distribution": "q_uniform", "min": 0, "max": 1, "q": 0.25}},
+    }
+    assert [p["x"] for p in grid_points(q)] == [0.0, 0.25, 0.5, 0.75]
 
 
 def test_grid_issues_each_point_once_then_ends() -> None:
@@ -40,13 +62,13 @@ def test_grid_issues_each_point_once_then_ends() -> None:
     while (params := next_params(GRID, issued, rng)) is not None:
         issued.append(params)
     assert len(issued) == 6
-    assert issued[0] == {"opt": {"value": "adam"}, "lr": {"value": 0.1}, "layers": {"value": 1}}
+    assert issued[0] == {"layers": {"value": 1}, "lr": {"value": 0.1}, "opt": {"value": "adam"}}
     assert len({str(p) for p in issued}) == 6
 
 
 def test_grid_refuses_continuous_parameters_with_the_path() -> None:
     config = {"method": "grid", "parameters": {"lr": {"min": 0.0, "max": 1.0}}}
-    with pytest.raises(SweepConfigError, match=r"parameters\.lr: grid search needs values"):
+    with pytest.raises(SweepConfigError, match=r"parameters\.lr: grid search needs value"):
         grid_points(config)
 
 
@@ -93,7 +115,7 @@ def test_heartbeat_hands_out_one_run_per_idle_agent_up_to_the_run_cap() -> None:
     assert run is not None and run.state == "pending" and run.sweep_name == "s1"
     assert state.sweep_heartbeat(agent, {first["run_id"]: True}) == [], "its run is alive"
     (second,) = state.sweep_heartbeat(agent, {})
-    assert second["args"]["layers"] == {"value": 2}
+    assert second["args"]["lr"] == {"value": 0.01}, "the next grid point"
     assert state.sweep_heartbeat(agent, {}) == [], "run_cap reached"
 
 
