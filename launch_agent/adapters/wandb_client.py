@@ -326,6 +326,29 @@ class WandbClient:
         data = await self._single(docs.single("RunState", variables, "project"))
         return results.run_state(data)
 
+    async def sweep_state(self, entity: str, project: str, sweep: str) -> str | None:
+        """The sweep's state (`RUNNING`, `PAUSED`, `FINISHED`, ...); None when it does not
+        exist. wandb `apis/public/sweeps.py` `_get_sweep_state`."""
+        variables = {"entity": entity, "project": project, "sweep": sweep}
+        data = await self._single(docs.single("GetSweepState", variables, "project"))
+        return results.sweep_state(data)
+
+    async def set_sweep_state(self, entity: str, project: str, sweep: str, state: str) -> bool:
+        """Set a sweep's state as wandb's `_set_sweep_state` does: read the sweep's id, leave a
+        sweep that is already over alone (False), then `UpsertSweep`."""
+        variables = {"entity": entity, "project": project, "sweep": sweep, "specs": ["{}"]}
+        found = results.sweep_field(
+            await self._single(docs.single("SweepWithRuns", variables, "project"))
+        )
+        if found is None or not isinstance(found.get("id"), str):
+            return False
+        current = str(found.get("state") or "").upper()
+        if state != "RUNNING" and current not in ("RUNNING", "PAUSED", "PENDING"):
+            return False
+        upsert = {"id": found["id"], "state": state, "entityName": entity, "projectName": project}
+        await self._single(docs.single("UpsertSweep", upsert, "upsertSweep"))
+        return True
+
     async def push_to_run_queue_by_name(
         self,
         entity: str,

@@ -125,6 +125,44 @@ query RunState($project: String!, $entity: String!, $name: String!) {
 }
 """
 
+# Sweeps (wandb `apis/public/sweeps.py`): `check_sweep_state` reads the state before a sweep
+# run starts; `_set_sweep_state` reads the sweep's id (`SweepWithRuns`) and then sets the state
+# (`UpsertSweep`) when a scheduler fails.
+GET_SWEEP_STATE = """
+query GetSweepState($entity: String, $project: String, $sweep: String!) {
+  project(name: $project, entityName: $entity) { sweep(sweepName: $sweep) { state } }
+}
+"""
+
+SWEEP_WITH_RUNS = """
+query SweepWithRuns(
+  $entity: String, $project: String, $sweep: String!, $specs: [JSONString!]!
+) {
+  project(name: $project, entityName: $entity) {
+    sweep(sweepName: $sweep) {
+      id name method state description config createdAt heartbeatAt updatedAt
+      earlyStopJobRunning bestLoss controller scheduler
+      runs {
+        edges {
+          node {
+            name state config exitcode heartbeatAt shouldStop failed stopped running
+            summaryMetrics sampledHistory(specs: $specs)
+          }
+        }
+      }
+    }
+  }
+}
+"""
+
+UPSERT_SWEEP = """
+mutation UpsertSweep($id: ID, $state: String, $entityName: String, $projectName: String) {
+  upsertSweep(input: {
+    id: $id, state: $state, entityName: $entityName, projectName: $projectName
+  }) { sweep { name } }
+}
+"""
+
 # The reference adds `$priority` and `$templateVariableValues` only when they are set; the
 # recorded document is the plain one, built here by `push_to_run_queue_by_name`.
 _PUSH_PARAMS = (
@@ -147,6 +185,9 @@ SINGLE_OPERATIONS: dict[str, str] = {
     "updateRunQueueItemWarning": UPDATE_RUN_QUEUE_ITEM_WARNING,
     "RunStoppedStatus": RUN_STOPPED_STATUS,
     "RunState": RUN_STATE,
+    "GetSweepState": GET_SWEEP_STATE,
+    "SweepWithRuns": SWEEP_WITH_RUNS,
+    "UpsertSweep": UPSERT_SWEEP,
 }
 
 

@@ -296,6 +296,21 @@ def run_state(value: Any) -> str | None:
     return state if isinstance(state, str) else None
 
 
+def sweep_field(value: Any) -> dict[str, Any] | None:
+    """`project { sweep { ... } }`; None when the project or sweep does not exist."""
+    if not isinstance(value, dict) or not isinstance(value.get("sweep"), dict):
+        return None
+    sweep: dict[str, Any] = value["sweep"]
+    return sweep
+
+
+def sweep_state(value: Any) -> str | None:
+    """`project { sweep { state } }`; None when the sweep does not exist or names no state."""
+    sweep = sweep_field(value)
+    state = None if sweep is None else sweep.get("state")
+    return state if isinstance(state, str) else None
+
+
 def pushed(value: Any) -> PushedItem:
     obj = _obj(value, "pushToRunQueueByName: data.pushToRunQueueByName")
     item_id = _str(obj.get("runQueueItemId"), "pushToRunQueueByName: ....runQueueItemId")

@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from launch_agent import __version__
+
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 # The W&B launch project that holds run queues and launch agents (`LAUNCH_DEFAULT_PROJECT`).
@@ -144,6 +146,25 @@ class QuotaConfig(_Strict):
     max_pending_per_leaf: int = Field(default=8, ge=1)
 
 
+# The image the standard sweep scheduler (`wandb scheduler ...`) runs from by default: this
+# project's own image, which ships the wandb package.
+DEFAULT_SCHEDULER_IMAGE = "ghcr.io/launch-agent/launch-agent:" + __version__
+
+
+class SweepsConfig(_Strict):
+    """W&B sweeps on Launch (docs/sweeps.md)."""
+
+    # The image of the standard scheduler's Job; it must provide the `wandb` command.
+    scheduler_image: str = Field(default=DEFAULT_SCHEDULER_IMAGE, min_length=1)
+    # Where scheduler Jobs run (it must be one of `namespaces`); default: the first of them.
+    scheduler_namespace: str | None = None
+    # A workload that succeeded while its W&B run stayed `pending` this long is failed with
+    # W&B's "failed to call wandb.init" (W&B's `RUN_INFO_GRACE_PERIOD`, 60 s).
+    run_init_grace_seconds: float = Field(default=60.0, ge=0)
+    # Whether the agent checks that a succeeded run called wandb.init at all.
+    check_wandb_init: bool = True
+
+
 class TrackingConfig(_Strict):
     """How the agent follows runs it created (informers only; nothing here is a poll per run)."""
 
@@ -264,6 +285,7 @@ class AgentConfig(_Strict):
     tracking: TrackingConfig = TrackingConfig()
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
     limits: LimitsConfig = LimitsConfig()
+    sweeps: SweepsConfig = SweepsConfig()
     # On SIGTERM/SIGINT: how long in-flight creates and the final reports may take.
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     # How often the queue specs directory is checked for edits (a ConfigMap update).
@@ -325,6 +347,20 @@ class AgentConfig(_Strict):
         if self.queue and self.queue not in names:
             names.append(self.queue)
         return names
+
+    @property
+    def scheduler_namespace(self) -> str:
+        return self.sweeps.scheduler_namespace or (self.namespaces or ["default"])[0]
+
+    @model_validator(mode="after")
+    def _scheduler_namespace_served(self) -> AgentConfig:
+        ns = self.sweeps.scheduler_namespace
+        if ns is not None and ns not in self.namespaces:
+            raise ValueError(
+                f"sweeps.scheduler_namespace {ns!r} is not one of `namespaces`"
+                f" ({', '.join(self.namespaces)}): the agent tracks only those"
+            )
+        return self
 
     @property
     def api_key_secret_name(self) -> str:

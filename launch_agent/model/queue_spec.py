@@ -135,6 +135,8 @@ class QueueSpec:
     custom_kind: CustomKind | None = None
     defaults: WorkloadDefaults = WorkloadDefaults()
     description: str | None = None
+    # `spec.sweeps.customSchedulers`: scheduler jobs (the submitter's code) may run here.
+    custom_schedulers: bool = False
     # Free for the renderer to cache per-spec precomputation (compiled globs, ...).
     cache: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -181,4 +183,5 @@ class QueueSpec:
                 active_deadline_seconds=d.get("activeDeadlineSeconds"),
             ),
             description=data["metadata"].get("description"),
+            custom_schedulers=bool(spec.get("sweeps", {}).get("customSchedulers", False)),
         )

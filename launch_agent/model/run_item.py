@@ -20,6 +20,9 @@ from launch_agent.model.queue_spec import InvalidInput, Problem
 # The only resource this agent runs; W&B's default for a missing key is local-container, but
 # a run popped from a Kubernetes queue always carries `resource: kubernetes`.
 KUBERNETES = "kubernetes"
+# A sweep scheduler runs as a Kubernetes Job whatever resource W&B's `launch-sweep` names
+# (`local-process` for `wandb scheduler`, `local-container` for scheduler jobs).
+SCHEDULER_RESOURCES = frozenset({KUBERNETES, "local-process", "local-container"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +84,9 @@ def _map(value: Any, path: str, problems: list[Problem]) -> Mapping[str, Any] | 
     return value
 
 
-def parse_run_item(item: Any) -> RunItem:
-    """Type-check a popped item; raises `InvalidInput` listing every problem."""
+def parse_run_item(item: Any, *, scheduler: bool = False) -> RunItem:
+    """Type-check a popped item; raises `InvalidInput` listing every problem. `scheduler`:
+    the item is a sweep scheduler (`model.sweeps.is_scheduler_item`)."""
     problems: list[Problem] = []
     if not isinstance(item, dict):
         raise InvalidInput([Problem("", f"must be a mapping, not {type(item).__name__}")])
@@ -107,7 +111,9 @@ def parse_run_item(item: Any) -> RunItem:
         sweep_id = None
 
     resource = spec.get("resource")
-    if resource is not None and resource != KUBERNETES:
+    if scheduler and resource in SCHEDULER_RESOURCES:
+        pass
+    elif resource is not None and resource != KUBERNETES:
         problems.append(
             Problem("runSpec.resource", f"is {resource!r}; this agent only runs 'kubernetes'")
         )

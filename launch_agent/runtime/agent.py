@@ -59,6 +59,7 @@ from launch_agent.render.settings import RenderSettings
 from launch_agent.runtime.admission.kueue import KueueAdmission
 from launch_agent.runtime.admission.quota import QuotaAdmission
 from launch_agent.runtime.admission.quota_driver import QuotaDriver
+from launch_agent.runtime.admission.schedulers import SchedulerCap
 from launch_agent.runtime.admission.slots import MaxJobs
 from launch_agent.runtime.admission.stage import AdmissionStage
 from launch_agent.runtime.builds import check_builder, open_builds
@@ -71,6 +72,7 @@ from launch_agent.runtime.leader import LeaderElector
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.poller import Poller
 from launch_agent.runtime.reporter import Reporter
+from launch_agent.runtime.run_checks import RunChecks
 from launch_agent.runtime.runs import RunTable
 from launch_agent.runtime.specs import SpecStore
 from launch_agent.runtime.startup import (
@@ -271,6 +273,7 @@ class Agent:
             reporter,
             self.metrics,
             config.tracking,
+            checks=RunChecks(wandb, reporter, config.sweeps, entity=queues.entity),
             queue_entity=queues.entity,
         )
         self.finisher = finisher
@@ -352,6 +355,7 @@ class Agent:
             metrics=self.metrics,
             settings=settings,
             admission=self.admission,
+            schedulers=SchedulerCap(config.max_schedulers, self.runs),
             builds=builds,
             clock=self.clock,
         )

@@ -22,6 +22,13 @@ admission stage decides how the run is created (`admit`: suspended, its Kueue Lo
 quota stamp) or refuses it, render applies those decisions, and the stage hears when the
 workload exists (`created`). The manifest render returns is the one created: nothing here edits
 it.
+
+Sweeps (docs/sweeps.md): a sweep scheduler item (`model.sweeps.is_scheduler_item`) takes a place
+of `max_schedulers` (`admission/schedulers.py`) instead of a `max_jobs` slot, or is left un-acked
+with a warning, as W&B's agent does; the standard `wandb scheduler` renders through the built-in
+scheduler spec (`render/scheduler.py`), a custom scheduler job through its queue's spec when that
+spec allows it. A sweep run (`sweep_id`) starts only while its sweep is RUNNING or PAUSED
+(`GetSweepState`, W&B's `check_sweep_state`).
 """
 
 from __future__ import annotations
@@ -44,11 +51,19 @@ from launch_agent.adapters.wandb_errors import WandbAckUncertain, WandbError, Wa
 from launch_agent.model.config import AgentConfig
 from launch_agent.model.queue_spec import InvalidInput, Problem
 from launch_agent.model.run_item import RunItem, parse_run_item
+from launch_agent.model.sweeps import (
+    SCHEDULER_MARK,
+    is_custom_scheduler,
+    is_scheduler_item,
+    sweep_state_refusal,
+)
 from launch_agent.render import kinds
 from launch_agent.render.decisions import NO_DECISIONS, Refused
 from launch_agent.render.naming import derived_run_id
 from launch_agent.render.pipeline import render
+from launch_agent.render.scheduler import scheduler_queue_spec, scheduler_run
 from launch_agent.render.settings import RenderSettings
+from launch_agent.runtime.admission.schedulers import SchedulerCap
 from launch_agent.runtime.admission.stage import AdmissionStage
 from launch_agent.runtime.builds import BuildService
 from launch_agent.runtime.clock import Clock, monotonic
@@ -92,6 +107,7 @@ class Dispatcher:
         metrics: Metrics,
         settings: RenderSettings,
         admission: AdmissionStage,
+        schedulers: SchedulerCap,
         builds: BuildService | None = None,
         clock: Clock = monotonic,
     ) -> None:
@@ -106,7 +122,10 @@ class Dispatcher:
         self.metrics = metrics
         self.settings = settings
         self.admission = admission
+        self.schedulers = schedulers
         self.clock = clock
+        # Scheduler items already warned about the cap (W&B offers them again every lease).
+        self._capped: set[str] = set()
         self.namespaces = frozenset(config.namespaces)
 
     async def _fail(
@@ -117,6 +136,14 @@ class Dispatcher:
     async def dispatch(self, item: RunQueueItem, popped_at: float | None = None) -> None:
         """Handle one popped item to the end of its ack (or its failure)."""
         try:
+            if item.problem is None and is_scheduler_item(item.run_spec):
+                with self.schedulers.place(item.id) as placed:
+                    if not placed:
+                        self._over_cap(item)
+                        return
+                    with self.admission.holding(item.queue, item.id):
+                        await self._dispatch(item, popped_at, scheduler=True)
+                return
             with self.admission.holding(item.queue, item.id):  # its place from the pop on
                 await self._dispatch(item, popped_at)
         except RecursionError:
@@ -129,14 +156,33 @@ class Dispatcher:
                 "malformed",
             )
 
-    async def _dispatch(self, item: RunQueueItem, popped_at: float | None) -> None:
+    def _over_cap(self, item: RunQueueItem) -> None:
+        """W&B's agent: warn, do not ack; the lease lapses and W&B offers the item again."""
+        message = self.schedulers.over_cap_message()
+        log.warning("scheduler item %s not started: %s", item.id, message)
+        if item.id not in self._capped:
+            if len(self._capped) >= 10_000:
+                self._capped.clear()
+            self._capped.add(item.id)
+            self.reporter.warn(item.id, message, "agent")
+
+    async def _dispatch(
+        self, item: RunQueueItem, popped_at: float | None, *, scheduler: bool = False
+    ) -> None:
         popped_at = self.clock() if popped_at is None else popped_at
         if item.problem is not None:
             await self._fail(
                 item, f"the run queue item cannot be read: {item.problem}", "malformed"
             )
             return
-        spec = self.specs.for_queue(item.queue)
+        standard = scheduler and not is_custom_scheduler(item.run_spec)
+        spec = (
+            scheduler_queue_spec(
+                item.queue, self.config.scheduler_namespace, self.config.sweeps.scheduler_image
+            )
+            if standard
+            else self.specs.for_queue(item.queue)
+        )
         if spec is None:
             await self._fail(
                 item,
@@ -155,12 +201,28 @@ class Dispatcher:
                 "namespace",
             )
             return
+        if scheduler and not standard and not spec.custom_schedulers:
+            await self._fail(
+                item,
+                f"this sweep scheduler is a job ({item.run_spec.get('job')!r}) that runs the"
+                f" submitter's code, and queue spec {spec.name!r} does not allow custom"
+                " schedulers: set spec.sweeps.customSchedulers: true in it, or launch the sweep"
+                " with the standard scheduler (`wandb launch-sweep` without scheduler.job)",
+                "custom_scheduler",
+            )
+            return
         try:
-            run = parse_run_item({"runQueueItemId": item.id, "runSpec": item.run_spec})
+            run = parse_run_item(
+                {"runQueueItemId": item.id, "runSpec": item.run_spec}, scheduler=scheduler
+            )
+            if standard:
+                run = scheduler_run(run, self.config.sweeps.scheduler_image)
         except InvalidInput as exc:
             await self._fail(
                 item, f"the run queue item is malformed: {problems_text(exc.problems)}", "malformed"
             )
+            return
+        if run.sweep_id and not scheduler and not await self._sweep_runnable(item, run):
             return
         image: str | None = None
         if run.docker_image is None and run.job is not None:
@@ -178,6 +240,8 @@ class Dispatcher:
             default=str,
         )
         recorded = {RUN_SPEC: text} if len(text) <= MAX_RUN_SPEC_ANNOTATION else {}
+        if scheduler:
+            recorded[SCHEDULER_MARK] = "true"
         refusal: Refused | None = None
         try:
             decisions = self.admission.admit(item.id, item.queue, spec, item.run_spec)
@@ -232,6 +296,7 @@ class Dispatcher:
                     api_version=resource.api_version,
                     kind=resource.kind,
                     started=popped_at,
+                    scheduler=scheduler,
                 )
             )
         self.tracker.watch(resource, spec.namespace)
@@ -268,6 +333,24 @@ class Dispatcher:
         self.admission.created(record)
         for warning in result.warnings:
             self.reporter.warn(item.id, f"{warning}", "agent")
+
+    async def _sweep_runnable(self, item: RunQueueItem, run: RunItem) -> bool:
+        """W&B's `check_sweep_state`: a sweep run starts only in a RUNNING or PAUSED sweep.
+        W&B being unavailable is not the item's fault: it is left for a later pop."""
+        assert run.sweep_id is not None
+        try:
+            state = await self.wandb.sweep_state(run.entity, run.project, run.sweep_id)
+        except WandbUnavailable as exc:
+            log.warning("item %s left for a later pop: sweep state unknown: %s", item.id, exc)
+            return False
+        except WandbError as exc:
+            log.info("sweep state of %s not read: %s", run.sweep_id, exc)
+            state = None  # W&B's agent: any error reading the state refuses the run
+        refusal = sweep_state_refusal(run.sweep_id, state)
+        if refusal is None:
+            return True
+        await self._fail(item, refusal, "sweep_not_running")
+        return False
 
     async def _ack(self, item: RunQueueItem, record: RunRecord) -> None:
         try:

@@ -10,7 +10,10 @@ worker tasks take them in order:
   W&B run resumes), at most `tracking.max_requeues` times; then failed;
 - stopped: nothing to report when W&B asked for the stop; a workload someone else deleted
   before it finished is a failure;
-- succeeded: nothing to report (W&B learns success from the run itself).
+- succeeded: nothing to report (W&B learns success from the run itself), unless its W&B run
+  never left `pending`: W&B's "failed to call wandb.init" check (`runtime/run_checks.py`);
+- a sweep scheduler that failed is reported like any run and its sweep set to `CANCELED`; a
+  scheduler's Job is deleted once it ended, whatever the outcome (its sweep is over).
 
 Clean-up: a Job that Kubernetes finished stays for its `ttlSecondsAfterFinished` (its pods and
 logs help a person diagnose) and, if it failed or was preempted, is annotated
@@ -35,6 +38,7 @@ from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
 from launch_agent.model.safe_load import load_json
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.reporter import Reporter
+from launch_agent.runtime.run_checks import RunChecks
 from launch_agent.runtime.runs import REPORTED, RUN_SPEC, RunRecord, RunTable
 from launch_agent.tracking import Assessment
 from launch_agent.tracking.workloads import Phase, workload_status
@@ -63,6 +67,7 @@ class Finisher:
         metrics: Metrics,
         tracking: TrackingConfig,
         *,
+        checks: RunChecks,
         queue_entity: str,
         workers: int = 4,
     ) -> None:
@@ -71,6 +76,7 @@ class Finisher:
         self.reporter = reporter
         self.metrics = metrics
         self.tracking = tracking
+        self.checks = checks
         self.queue_entity = queue_entity
         self.workers = workers
         self._queue: asyncio.Queue[tuple[RunRecord, Assessment]] = asyncio.Queue()
@@ -86,9 +92,12 @@ class Finisher:
         return self._queue.qsize()
 
     async def run(self, stopping: asyncio.Event) -> None:
-        async with asyncio.TaskGroup() as group:
-            for i in range(self.workers):
-                group.create_task(self._worker(stopping), name=f"finisher-{i}")
+        try:
+            async with asyncio.TaskGroup() as group:
+                for i in range(self.workers):
+                    group.create_task(self._worker(stopping), name=f"finisher-{i}")
+        finally:
+            await self.checks.close()
 
     async def _worker(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
@@ -118,6 +127,10 @@ class Finisher:
             )
             message = await self._failure_message(record, diag)
             sent = await self.reporter.fail(record.rqi_id, message, "run", diag.reason.value)
+            if sent and record.scheduler:
+                await self.checks.scheduler_failed(record)
+        elif state is RunState.SUCCEEDED and record.stop_requested_at is None:
+            self.checks.succeeded(record)
         elif state is RunState.PREEMPTED:
             sent = await self._requeue(record, diagnosis)
         elif state is RunState.STOPPED and record.stop_requested_at is None:
@@ -194,7 +207,12 @@ class Finisher:
         try:
             resource = await self.kube.resolve(record.api_version, record.kind)
             finished = workload_status(obj).phase in (Phase.SUCCEEDED, Phase.FAILED)
-            if record.kind == "Job" and resource.group == "batch" and finished:
+            if (
+                record.kind == "Job"
+                and resource.group == "batch"
+                and finished
+                and not record.scheduler
+            ):
                 if state is RunState.SUCCEEDED:
                     return  # kept for its TTL; adopting it again after a restart reports nothing
                 if self.may_patch:

@@ -19,6 +19,7 @@ from typing import Any
 
 from launch_agent.model import labels as L
 from launch_agent.model.run_state import RunState
+from launch_agent.model.sweeps import SCHEDULER_MARK
 from launch_agent.render.naming import label_value
 from launch_agent.runtime.clock import monotonic
 from launch_agent.tracking.views import Meta
@@ -53,6 +54,8 @@ class RunRecord:
     deleting: bool = False
     deleted: bool = False
     finishing: bool = False
+    # A sweep scheduler: counted against `max_schedulers`, not `max_jobs` (model/sweeps.py).
+    scheduler: bool = False
     # The last workload object seen (the informer's cache entry), for a DELETED assessment.
     last: Mapping[str, Any] | None = None
     # Last states of the run's pods that were deleted (a preempted pod is deleted by the
@@ -97,6 +100,7 @@ class RunRecord:
             kind=str(obj.get("kind") or ""),
             acked=True,
             adopted=True,
+            scheduler=meta.annotation(SCHEDULER_MARK) == "true",
             last=obj,
         )
 
@@ -122,6 +126,7 @@ class RunTable:
         # Items popped whose dispatch has not registered a record yet (they hold a slot).
         self.dispatching = 0
         self._finishing = 0  # records in the table with `finishing` set (O(1) `inflight`)
+        self._schedulers = 0  # scheduler records neither finishing nor removed
         self._on_change = on_change
 
     def __len__(self) -> int:
@@ -139,8 +144,15 @@ class RunTable:
 
     @property
     def inflight(self) -> int:
-        """Runs that count against `max_jobs`: created and not terminal, plus dispatches."""
-        return self.dispatching + len(self._by_item) - self._finishing
+        """Runs that count against `max_jobs`: created and not terminal, plus dispatches.
+        Sweep schedulers count against `max_schedulers` instead, as in W&B's agent
+        (`num_running_jobs` leaves them out)."""
+        return self.dispatching + len(self._by_item) - self._finishing - self._schedulers
+
+    @property
+    def schedulers(self) -> int:
+        """Sweep schedulers created and not terminal (W&B's `num_running_schedulers`)."""
+        return self._schedulers
 
     def finished_recently(self, rqi_id: str) -> bool:
         return rqi_id in self._finished
@@ -152,6 +164,8 @@ class RunTable:
         self._finished.pop(record.rqi_id, None)
         self._by_item[record.rqi_id] = record
         self._by_label[record.label] = record.rqi_id
+        if record.scheduler and not record.finishing:
+            self._schedulers += 1
         self._changed()
         return record
 
@@ -161,6 +175,8 @@ class RunTable:
             self._by_label.pop(record.label, None)
             if record.finishing:
                 self._finishing -= 1
+            elif record.scheduler:
+                self._schedulers -= 1
         if finished:
             self._finished[record.rqi_id] = None
             while len(self._finished) > RECENTLY_FINISHED:
@@ -170,6 +186,8 @@ class RunTable:
     def mark_finishing(self, record: RunRecord) -> None:
         if not record.finishing and self._by_item.get(record.rqi_id) is record:
             self._finishing += 1
+            if record.scheduler:
+                self._schedulers -= 1
         record.finishing = True
         self._changed()
 

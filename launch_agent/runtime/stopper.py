@@ -12,6 +12,11 @@ A stop is not immediate, as in W&B's agent: the run's own `wandb` process sees t
 may exit cleanly. If the workload still exists `stopped_run_timeout` seconds after the stop
 was first seen, it is deleted with `propagationPolicy: Background`, so its pods go too. The
 tracker then sees the deletion and, because the stop was requested, reports no failure.
+
+A sweep scheduler is stopped the same way when its sweep is over: finished, cancelled or
+stopped from the UI (`GetSweepState` answers neither RUNNING, PAUSED nor PENDING). The
+scheduler's own process usually exits first (wandb's `Scheduler` polls the sweep too); the
+deletion covers one that does not.
 """
 
 from __future__ import annotations
@@ -33,6 +38,10 @@ from launch_agent.tracking.stop_schedule import StopCheckPolicy, StopSchedule
 from launch_agent.tracking.views import Meta
 
 log = logging.getLogger(__name__)
+
+# Sweep states in which its scheduler keeps running (`PENDING`: launch-sweep's state until the
+# scheduler starts it).
+SWEEP_LIVE_STATES = frozenset({"RUNNING", "PAUSED", "PENDING"})
 
 
 def stop_check_policy(config: AgentConfig) -> StopCheckPolicy:
@@ -75,6 +84,23 @@ class Stopper:
                 return
             await self.check()
 
+    async def _check_sweep(self, record: RunRecord) -> None:
+        try:
+            state = await self.wandb.sweep_state(record.entity, record.project, record.run_id)
+        except WandbError as exc:
+            log.warning("sweep check of %s skipped: %s", record.run_id, exc)
+            return
+        if state is None or state in SWEEP_LIVE_STATES:
+            return
+        record.stop_requested_at = self.clock()
+        log.info(
+            "sweep %s is %s; its scheduler %s is deleted in %ss unless it ends first",
+            record.run_id,
+            state,
+            record.workload,
+            self.timeout,
+        )
+
     async def check(self) -> None:
         candidates = [
             r
@@ -103,6 +129,9 @@ class Stopper:
                         record.workload,
                         self.timeout,
                     )
+            for record in candidates:
+                if record.scheduler and record.stop_requested_at is None:
+                    await self._check_sweep(record)
         await self._delete_due()
 
     @staticmethod

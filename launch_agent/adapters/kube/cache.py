@@ -106,9 +106,30 @@ def tracking_view(obj: Obj) -> Obj:
     strip_managed_fields(obj)
     spec = obj.get("spec")
     slim: Obj = {k: v for k, v in obj.items() if k != "spec"}
-    if isinstance(spec, dict) and obj.get("kind") != "Pod":
+    if isinstance(spec, dict) and obj.get("kind") == "Pod":
+        slim["spec"] = _pod_spec_view(spec)
+    elif isinstance(spec, dict):
         kept = {k: spec[k] for k in _TRACKED_SPEC if k in spec}
         if isinstance(kept.get("runPolicy"), dict):
             kept["runPolicy"] = {"suspend": kept["runPolicy"].get("suspend")}
         slim["spec"] = kept
     return slim
+
+
+def _pod_spec_view(spec: Obj) -> Obj:
+    """What the judgement reads of a pod's spec (tracking/pods.py): which container is the
+    run's (names and images), which are native sidecars (an init container's restartPolicy),
+    and the node a refusal names; not the env, volumes or commands that make up its size."""
+    kept: Obj = {}
+    for key, fields in (
+        ("containers", ("name", "image")),
+        ("initContainers", ("name", "image", "restartPolicy")),
+    ):
+        items = spec.get(key)
+        if isinstance(items, list):
+            kept[key] = [
+                {f: c[f] for f in fields if f in c} if isinstance(c, dict) else c for c in items
+            ]
+    if "nodeName" in spec:
+        kept["nodeName"] = spec["nodeName"]
+    return kept

@@ -37,6 +37,7 @@ from typing import Any
 from launch_agent.model.config import AgentConfig
 from launch_agent.model.queue_spec import InvalidInput, QueueSpec
 from launch_agent.model.run_state import RunState
+from launch_agent.model.sweeps import is_scheduler_item
 from launch_agent.quota import (
     AdmissionEngine,
     Decision,
@@ -85,14 +86,21 @@ def tree_problems(tree: object) -> list[str]:
 
 
 def stamp_annotation(
-    where: str, leaf: str, priority: int, enqueued: Fraction, sets: list[PodSet]
+    where: str,
+    leaf: str,
+    priority: int,
+    enqueued: Fraction,
+    sets: list[PodSet],
+    *,
+    scheduler: bool = False,
 ) -> dict[str, str]:
-    """The quota stamp of a rendered workload (its pod sets are its request)."""
+    """The quota stamp of a rendered workload (its pod sets are its request). A sweep
+    scheduler is charged to its leaf's `sweep_schedulers` count instead of `runs`."""
     try:
         request = run_pod_sets(sets)
     except RequestError as exc:
         raise Refused(f"{where}: cannot compute the run's quota request: {exc}") from None
-    return {STAMP: QuotaStamp(leaf, priority, enqueued, request).dump()}
+    return {STAMP: QuotaStamp(leaf, priority, enqueued, request, scheduler).dump()}
 
 
 def _ignore() -> None:
@@ -246,7 +254,14 @@ class QuotaAdmission:
         enqueued = max(self.clock(), self._last_enqueued + Fraction(1, 1000))
         self._last_enqueued = enqueued
         self.order.stamp(rqi_id)
-        stamp = functools.partial(stamp_annotation, where, leaf, priority_of(run_spec), enqueued)
+        stamp = functools.partial(
+            stamp_annotation,
+            where,
+            leaf,
+            priority_of(run_spec),
+            enqueued,
+            scheduler=is_scheduler_item(run_spec),
+        )
         return Admission(suspended=True, pod_set_annotations=stamp)
 
     def created(self, record: RunRecord) -> None:

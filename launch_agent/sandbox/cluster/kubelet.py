@@ -22,6 +22,7 @@ from typing import Any
 from launch_agent.sandbox.cluster.common import Ctx, condition, merge_conditions
 from launch_agent.sandbox.cluster.nodes import Node, fit, pod_requests
 from launch_agent.sandbox.cluster.outcomes import Outcome
+from launch_agent.sandbox.cluster.processes import ProcessRunner, wants_process
 from launch_agent.sandbox.kube.store import Obj
 
 DEFAULT_NODE = "sandbox-node"
@@ -129,10 +130,17 @@ def _terminated(o: Outcome, started: str, finished: str, code: int | None = None
 
 
 class Kubelet:
-    def __init__(self, nodes: Sequence[Node], outcome_for: Callable[[Obj], Outcome]) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        outcome_for: Callable[[Obj], Outcome],
+        processes: ProcessRunner | None = None,
+    ) -> None:
         self.nodes = list(nodes)
         self.outcome_for = outcome_for
         self.pods: dict[str, PodSim] = {}
+        # Pods that really run (`processes.py`): their outcome is what their process does.
+        self.processes = processes
 
     def _used(self, ctx: Ctx) -> dict[str, dict[str, Decimal]]:
         used: dict[str, dict[str, Decimal]] = {}
@@ -150,15 +158,22 @@ class Kubelet:
         live = {p["metadata"]["uid"] for p in pods}
         for uid in [u for u in self.pods if u not in live]:
             del self.pods[uid]
+        if self.processes is not None:
+            self.processes.forget(live)
         for pod in pods:
             uid = pod["metadata"]["uid"]
             if uid not in self.pods:
                 self.pods[uid] = PodSim(self.outcome_for(pod))
             sim = self.pods[uid]
             if pod["metadata"].get("deletionTimestamp"):
+                if self.processes is not None:
+                    self.processes.deleting(uid)
                 continue
             if sim.bound_at is None and not self._schedule(ctx, pod, sim):
                 continue
+            if self.processes is not None and wants_process(pod):
+                assert sim.bound_at is not None
+                sim.outcome = self.processes.outcome(pod, sim.bound_at)
             self._play(ctx, pod, sim)
 
     def _schedule(self, ctx: Ctx, pod: Obj, sim: PodSim) -> bool:

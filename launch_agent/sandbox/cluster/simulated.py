@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
+from pathlib import Path
 from types import TracebackType
 
 from launch_agent.sandbox.cluster.children import RUN_FOREVER
@@ -36,6 +37,7 @@ from launch_agent.sandbox.cluster.outcomes import (
     parse_outcome,
     pick,
 )
+from launch_agent.sandbox.cluster.processes import ProcessRunner
 from launch_agent.sandbox.cluster.rayjob import ATTEMPTS_OF
 from launch_agent.sandbox.cluster.workloads import CONTROLLERS
 from launch_agent.sandbox.kube.apiserver import KubeApiServer
@@ -55,7 +57,11 @@ class SimulatedCluster:
         default_outcome: str = "succeed after=5s",
         tick: float = 0.05,
         kueue: bool = False,
+        processes: Path | None = None,
+        process_time_limit: float = 120.0,
     ) -> None:
+        """`processes`: a directory under which opted-in pods run as local processes
+        (`cluster/processes.py`); None runs every pod as scripted."""
         self.store = kube.store if isinstance(kube, KubeApiServer) else kube
         self.clock: Clock = clock or ManualClock()
         self.nodes = list(nodes or [])
@@ -68,7 +74,19 @@ class SimulatedCluster:
         # Kueue (`cluster/kueue.py`): opt-in, and only once its Workload CRD is registered, so
         # tests that load every CRD and play Kueue by hand keep doing so.
         self.kueue = KueueController(enabled=kueue)
-        self.kubelet = Kubelet(self.nodes, self._outcome_for)
+        self.runner = (
+            None
+            if processes is None
+            else ProcessRunner(
+                self.store,
+                processes,
+                time_limit=process_time_limit,
+                on_change=self._wake_threadsafe,
+                sim_seconds=self.clock.seconds,
+            )
+        )
+        self.kubelet = Kubelet(self.nodes, self._outcome_for, self.runner)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeups: list[float] = []
         self._dirty = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -89,6 +107,7 @@ class SimulatedCluster:
                 self.store.update(
                     self.store.rt("nodes"), "", node.name, {"status": status}, subresource="status"
                 )
+        self._loop = asyncio.get_running_loop()
         self.step()
         self._task = asyncio.create_task(self._run(), name="sandbox-simulated-cluster")
         return self
@@ -104,12 +123,21 @@ class SimulatedCluster:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self.runner is not None:
+            await asyncio.to_thread(self.runner.close)
         if self._on_write in self.store.listeners:
             self.store.listeners.remove(self._on_write)
         self.store.now = self._saved_now
 
     def _on_write(self, storage: str, kind: str, obj: Obj) -> None:
         self._dirty.set()
+
+    def _wake_threadsafe(self) -> None:
+        # A local process printed or exited (from its reader thread).
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._dirty.set)
 
     async def _run(self) -> None:
         while True:

@@ -130,6 +130,10 @@ class Sweep:
     state: str = "RUNNING"
     config: str = "{}"
     runs: list[str] = field(default_factory=list)
+    # Sweep agents (`createAgent`): id -> host; and the parameters issued so far, in order.
+    agents: dict[str, str] = field(default_factory=dict)
+    issued: list[dict[str, Any]] = field(default_factory=list)
+    launch_scheduler: str | None = None
 
 
 @dataclass

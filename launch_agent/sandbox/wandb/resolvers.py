@@ -159,6 +159,7 @@ def sweep_view(state: LaunchState, sweep: Sweep) -> Obj:
         "description": None,
         "config": sweep.config,
         "runs": {"edges": [{"node": run_view(state, r)} for r in runs if r is not None]},
+        "project": project_view(state, state.project(sweep.entity, sweep.project)),
     }
 
 
@@ -170,6 +171,9 @@ def viewer(_: None, info: Info) -> Obj:
     teams = [entity_view(state, e.name) for e in state.entities.values() if e.is_team]
     return {
         "id": encode_id("User", 1),
+        "name": state.username,
+        "deletedAt": None,
+        "apiKeys": {"edges": []},
         "entity": state.default_entity,
         "username": state.username,
         "email": state.email,
@@ -189,6 +193,36 @@ def project(
     state = _state(info)
     found = state.find_project(entityName, name)
     return None if found is None else project_view(state, found)
+
+
+def model(
+    _: None, info: Info, name: str | None = None, entityName: str | None = None
+) -> Obj | None:
+    """`RunResumeStatus`: the project, created on first use as W&B does for a new run."""
+    state = _state(info)
+    home = state.project(entityName or state.default_entity, name or "uncategorized", create=True)
+    return project_view(state, home)
+
+
+def model_bucket(parent: Obj, info: Info, name: str, missingOk: bool | None = None) -> Obj | None:
+    run = parent["_p"].runs.get(name)
+    if run is None:
+        return None
+    return {
+        "id": run.id,
+        "name": run.name,
+        "summaryMetrics": "{}",
+        "displayName": run.display_name or run.name,
+        "logLineCount": len(run.output),
+        "historyLineCount": run.history_line_count,
+        "eventsLineCount": 0,
+        "historyTail": "[]",
+        "eventsTail": "[]",
+        "config": run.config or "{}",
+        "tags": [],
+        "notes": run.description,
+        "wandbConfig": "{}",
+    }
 
 
 def project_run_queues(parent: Obj, _info: Info) -> list[Obj]:
@@ -366,12 +400,43 @@ def create_run_files(_: None, info: Info, input: Obj) -> Obj:
 
 def upsert_sweep(_: None, info: Info, input: Obj) -> Obj:
     state = _state(info)
-    sweep = state.sweep_by_id(input["id"]) if input.get("id") else None
-    if sweep is None:
+    if not input.get("id"):
+        # `wandb sweep` / `wandb launch-sweep`: a new sweep (and its scheduler item).
+        if not input.get("config"):
+            raise WandbError("a new sweep needs a config")
+        sweep = state.create_sweep(
+            input.get("entityName") or state.default_entity,
+            input.get("projectName") or "uncategorized",
+            input["config"],
+            state=input.get("state") or "RUNNING",
+            launch_scheduler=input.get("launchScheduler"),
+        )
+        view = sweep_view(state, sweep)
+        return {"sweep": view, "inserted": True, "configValidationWarnings": []}
+    found = state.sweep_by_id(input["id"])
+    if found is None:
         raise WandbError(f"sweep {input.get('id')} not found")
     if input.get("state"):
-        sweep.state = input["state"]
-    return {"sweep": sweep_view(state, sweep), "inserted": False}
+        state.set_sweep_state(found, input["state"])
+    return {"sweep": sweep_view(state, found), "inserted": False, "configValidationWarnings": []}
+
+
+def create_agent(_: None, info: Info, input: Obj) -> Obj:
+    state = _state(info)
+    agent_id = state.create_sweep_agent(
+        input.get("entityName") or state.default_entity,
+        input.get("projectName"),
+        input["sweep"],
+        input["host"],
+    )
+    return {"agent": {"id": agent_id}}
+
+
+def agent_heartbeat(_: None, info: Info, input: Obj) -> Obj:
+    state = _state(info)
+    run_states = loads_object(input.get("runState") or "{}", "runState")
+    commands = state.sweep_heartbeat(input["id"], run_states)
+    return {"agent": {"id": input["id"]}, "commands": commands}
 
 
 RESOLVERS: dict[tuple[str, str], Any] = {
@@ -385,6 +450,8 @@ RESOLVERS: dict[tuple[str, str], Any] = {
     ("Project", "runQueue"): project_run_queue,
     ("Project", "run"): project_run,
     ("Project", "sweep"): project_sweep,
+    ("Query", "model"): model,
+    ("Model", "bucket"): model_bucket,
     ("RunQueue", "runQueueItems"): queue_items,
     ("Run", "sampledHistory"): sampled_history,
     ("Mutation", "createRunQueue"): create_run_queue,
@@ -399,6 +466,8 @@ RESOLVERS: dict[tuple[str, str], Any] = {
     ("Mutation", "upsertBucket"): upsert_bucket,
     ("Mutation", "createRunFiles"): create_run_files,
     ("Mutation", "upsertSweep"): upsert_sweep,
+    ("Mutation", "createAgent"): create_agent,
+    ("Mutation", "agentHeartbeat"): agent_heartbeat,
 }
 
 

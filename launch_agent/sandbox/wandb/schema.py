@@ -33,6 +33,7 @@ type Query {
   viewer: User
   entity(name: String): Entity
   project(name: String, entityName: String): Project
+  model(name: String, entityName: String): Model
   launchAgent(id: ID!): LaunchAgent
   runQueue(id: ID!): RunQueue
   serverInfo: ServerInfo
@@ -54,10 +55,15 @@ type Mutation {
   upsertBucket(input: UpsertBucketInput!): UpsertBucketPayload
   createRunFiles(input: CreateRunFilesInput!): CreateRunFilesPayload
   upsertSweep(input: UpsertSweepInput!): UpsertSweepPayload
+  createAgent(input: CreateAgentInput!): CreateAgentPayload
+  agentHeartbeat(input: AgentHeartbeatInput!): AgentHeartbeatPayload
 }
 
 type User {
   id: ID!
+  name: String
+  deletedAt: DateTime
+  apiKeys: ApiKeyConnection
   entity: String
   username: String
   email: String
@@ -67,6 +73,9 @@ type User {
 }
 
 type EntityConnection { edges: [EntityEdge!]! }
+type ApiKeyConnection { edges: [ApiKeyEdge!]! }
+type ApiKeyEdge { node: ApiKey }
+type ApiKey { id: ID! name: String! description: String }
 type EntityEdge { node: Entity }
 
 type Entity {
@@ -253,6 +262,7 @@ type Sweep {
   controller: JSONString
   scheduler: JSONString
   runs: RunConnection!
+  project: Project
 }
 
 type ServerInfo { features: [ServerFeature!]! }
@@ -354,6 +364,29 @@ input UpsertBucketInput {
 }
 type UpsertBucketPayload { bucket: Run inserted: Boolean }
 
+# wandb-core's `RunResumeStatus` (wandb.init with resume): a project under its old name.
+type Model {
+  id: ID!
+  name: String!
+  entity: Entity!
+  bucket(name: String!, missingOk: Boolean): Bucket
+}
+type Bucket {
+  id: ID!
+  name: String!
+  summaryMetrics: JSONString
+  displayName: String
+  logLineCount: Int
+  historyLineCount: Int
+  eventsLineCount: Int
+  historyTail: JSONString
+  eventsTail: JSONString
+  config: JSONString
+  tags: [String!]
+  notes: String
+  wandbConfig(keys: [String!]): JSONString
+}
+
 input CreateRunFilesInput {
   entityName: String!
   projectName: String!
@@ -370,8 +403,29 @@ input UpsertSweepInput {
   projectName: String
   config: String
   description: String
+  controller: JSONString
+  launchScheduler: JSONString
+  templateVariableValues: JSONString
+  scheduler: JSONString
+  priorRunsFilters: JSONString
+  displayName: String
 }
-type UpsertSweepPayload { sweep: Sweep inserted: Boolean }
+type UpsertSweepPayload {
+  sweep: Sweep
+  inserted: Boolean
+  configValidationWarnings: [String!]
+}
+
+input CreateAgentInput {
+  host: String!
+  projectName: String
+  entityName: String
+  sweep: String!
+}
+type CreateAgentPayload { agent: SweepAgent }
+type SweepAgent { id: ID! }
+input AgentHeartbeatInput { id: ID! metrics: JSONString runState: JSONString }
+type AgentHeartbeatPayload { agent: SweepAgent commands: JSONString }
 """
 
 

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import json
+import random
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from launch_agent.sandbox.wandb.artifacts import ArtifactStore, ArtifactVersion, job_files
@@ -50,6 +52,7 @@ from launch_agent.sandbox.wandb.model import (
     loads_any,
     loads_object,
 )
+from launch_agent.sandbox.wandb.sweep_engine import next_params, sweep_config
 
 __all__ = [
     "LAUNCH_PROJECT",
@@ -91,6 +94,7 @@ class LaunchState:
         self.queues_by_id: dict[str, RunQueue] = {}
         self._leases: list[tuple[float, str]] = []
         self._numbers = itertools.count(1)
+        self._rng = random.Random(0)  # sweep parameters and run ids: reproducible per state
         self.artifacts = ArtifactStore(self._next, clock)
         self.add_entity(entity)
 
@@ -389,11 +393,101 @@ class LaunchState:
             run.state = "finished" if run.exitcode in (0, None) else "failed"
         return run
 
-    def add_sweep(self, entity: str, project: str, name: str, state: str = "RUNNING") -> Sweep:
+    def add_sweep(
+        self,
+        entity: str,
+        project: str,
+        name: str,
+        state: str = "RUNNING",
+        *,
+        config: Mapping[str, Any] | None = None,
+    ) -> Sweep:
         home = self.project(entity, project, create=True)
         sweep = Sweep(self._next("Sweep"), name, home.entity, home.name, state)
+        if config is not None:
+            sweep.config = json.dumps(dict(config))
         home.sweeps[name] = sweep
         return sweep
+
+    def create_sweep_agent(
+        self, entity: str | None, project: str | None, sweep: str, host: str
+    ) -> str:
+        """`createAgent`: a sweep agent (W&B's scheduler registers its workers so). A PENDING
+        sweep (`launch-sweep` creates it so) starts RUNNING once an agent registers."""
+        home = self.find_project(entity, project)
+        found = None if home is None else home.sweeps.get(sweep)
+        if found is None:
+            raise WandbError(f"sweep {entity}/{project}/{sweep} not found")
+        agent_id = self._next("Agent")
+        found.agents[agent_id] = host
+        if found.state == "PENDING":
+            found.state = "RUNNING"
+        return agent_id
+
+    def sweep_heartbeat(self, agent_id: str, run_states: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """`agentHeartbeat`: a new run for an agent with none alive while the sweep runs, up to
+        `run_cap`; an exhausted grid finishes the sweep (wandb's sweep server, as the SDK sees
+        it in `scheduler_sweep.py`: commands `run` with `run_id` and `args`)."""
+        sweep = next((s for s in self.iter_sweeps() if agent_id in s.agents), None)
+        if sweep is None:
+            raise WandbError(f"agent {agent_id} not found")
+        if sweep.state != "RUNNING" or any(run_states.values()):
+            return []
+        config = sweep_config(sweep.config)
+        cap = config.get("run_cap")
+        if isinstance(cap, int) and len(sweep.issued) >= cap:
+            return []
+        params = next_params(config, sweep.issued, self._rng)
+        if params is None:
+            sweep.state = "FINISHED"
+            return []
+        sweep.issued.append(params)
+        run_id = "".join(self._rng.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=8))
+        run, _ = self.upsert_run(sweep.entity, sweep.project, run_id, sweep_name=sweep.name)
+        run.config = json.dumps(params)
+        sweep.runs.append(run_id)
+        return [{"type": "run", "run_id": run_id, "args": params, "program": None, "logs": []}]
+
+    def create_sweep(
+        self,
+        entity: str,
+        project: str,
+        config: str,
+        *,
+        state: str,
+        launch_scheduler: str | None = None,
+    ) -> Sweep:
+        """A new sweep, named as W&B names them (8 characters). With `launchScheduler`
+        (`wandb launch-sweep`), the scheduler's run spec is pushed onto its queue with the
+        `WANDB_SWEEP_ID` placeholder replaced by the sweep's name, as W&B's server does."""
+        name = "".join(self._rng.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=8))
+        sweep = self.add_sweep(entity, project, name, state)
+        sweep.config = config
+        if launch_scheduler:
+            sweep.launch_scheduler = launch_scheduler
+            spec = loads_object(launch_scheduler, "launchScheduler")
+            text = str(spec.get("run_spec") or "{}").replace("WANDB_SWEEP_ID", name)
+            queue = self.queue(
+                entity, str(spec.get("run_queue_project") or LAUNCH_PROJECT), str(spec["queue"])
+            )
+            self.push_text(queue, text)
+        return sweep
+
+    def set_sweep_state(self, sweep: Sweep, state: str) -> None:
+        """`UpsertSweep` or the sweep page's buttons. Cancelling a sweep also stops its runs
+        that are not over (their `RunStoppedStatus` turns true), as the W&B UI's Cancel does;
+        Stop (`FINISHED`) lets them finish."""
+        sweep.state = state
+        if state == "CANCELED":
+            for name in sweep.runs:
+                run = self.run(sweep.entity, sweep.project, name)
+                if run is not None and run.state in ("pending", "running"):
+                    run.stopped = True
+
+    def iter_sweeps(self) -> Iterator[Sweep]:
+        for owner in self.entities.values():
+            for home in owner.projects.values():
+                yield from home.sweeps.values()
 
     def add_artifact(
         self,

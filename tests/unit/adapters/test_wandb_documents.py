@@ -69,6 +69,17 @@ def _requests() -> list[docs.Request]:
         docs.run_stopped_batch([("ent", "proj", "run1")]),
         docs.single("RunState", {"project": "p", "entity": "e", "name": "r"}, "project"),
         docs.push_to_run_queue_by_name("ent", "model-registry", "q1", {"resource": "kubernetes"}),
+        docs.single("GetSweepState", {"entity": "e", "project": "p", "sweep": "s"}, "project"),
+        docs.single(
+            "SweepWithRuns",
+            {"entity": "e", "project": "p", "sweep": "s", "specs": ["{}"]},
+            "project",
+        ),
+        docs.single(
+            "UpsertSweep",
+            {"id": "U3dlZXA6MQ==", "state": "CANCELED", "entityName": "e", "projectName": "p"},
+            "upsertSweep",
+        ),
     ]
 
 

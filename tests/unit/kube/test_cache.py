@@ -115,10 +115,29 @@ def test_informer_default_transform_drops_managed_fields() -> None:
             {
                 "kind": "Pod",
                 "metadata": {"name": "p", "managedFields": []},
-                "spec": {"containers": []},
+                "spec": {
+                    "nodeName": "n1",
+                    "volumes": [{"name": "data", "emptyDir": {}}],
+                    "initContainers": [
+                        {"name": "proxy", "image": "envoy", "restartPolicy": "Always", "env": []}
+                    ],
+                    "containers": [{"name": "main", "image": "img", "command": ["python"]}],
+                },
                 "status": {"phase": "Running"},
             },
-            {"kind": "Pod", "metadata": {"name": "p"}, "status": {"phase": "Running"}},
+            # The judgement reads which container is the run's and which are native sidecars.
+            {
+                "kind": "Pod",
+                "metadata": {"name": "p"},
+                "spec": {
+                    "containers": [{"name": "main", "image": "img"}],
+                    "initContainers": [
+                        {"name": "proxy", "image": "envoy", "restartPolicy": "Always"}
+                    ],
+                    "nodeName": "n1",
+                },
+                "status": {"phase": "Running"},
+            },
         ),
         (
             {

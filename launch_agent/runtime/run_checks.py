@@ -1,0 +1,98 @@
+"""W&B's run checks after a workload ended, and the sweep a failed scheduler leaves behind.
+
+- A workload that succeeded while its W&B run never left `pending` (or never existed) did not
+  call `wandb.init`: W&B's agent fails its item with "The submitted job exited successfully but
+  failed to call wandb.init" once the run stayed so through `RUN_INFO_GRACE_PERIOD` (wandb
+  0.31.0 `agent.py` `finish_thread_id` and `_check_run_exists_and_inited`: the state is read at
+  once, then after 1, 2, 4, ... s while the interval is within the grace period). A run on
+  another entity than the agent's is not checked (W&B skips it too).
+- A sweep scheduler that failed: W&B's agent sets its sweep to `CANCELED` (`_check_run_finished`,
+  `_set_sweep_state`; "scheduler run_id should == sweep_id").
+
+Each check runs in its own task, so a 60 s grace period never holds a finisher worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from launch_agent.adapters.wandb_client import WandbClient
+from launch_agent.adapters.wandb_errors import WandbError
+from launch_agent.model.config import SweepsConfig
+from launch_agent.model.sweeps import NO_WANDB_INIT
+from launch_agent.runtime.reporter import Reporter
+from launch_agent.runtime.runs import RunRecord
+
+log = logging.getLogger(__name__)
+
+
+def check_times(grace: float) -> list[float]:
+    """Seconds after the end at which W&B's agent reads the run's state: 0, then 1, 3, 7, ...
+    (sleeping 1, 2, 4, ... s) while the next interval is within `grace`."""
+    times, at, interval = [0.0], 0.0, 1.0
+    while interval <= grace:
+        at += interval
+        times.append(at)
+        interval *= 2
+    return times
+
+
+class RunChecks:
+    def __init__(
+        self, wandb: WandbClient, reporter: Reporter, sweeps: SweepsConfig, *, entity: str
+    ) -> None:
+        self.wandb = wandb
+        self.reporter = reporter
+        self.sweeps = sweeps
+        self.entity = entity
+        self.checked = 0  # init checks that reached a verdict (tests wait on it)
+        self.done = asyncio.Event()  # set after each verdict
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def succeeded(self, record: RunRecord) -> None:
+        """Check, in its own task, that a succeeded run called wandb.init."""
+        if not self.sweeps.check_wandb_init or record.scheduler or record.entity != self.entity:
+            return
+        self._tasks = {t for t in self._tasks if not t.done()}
+        task = asyncio.create_task(self._check_init(record), name=f"init check {record.rqi_id}")
+        self._tasks.add(task)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _check_init(self, record: RunRecord) -> None:
+        last = 0.0
+        for at in check_times(self.sweeps.run_init_grace_seconds):
+            await asyncio.sleep(at - last)
+            last = at
+            try:
+                state = await self.wandb.run_state(record.entity, record.project, record.run_id)
+            except WandbError as exc:
+                log.info("run state of %s not read: %s", record.run_id, exc)
+                continue
+            if state is not None and state.lower() != "pending":
+                self._verdict()
+                return
+        log.info("run %s succeeded without calling wandb.init", record.run_id)
+        await self.reporter.fail(record.rqi_id, NO_WANDB_INIT, "run", "no_wandb_init")
+        self._verdict()
+
+    def _verdict(self) -> None:
+        self.checked += 1
+        self.done.set()
+        self.done.clear()
+
+    async def scheduler_failed(self, record: RunRecord) -> None:
+        """Cancel the sweep of a failed scheduler, as W&B's agent does."""
+        try:
+            changed = await self.wandb.set_sweep_state(
+                record.entity, record.project, record.run_id, "CANCELED"
+            )
+        except WandbError as exc:
+            log.error("sweep %s of a failed scheduler not cancelled: %s", record.run_id, exc)
+            return
+        if changed:
+            log.info("sweep %s cancelled: its scheduler %s failed", record.run_id, record.workload)
