@@ -101,7 +101,8 @@ def _read(path: str, limit: int) -> tuple[str | None, list[Problem]]:
 
 def print_problems(file: str, problems: list[Problem], level: str = "error") -> None:
     for p in problems:
-        print(f"{level}: {file}: {p.path or '(root)'}: {p.reason}", file=sys.stderr)
+        at = f"{file}:{p.line}:{p.column}" if p.line is not None else file
+        print(f"{level}: {at}: {p.path or '(root)'}: {p.reason}", file=sys.stderr)
 
 
 def item_limits(args: argparse.Namespace) -> Limits:
