@@ -68,6 +68,7 @@ from launch_agent.adapters.wandb_errors import (
 from launch_agent.adapters.wandb_results import (
     LaunchAgentInfo,
     PushedItem,
+    QueueConfig,
     RunQueue,
     RunQueueItem,
     RunRef,
@@ -346,6 +347,21 @@ class WandbClient:
         )
         return results.pushed(await self._single(request))
 
+    async def queue_config(self, entity: str, queue: str) -> QueueConfig:
+        """The queue's default resource config and template variables (`launch-agent migrate`).
+
+        Two queries, as wandb's `RunQueue.default_resource_config` makes them: the queue's
+        metadata names the config's id, the entity serves the config by id.
+        """
+        variables = {"projectName": docs.LAUNCH_PROJECT, "entityName": entity, "runQueue": queue}
+        data = await self._single(docs.single("GetRunQueueMetadata", variables, "project"))
+        config_id = results.resource_config_id(queue, data)
+        if config_id is None:
+            return QueueConfig(queue, None, {})
+        variables = {"entityName": entity, "id": config_id}
+        data = await self._single(docs.single("GetDefaultResourceConfig", variables, "entity"))
+        return results.queue_config(queue, data)
+
     # --- transport ---------------------------------------------------------------------------
 
     async def _single(self, request: docs.Request) -> Any:
@@ -456,6 +472,7 @@ __all__ = [
     "AgentStatus",
     "LaunchAgentInfo",
     "PushedItem",
+    "QueueConfig",
     "RunQueue",
     "RunQueueItem",
     "RunRef",

@@ -125,6 +125,28 @@ query RunState($project: String!, $entity: String!, $name: String!) {
 }
 """
 
+# `launch-agent migrate` reads each queue's config as wandb's public API does
+# (`RunQueue._get_metadata` and `RunQueue._get_default_resource_config`, apis/public/jobs.py).
+GET_RUN_QUEUE_METADATA = """
+query GetRunQueueMetadata($projectName: String!, $entityName: String!, $runQueue: String!) {
+  project(name: $projectName, entityName: $entityName) {
+    runQueue(name: $runQueue) {
+      id access defaultResourceConfigID prioritizationMode externalLinks
+    }
+  }
+}
+"""
+
+GET_DEFAULT_RESOURCE_CONFIG = """
+query GetDefaultResourceConfig($entityName: String!, $id: ID!) {
+  entity(name: $entityName) {
+    defaultResourceConfig(id: $id) {
+      config resource templateVariables { name schema }
+    }
+  }
+}
+"""
+
 # The reference adds `$priority` and `$templateVariableValues` only when they are set; the
 # recorded document is the plain one, built here by `push_to_run_queue_by_name`.
 _PUSH_PARAMS = (
@@ -147,6 +169,8 @@ SINGLE_OPERATIONS: dict[str, str] = {
     "updateRunQueueItemWarning": UPDATE_RUN_QUEUE_ITEM_WARNING,
     "RunStoppedStatus": RUN_STOPPED_STATUS,
     "RunState": RUN_STATE,
+    "GetRunQueueMetadata": GET_RUN_QUEUE_METADATA,
+    "GetDefaultResourceConfig": GET_DEFAULT_RESOURCE_CONFIG,
 }
 
 

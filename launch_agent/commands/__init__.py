@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "quota": "launch_agent.commands.quota_cmd",
     "render": "launch_agent.commands.render_cmd",
     "validate": "launch_agent.commands.validate_cmd",
+    "migrate": "launch_agent.commands.migrate_cmd",
     "sandbox": "launch_agent.commands.sandbox_cmd",
     "demo": "launch_agent.commands.demo_cmd",
     "bench": "launch_agent.commands.bench_cmd",

@@ -92,8 +92,13 @@ def check_file(path: Path, version: str) -> tuple[QueueSpec | None, list[Problem
         return None, [Problem("", f"cannot read: {exc.strerror or exc}")], ""
     if len(data) > MAX_ITEM_BYTES:
         return None, [Problem("", f"is {len(data):,} bytes")], ""
+    return check_text(data.decode(errors="replace"), version)
+
+
+def check_text(text: str, version: str) -> tuple[QueueSpec | None, list[Problem], str]:
+    """(spec, problems, summary) for one spec's text (also `launch-agent migrate`'s check)."""
     try:
-        spec, _warnings = load_queue_spec(data.decode(errors="replace"))
+        spec, _warnings = load_queue_spec(text)
     except InvalidInput as exc:
         return None, list(exc.problems), ""
     try:

@@ -69,6 +69,12 @@ def _requests() -> list[docs.Request]:
         docs.run_stopped_batch([("ent", "proj", "run1")]),
         docs.single("RunState", {"project": "p", "entity": "e", "name": "r"}, "project"),
         docs.push_to_run_queue_by_name("ent", "model-registry", "q1", {"resource": "kubernetes"}),
+        docs.single(
+            "GetRunQueueMetadata",
+            {"projectName": "model-registry", "entityName": "ent", "runQueue": "q1"},
+            "project",
+        ),
+        docs.single("GetDefaultResourceConfig", {"entityName": "ent", "id": "x"}, "entity"),
     ]
 
 
