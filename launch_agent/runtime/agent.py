@@ -69,7 +69,13 @@ from launch_agent.runtime.poller import Poller
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RunTable
 from launch_agent.runtime.specs import SpecStore
-from launch_agent.runtime.startup import StartupError, Stopped, ensure_api_key_secrets, register
+from launch_agent.runtime.startup import (
+    StartupError,
+    Stopped,
+    ensure_api_key_secrets,
+    register,
+    unserved_message,
+)
 from launch_agent.runtime.stopper import Stopper
 from launch_agent.runtime.supervisor import Supervisor
 from launch_agent.runtime.tracker import Tracker
@@ -202,11 +208,8 @@ class Agent:
             log.warning("no valid queue spec in %s: every item will fail", config.queue_specs_dir)
         unserved = [q for q in config.all_queues if specs.for_queue(q) is None]
         if unserved:
-            log.warning(
-                "no queue spec in %s serves %s: their items will fail until one does",
-                config.queue_specs_dir,
-                ", ".join(unserved),
-            )
+            # Refused now rather than failing every item of the queue later.
+            raise StartupError(unserved_message(unserved, config.queue_specs_dir))
 
         if config.quota.mode == "agent":
             # An invalid tree fails the start, before the agent registers with W&B.

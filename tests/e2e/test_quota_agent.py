@@ -202,7 +202,8 @@ async def test_refused_runs_and_a_bad_tree(env: Env) -> None:
 
     bad = {"root": {**TREE["root"], "min": {"cpu": 3}}}
     with pytest.raises(StartupError) as caught:
-        async with env.running(env.agent(env.config(quota={"mode": "agent", "tree": bad}))):
+        config = env.config(queues=["qa"], quota={"mode": "agent", "tree": bad})
+        async with env.running(env.agent(config)):
             pass
     message = str(caught.value)
     assert "quota.tree.root.min.cpu" in message, message
