@@ -32,8 +32,8 @@ async def test_valid_edit_applies_and_invalid_edit_keeps_the_previous_version(
     specs = tmp_path / "configmap"
     specs.mkdir()
     # Every configured queue needs a spec at start-up; q2's is then removed.
-    second = BASIC_SPEC.replace("name: basic", "name: second").replace("[q1]", "[q2]")
-    _publish(specs, "v0", {"basic.yaml": BASIC_SPEC, "second.yaml": second})
+    q2_spec = BASIC_SPEC.replace("name: basic", "name: second").replace("[q1]", "[q2]")
+    _publish(specs, "v0", {"basic.yaml": BASIC_SPEC, "second.yaml": q2_spec})
     env.state.add_queue("q2")
     config = env.config(queues=["q1", "q2"], queue_specs_dir=str(specs))
     async with env.running(env.agent(config)) as agent:
