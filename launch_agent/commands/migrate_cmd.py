@@ -22,6 +22,7 @@ from launch_agent.adapters.wandb_client import QueueConfig, WandbClient
 from launch_agent.adapters.wandb_errors import WandbError
 from launch_agent.commands.config_cmd import add_config_flags, load_config, report_config_error
 from launch_agent.commands.inputs import display_name, read_text
+from launch_agent.commands.outputs import render as render_output
 from launch_agent.commands.validate_cmd import check_text
 from launch_agent.model.config_resolve import ConfigError
 from launch_agent.model.queue_spec import Problem
@@ -68,9 +69,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "-o",
         "--output",
-        choices=("text", "json", "yaml"),
+        choices=("text", "json", "yaml", "table"),
         default="text",
-        help="text: specs (--dry-run) and a summary on stderr; json/yaml: one record per queue",
+        help="text: specs (--dry-run) and a summary on stderr; json/yaml: one record per queue;"
+        " table: QUEUE, FILE, OK, DECISIONS and REVIEW columns",
     )
     add_config_flags(parser)
     parser.set_defaults(handler=run)
@@ -143,6 +145,13 @@ def run(args: argparse.Namespace) -> int:
         if args.dry_run:
             print("---\n".join(o.text for o in outcomes), end="")
         _summary(outcomes)
+    elif args.output == "table":
+        rows = [
+            {**r, "decisions": len(r["decisions"]), "review": len(r["review"])}
+            for r in map(_record, outcomes)
+        ]
+        columns = ("queue", "file", "ok", "decisions", "review")
+        print(render_output(rows, "table", columns), end="")
     else:
         records = [_record(o) for o in outcomes]
         if args.output == "json":
