@@ -37,6 +37,7 @@ import base64
 import json
 import logging
 import random
+import ssl
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -57,6 +58,7 @@ from launch_agent.adapters.retry import (
     parse_retry_after,
     wandb_verdict,
 )
+from launch_agent.adapters.tls import client_ssl_context
 from launch_agent.adapters.wandb_errors import (
     WandbAckUncertain,
     WandbAuthError,
@@ -111,7 +113,10 @@ class WandbClient:
         observer: Observer | None = None,
         rng: random.Random | None = None,
         limits: LimitsConfig | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """`ssl_context`: the TLS trust for https W&B URLs (default: `tls.client_ssl_context`,
+        the system roots plus the CA bundle the environment names)."""
         if not api_key:
             raise ValueError("an API key is required (WANDB_API_KEY or ~/.netrc)")
         if stop_check_batch < 1:
@@ -132,6 +137,7 @@ class WandbClient:
             "Use-Admin-Privileges": "true",
         }
         self._session: aiohttp.ClientSession | None = None
+        self._ssl = ssl_context if ssl_context is not None else client_ssl_context()
 
     @classmethod
     def from_config(cls, config: AgentConfig, **options: Any) -> WandbClient:
@@ -150,7 +156,7 @@ class WandbClient:
     async def __aenter__(self) -> Self:
         self._session = aiohttp.ClientSession(
             headers=self._headers,
-            connector=aiohttp.TCPConnector(limit=self._max_connections),
+            connector=aiohttp.TCPConnector(limit=self._max_connections, ssl=self._ssl),
         )
         return self
 
