@@ -50,6 +50,7 @@ from launch_agent.adapters.kube import (
     load_configuration,
 )
 from launch_agent.adapters.retry import RetryPolicy
+from launch_agent.adapters.tls import CABundleError
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.model.config import AgentConfig
 from launch_agent.render.settings import RenderSettings
@@ -189,7 +190,11 @@ class Agent:
         options: dict[str, Any] = {"observer": self._observe}
         if self.wandb_retry is not None:
             options["retry"] = self.wandb_retry
-        wandb = await stack.enter_async_context(WandbClient.from_config(config, **options))
+        try:
+            client = WandbClient.from_config(config, **options)
+        except CABundleError as exc:  # a customCABundle that is not mounted, or not PEM
+            raise StartupError(str(exc)) from None
+        wandb = await stack.enter_async_context(client)
         self.wandb = wandb
         kube_options: dict[str, Any] = {"policy": self.kube_retry}
         if self.kube_configuration is not None:
