@@ -179,32 +179,32 @@ def node_positions(root: yaml.Node) -> dict[str, Position]:
     """Every key and item of a YAML document → (line, column), 1-based.
 
     Problems name list items by index (JSON Schema) or by `name` (`render.paths`), and
-    template problems name the manifest, which W&B's form wraps in `kubernetes:`: each is
-    registered under every spelling.
+    template problems name the manifest, which W&B's form wraps in `kubernetes:`: each node is
+    registered under both spellings (never a mix of them, so the table stays linear in the
+    document's size however deep its lists nest).
     """
     out: dict[str, Position] = {}
 
     def mark(node: yaml.Node) -> Position:
         return node.start_mark.line + 1, node.start_mark.column + 1
 
-    def walk(node: yaml.Node, spellings: list[str]) -> None:
+    def walk(node: yaml.Node, by_index: str, by_name: str) -> None:
         if isinstance(node, yaml.MappingNode):
             for key_node, value in node.value:
                 key = str(key_node.value)
-                names = [_join(s, key) for s in spellings]
-                for name in names:
-                    out.setdefault(name, mark(key_node))
-                walk(value, names)
+                index_path, name_path = _join(by_index, key), _join(by_name, key)
+                out.setdefault(index_path, mark(key_node))
+                out.setdefault(name_path, mark(key_node))
+                walk(value, index_path, name_path)
         elif isinstance(node, yaml.SequenceNode):
             for index, item in enumerate(node.value):
-                label = _label(item, index)
-                names = [f"{s}[{index}]" for s in spellings]
-                names += [f"{s}[{label}]" for s in spellings if label != str(index)]
-                for name in names:
-                    out.setdefault(name, mark(item))
-                walk(item, names)
+                index_path = f"{by_index}[{index}]"
+                name_path = f"{by_name}[{_label(item, index)}]"
+                out.setdefault(index_path, mark(item))
+                out.setdefault(name_path, mark(item))
+                walk(item, index_path, name_path)
 
-    walk(root, [""])
+    walk(root, "", "")
     wrapped = "spec.template.kubernetes"
     for name, pos in list(out.items()):
         if name.startswith(wrapped + ".") or name.startswith(wrapped + "["):

@@ -9,7 +9,8 @@ import pytest
 
 from launch_agent.cli import main
 from launch_agent.model.queue_spec import InvalidInput, Problem
-from launch_agent.render.spec_load import load_queue_spec
+from launch_agent.model.safe_load import compose_yaml
+from launch_agent.render.spec_load import load_queue_spec, node_positions
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "queue-specs"
 
@@ -108,3 +109,16 @@ def test_render_refuses_a_template_of_the_wrong_type(
     item.write_text('{"runSpec": {"job": "e/p/j:v0"}}')
     assert main(["render", "--spec", str(spec), "--item", str(item)]) != 0
     assert "Worker.replicas: 'four' is not of type 'integer'" in capsys.readouterr().err
+
+
+def test_positions_stay_linear_in_nested_named_lists() -> None:
+    # Each list item is registered by index and by name, never by every mix of the two: a
+    # spec of 40 nested named lists would otherwise need 2**40 entries.
+    depth = 40
+    text = "a:\n" + "".join(f"{'  ' * i}- name: n{i}\n{'  ' * i}  x:\n" for i in range(1, depth))
+    _data, node = compose_yaml(text)
+    assert node is not None
+    positions = node_positions(node)
+    assert len(positions) <= 6 * depth
+    deepest = "a" + "".join(f"[n{i}].x" for i in range(1, depth))
+    assert deepest in positions
