@@ -27,8 +27,13 @@ class CABundleError(ValueError):
     """The CA bundle named by the environment cannot be used; the message names it."""
 
 
-def ca_bundle(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
-    """(variable, path) of the CA bundle the environment names, or None."""
+def ca_bundle(
+    env: Mapping[str, str] | None = None, configured: str | None = None
+) -> tuple[str, str] | None:
+    """(where, path) of the CA bundle the configuration (`ca_bundle`) or the environment
+    names, or None."""
+    if configured:
+        return "ca_bundle", configured
     env = os.environ if env is None else env
     for name in CA_BUNDLE_VARIABLES:
         value = env.get(name, "").strip()
@@ -37,10 +42,13 @@ def ca_bundle(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
     return None
 
 
-def client_ssl_context(env: Mapping[str, str] | None = None) -> ssl.SSLContext:
-    """The system roots plus the environment's CA bundle; `CABundleError` if it is unusable."""
+def client_ssl_context(
+    env: Mapping[str, str] | None = None, configured: str | None = None
+) -> ssl.SSLContext:
+    """The system roots plus the configured or the environment's CA bundle; `CABundleError`
+    if it is unusable."""
     context = ssl.create_default_context()
-    found = ca_bundle(env)
+    found = ca_bundle(env, configured)
     if found is not None:
         name, path = found
         try:

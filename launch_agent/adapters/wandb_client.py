@@ -148,6 +148,8 @@ class WandbClient:
                 " to ~/.netrc"
             )
         options.setdefault("limits", config.limits)
+        if "ssl_context" not in options:
+            options["ssl_context"] = client_ssl_context(configured=config.ca_bundle)
         return cls(config.base_url, config.api_key.get_secret_value(), **options)
 
     def __repr__(self) -> str:  # never the key

@@ -220,6 +220,10 @@ class AgentConfig(_Strict):
     # Kaniko reads Azure Blob contexts with (`AZURE_STORAGE_ACCESS_KEY`); the chart's
     # `azureStorageAccessKey`.
     azure_storage_key_secret: str | None = None
+    # A PEM file of CAs the agent's W&B and registry clients trust besides the system roots
+    # (a self-hosted W&B behind a private CA); else LAUNCH_AGENT_CA_BUNDLE, SSL_CERT_FILE or
+    # REQUESTS_CA_BUNDLE (`adapters/tls.py`). The chart's `customCABundle` sets the variables.
+    ca_bundle: str | None = None
 
     @field_validator("max_jobs", "max_schedulers")
     @classmethod

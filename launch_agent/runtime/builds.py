@@ -46,6 +46,7 @@ from launch_agent.adapters.job_artifact import (
 from launch_agent.adapters.kube import KubeClient
 from launch_agent.adapters.object_store import ContextStore, ObjectStore, PvcStore
 from launch_agent.adapters.registry import RegistryClient, docker_config_auths
+from launch_agent.adapters.tls import CABundleError, client_ssl_context
 from launch_agent.adapters.wandb_client import RunQueueItem
 from launch_agent.model.build import (
     DestinationError,
@@ -378,7 +379,11 @@ async def open_builds(
         store = ObjectStore(builder_config.build_context_store, region=region)
         where = builder_config.build_context_store
     credentials = await asyncio.to_thread(read_docker_config)
-    registry = await stack.enter_async_context(RegistryClient(credentials))
+    try:
+        trust = client_ssl_context(configured=config.ca_bundle)
+    except CABundleError as exc:
+        raise StartupError(str(exc)) from None
+    registry = await stack.enter_async_context(RegistryClient(credentials, ssl_context=trust))
     settings = KanikoSettings(
         builder_config,
         config.kaniko_namespace or config.namespaces[0],

@@ -19,6 +19,7 @@ from launch_agent.adapters.tls import CABundleError, client_ssl_context
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.adapters.wandb_errors import WandbUnavailable
 from launch_agent.model.build import parse_destination
+from launch_agent.model.config_resolve import resolve
 from launch_agent.sandbox.registry import RegistryServer
 from launch_agent.sandbox.tls import PrivateCA
 from launch_agent.sandbox.wandb import LaunchState, WandbServer
@@ -84,3 +85,16 @@ async def test_registry_client_trusts_the_bundle(
         monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca.ca_file))
         async with RegistryClient(endpoints=endpoints) as client:
             assert await client.exists(where, "t")
+
+
+async def test_the_agent_config_names_a_bundle(
+    https_wandb: WandbServer, ca: PrivateCA, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "LAUNCH_AGENT_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+    resolved = resolve(
+        file_text=f"ca_bundle: {ca.ca_file}\n",
+        env={"WANDB_API_KEY": https_wandb.api_key, "WANDB_BASE_URL": https_wandb.url},
+    )
+    async with WandbClient.from_config(resolved.config, retry=NO_RETRY) as wandb:
+        assert (await wandb.viewer()).entity == "ent"
