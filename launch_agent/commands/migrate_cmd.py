@@ -60,6 +60,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="FILE",
         help="the queue's config pasted from the W&B UI instead of asking W&B (`-`: stdin)",
     )
+    parser.add_argument(
+        "--template-variables",
+        metavar="FILE",
+        help="with --from-file: the queue's template variables, a JSON/YAML mapping of name to"
+        " JSON schema as the W&B UI shows them (`{cpus: {type: integer, default: 2}}`)",
+    )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--out", metavar="DIR", help="write one <name>.yaml per queue here")
     where.add_argument(
@@ -105,8 +111,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     default_ns = config.namespaces[0] if config.namespaces else "default"
     try:
+        if args.template_variables and not args.from_file:
+            raise _InputFailure("--template-variables goes with --from-file (W&B has them)")
         if args.from_file:
-            configs = [_from_file(args.from_file, queues)]
+            configs = [_from_file(args.from_file, queues, args.template_variables)]
             source = display_name(args.from_file)
         else:
             configs = asyncio.run(_from_wandb(config, queues))
@@ -165,7 +173,7 @@ class _InputFailure(Exception):
     pass
 
 
-def _from_file(path: str, queues: list[str]) -> QueueConfig:
+def _from_file(path: str, queues: list[str], variables_path: str | None) -> QueueConfig:
     if len(queues) != 1:
         raise _InputFailure(
             "--from-file holds one queue's config: pass --queue NAME"
@@ -184,7 +192,29 @@ def _from_file(path: str, queues: list[str]) -> QueueConfig:
         raise _InputFailure(str(exc)) from None
     if not isinstance(data, dict):
         raise _InputFailure(f"{name}: expected a JSON/YAML object, the queue's config")
-    return QueueConfig(queues[0], "kubernetes", data)
+    variables: dict[str, dict[str, Any]] = {}
+    if variables_path:
+        raw = _read_yaml(variables_path)
+        if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+            raise _InputFailure(
+                f"{display_name(variables_path)}: expected a mapping of variable name to schema"
+            )
+        variables = raw
+    return QueueConfig(queues[0], "kubernetes", data, variables)
+
+
+def _read_yaml(path: str) -> Any:
+    name = display_name(path)
+    try:
+        text = read_text(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _InputFailure(
+            f"{name}: cannot read: {getattr(exc, 'strerror', None) or exc}"
+        ) from None
+    try:
+        return load_yaml(text, source=name, limits=SPEC_LIMITS)
+    except InputError as exc:
+        raise _InputFailure(str(exc)) from None
 
 
 async def _from_wandb(config: Any, queues: list[str]) -> list[QueueConfig]:

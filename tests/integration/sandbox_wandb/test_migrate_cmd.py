@@ -113,3 +113,23 @@ def test_migrate_does_not_overwrite(
     assert main(["migrate", "--from-file", str(pasted), "--out", str(out)]) == 2
     assert "would overwrite" in capsys.readouterr().err
     assert main(["migrate", "--from-file", str(pasted), "--out", str(out), "--force"]) == 0
+
+
+def test_migrate_from_a_file_with_template_variables(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "c.yaml").write_text("queues: [q]\n")
+    monkeypatch.setenv("LAUNCH_AGENT_CONFIG", str(tmp_path / "c.yaml"))
+    pasted = tmp_path / "pasted.json"
+    pasted.write_text(json.dumps(CONFIG["resource_args"]["kubernetes"]))
+    variables = tmp_path / "vars.yaml"
+    variables.write_text("cpus: {type: string, default: '4'}\n")
+    argv = ["migrate", "--from-file", str(pasted), "--dry-run", "-o", "json"]
+    assert main([*argv, "--template-variables", str(variables)]) == 0
+    (record,) = json.loads(capsys.readouterr().out)
+    container = record["spec"]["spec"]["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["cpu"] == "4"
+    assert (
+        main(["migrate", "--queue", "q", "--dry-run", "--template-variables", str(variables)]) == 2
+    )
+    assert "goes with --from-file" in capsys.readouterr().err
