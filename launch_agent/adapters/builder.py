@@ -62,7 +62,7 @@ from launch_agent.adapters.kube import (
     KubeError,
     Resource,
 )
-from launch_agent.adapters.object_store import ObjectStore, ObjectStoreError
+from launch_agent.adapters.object_store import ContextStore, ObjectStoreError
 from launch_agent.adapters.registry import RegistryClient, RegistryError
 from launch_agent.model import labels
 from launch_agent.model.build import BuildRequest, BuildSource, Destination, SourceKind
@@ -163,7 +163,7 @@ class ImageBuilder:
     def __init__(
         self,
         kube: KubeClient,
-        store: ObjectStore,
+        store: ContextStore,
         registry: RegistryClient,
         settings: KanikoSettings,
         destination: Destination,

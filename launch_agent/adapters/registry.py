@@ -28,6 +28,7 @@ import asyncio
 import base64
 import functools
 import re
+import ssl
 import threading
 from collections.abc import Mapping
 from types import TracebackType
@@ -36,6 +37,7 @@ from typing import Any
 import aiohttp
 
 from launch_agent.adapters.registry_identity import AzureLogin, GoogleLogin, IdentityError
+from launch_agent.adapters.tls import client_ssl_context
 from launch_agent.model.build import Destination, RegistryKind
 
 ACCEPT = ", ".join(
@@ -96,8 +98,11 @@ class RegistryClient:
         endpoints: Mapping[str, str] | None = None,
         google: GoogleLogin | None = None,
         azure: AzureLogin | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.credentials = dict(credentials or {})
+        # A registry behind the same private CA as a self-hosted W&B (`tls.client_ssl_context`).
+        self._ssl = ssl_context if ssl_context is not None else client_ssl_context()
         self.insecure_hosts = insecure_hosts
         self.timeout = timeout
         self.endpoints = {host: url.rstrip("/") for host, url in (endpoints or {}).items()}
@@ -127,7 +132,10 @@ class RegistryClient:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                connector=aiohttp.TCPConnector(ssl=self._ssl),
+            )
         return self._session
 
     async def exists(self, dest: Destination, tag: str) -> bool:

@@ -37,6 +37,7 @@ import base64
 import json
 import logging
 import random
+import ssl
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -57,6 +58,7 @@ from launch_agent.adapters.retry import (
     parse_retry_after,
     wandb_verdict,
 )
+from launch_agent.adapters.tls import client_ssl_context
 from launch_agent.adapters.wandb_errors import (
     WandbAckUncertain,
     WandbAuthError,
@@ -68,6 +70,7 @@ from launch_agent.adapters.wandb_errors import (
 from launch_agent.adapters.wandb_results import (
     LaunchAgentInfo,
     PushedItem,
+    QueueConfig,
     RunQueue,
     RunQueueItem,
     RunRef,
@@ -110,7 +113,10 @@ class WandbClient:
         observer: Observer | None = None,
         rng: random.Random | None = None,
         limits: LimitsConfig | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """`ssl_context`: the TLS trust for https W&B URLs (default: `tls.client_ssl_context`,
+        the system roots plus the CA bundle the environment names)."""
         if not api_key:
             raise ValueError("an API key is required (WANDB_API_KEY or ~/.netrc)")
         if stop_check_batch < 1:
@@ -131,6 +137,7 @@ class WandbClient:
             "Use-Admin-Privileges": "true",
         }
         self._session: aiohttp.ClientSession | None = None
+        self._ssl = ssl_context if ssl_context is not None else client_ssl_context()
 
     @classmethod
     def from_config(cls, config: AgentConfig, **options: Any) -> WandbClient:
@@ -142,6 +149,8 @@ class WandbClient:
             )
         options.setdefault("limits", config.limits)
         options.setdefault("stop_check_batch", config.tracking.stop_check_batch)
+        if "ssl_context" not in options:
+            options["ssl_context"] = client_ssl_context(configured=config.ca_bundle)
         return cls(config.base_url, config.api_key.get_secret_value(), **options)
 
     def __repr__(self) -> str:  # never the key
@@ -150,7 +159,7 @@ class WandbClient:
     async def __aenter__(self) -> Self:
         self._session = aiohttp.ClientSession(
             headers=self._headers,
-            connector=aiohttp.TCPConnector(limit=self._max_connections),
+            connector=aiohttp.TCPConnector(limit=self._max_connections, ssl=self._ssl),
         )
         return self
 
@@ -370,6 +379,21 @@ class WandbClient:
         )
         return results.pushed(await self._single(request))
 
+    async def queue_config(self, entity: str, queue: str) -> QueueConfig:
+        """The queue's default resource config and template variables (`launch-agent migrate`).
+
+        Two queries, as wandb's `RunQueue.default_resource_config` makes them: the queue's
+        metadata names the config's id, the entity serves the config by id.
+        """
+        variables = {"projectName": docs.LAUNCH_PROJECT, "entityName": entity, "runQueue": queue}
+        data = await self._single(docs.single("GetRunQueueMetadata", variables, "project"))
+        config_id = results.resource_config_id(queue, data)
+        if config_id is None:
+            return QueueConfig(queue, None, {})
+        variables = {"entityName": entity, "id": config_id}
+        data = await self._single(docs.single("GetDefaultResourceConfig", variables, "entity"))
+        return results.queue_config(queue, data)
+
     # --- transport ---------------------------------------------------------------------------
 
     async def _single(self, request: docs.Request) -> Any:
@@ -480,6 +504,7 @@ __all__ = [
     "AgentStatus",
     "LaunchAgentInfo",
     "PushedItem",
+    "QueueConfig",
     "RunQueue",
     "RunQueueItem",
     "RunRef",

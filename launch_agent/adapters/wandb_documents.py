@@ -163,6 +163,28 @@ mutation UpsertSweep($id: ID, $state: String, $entityName: String, $projectName:
 }
 """
 
+# `launch-agent migrate` reads each queue's config as wandb's public API does
+# (`RunQueue._get_metadata` and `RunQueue._get_default_resource_config`, apis/public/jobs.py).
+GET_RUN_QUEUE_METADATA = """
+query GetRunQueueMetadata($projectName: String!, $entityName: String!, $runQueue: String!) {
+  project(name: $projectName, entityName: $entityName) {
+    runQueue(name: $runQueue) {
+      id access defaultResourceConfigID prioritizationMode externalLinks
+    }
+  }
+}
+"""
+
+GET_DEFAULT_RESOURCE_CONFIG = """
+query GetDefaultResourceConfig($entityName: String!, $id: ID!) {
+  entity(name: $entityName) {
+    defaultResourceConfig(id: $id) {
+      config resource templateVariables { name schema }
+    }
+  }
+}
+"""
+
 # The reference adds `$priority` and `$templateVariableValues` only when they are set; the
 # recorded document is the plain one, built here by `push_to_run_queue_by_name`.
 _PUSH_PARAMS = (
@@ -188,6 +210,8 @@ SINGLE_OPERATIONS: dict[str, str] = {
     "GetSweepState": GET_SWEEP_STATE,
     "SweepWithRuns": SWEEP_WITH_RUNS,
     "UpsertSweep": UPSERT_SWEEP,
+    "GetRunQueueMetadata": GET_RUN_QUEUE_METADATA,
+    "GetDefaultResourceConfig": GET_DEFAULT_RESOURCE_CONFIG,
 }
 
 

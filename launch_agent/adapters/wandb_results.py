@@ -31,6 +31,7 @@ from launch_agent.model.safe_load import (
     Refused,
     check_value,
     decode_response,
+    load_json,
 )
 
 
@@ -78,6 +79,20 @@ class RunQueueItem:
     queue: str
     run_spec: dict[str, Any] = field(default_factory=dict)
     problem: str | None = None
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """A run queue's default resource config, as wandb's public API reads it.
+
+    `config` is `{"resource_args": {<resource>: ...}}` with `{{name}}` leaves for the
+    `template_variables` (name → JSON schema); `{}` when the queue has no config.
+    """
+
+    queue: str
+    resource: str | None
+    config: dict[str, Any]
+    template_variables: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -317,3 +332,45 @@ def pushed(value: Any) -> PushedItem:
     spec = obj.get("runSpec")
     parsed = run_spec(spec)[0] if spec is not None else None
     return PushedItem(id=item_id, run_spec=parsed)
+
+
+def resource_config_id(queue: str, value: Any) -> str | None:
+    """`data.project` of GetRunQueueMetadata: the queue's config id (None: no config)."""
+    where = "GetRunQueueMetadata: data.project"
+    if value is None:
+        raise WandbProtocolError(f"{where} is null: no launch project for this entity")
+    found = _obj(value, where).get("runQueue")
+    if found is None:
+        raise WandbProtocolError(f"{where}.runQueue is null: W&B has no run queue {queue!r}")
+    ident = _obj(found, f"{where}.runQueue").get("defaultResourceConfigID")
+    return None if ident is None else str(ident)
+
+
+def _json_text(value: Any, where: str) -> Any:
+    if not isinstance(value, str):
+        return value  # some servers send JSONString fields already decoded
+    try:
+        return load_json(value, source=where)
+    except InputError as exc:
+        raise WandbProtocolError(f"{where}: {exc.reason}") from None
+
+
+def queue_config(queue: str, value: Any) -> QueueConfig:
+    """`data.entity` of GetDefaultResourceConfig."""
+    where = "GetDefaultResourceConfig: data.entity"
+    entity = _obj(value, where)
+    raw = _obj(entity.get("defaultResourceConfig"), f"{where}.defaultResourceConfig")
+    where += ".defaultResourceConfig"
+    config = _json_text(raw.get("config"), f"{where}.config")
+    if config is None:
+        config = {}
+    config = _obj(config, f"{where}.config")
+    variables: dict[str, dict[str, Any]] = {}
+    for i, raw_var in enumerate(raw.get("templateVariables") or []):
+        here = f"{where}.templateVariables[{i}]"
+        var = _obj(raw_var, here)
+        name = _str(var.get("name"), f"{here}.name")
+        schema = _json_text(var.get("schema"), f"{here}.schema")
+        variables[name] = _obj(schema if schema is not None else {}, f"{here}.schema")
+    resource = _str(raw.get("resource"), f"{where}.resource", optional=True)
+    return QueueConfig(queue, resource, config, variables)

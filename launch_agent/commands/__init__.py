@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "render": "launch_agent.commands.render_cmd",
     "validate": "launch_agent.commands.validate_cmd",
     "diagnose": "launch_agent.commands.diagnose_cmd",
+    "migrate": "launch_agent.commands.migrate_cmd",
     "sandbox": "launch_agent.commands.sandbox_cmd",
     "demo": "launch_agent.commands.demo_cmd",
     "bench": "launch_agent.commands.bench_cmd",

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from launch_agent.commands.inputs import display_name, read_text
+from launch_agent.commands.outputs import render as render_output
 from launch_agent.model.config_resolve import (
     ConfigError,
     ConfigProblem,
@@ -220,9 +221,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     show.add_argument(
         "-o",
         "--output",
-        choices=["text", "yaml", "json"],
+        choices=["text", "yaml", "json", "table"],
         default="text",
-        help="text: one key per line with its source (default); yaml/json: values only",
+        help="text: one key per line with its source (default); yaml/json: values only;"
+        " table: KEY, VALUE and SOURCE columns",
     )
     show.set_defaults(handler=_show)
 
@@ -235,6 +237,13 @@ def _show(args: argparse.Namespace) -> int:
     for warning in resolved.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     items = list(resolved.redacted_items())
+    if args.output == "table":
+        rows = [
+            {"key": k, "value": json.dumps(v, sort_keys=True), "source": str(s)}
+            for k, v, s in items
+        ]
+        print(render_output(rows, "table", ("key", "value", "source")), end="")
+        return 0
     if args.output == "text":
         width = max(len(key) for key, _, _ in items)
         for key, value, source in items:

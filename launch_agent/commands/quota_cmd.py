@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
+from launch_agent.commands.inputs import display_name, is_stdin, read_text
+from launch_agent.commands.outputs import render as render_output
 from launch_agent.model.safe_load import InputError, Limits, load_yaml
 from launch_agent.quota.simulate import SimulationError, simulate
 from launch_agent.quota.tree import TreeError, parse_tree
@@ -65,8 +66,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=SIMULATE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sim.add_argument("--tree", required=True, metavar="TREE.yaml", help="the quota tree")
-    sim.add_argument("--events", required=True, metavar="EVENTS.yaml", help="the events")
+    sim.add_argument(
+        "--tree", required=True, metavar="TREE.yaml", help="the quota tree (`-`: stdin)"
+    )
+    sim.add_argument(
+        "--events", required=True, metavar="EVENTS.yaml", help="the events (`-`: stdin)"
+    )
+    sim.add_argument(
+        "-o",
+        "--output",
+        choices=("jsonl", "json", "yaml", "table"),
+        default="jsonl",
+        help="jsonl: one JSON object per event (default); json/yaml: the list of reports;"
+        " table: EVENT, RUNNING, PENDING, EVICTING, INADMISSIBLE and EVICTED columns",
+    )
     sim.set_defaults(handler=_simulate)
     check = quota_sub.add_parser(
         "check",
@@ -75,7 +88,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         " Exit status 0 and a summary when it is valid; 2 and one `error: FILE: PATH: REASON`"
         " line per problem when it is not. A tree with any problem is rejected as a whole.",
     )
-    check.add_argument("--tree", required=True, metavar="TREE.yaml", help="the quota tree")
+    check.add_argument(
+        "--tree", required=True, metavar="TREE.yaml", help="the quota tree (`-`: stdin)"
+    )
+    check.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json", "yaml", "table"),
+        default="text",
+        help="text: a summary and one line per leaf (default); json/yaml: the leaves and their"
+        " queues; table: LEAF and QUEUES columns",
+    )
     check.set_defaults(handler=_check)
 
 
@@ -89,16 +112,18 @@ class _FileError(Exception):
 
 
 def _load(path: str) -> Any:
+    name = display_name(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise _FileError([f"{path}: (file): cannot read: {exc.strerror or exc}"]) from None
+        text = read_text(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise _FileError([f"{name}: (file): cannot read: {reason}"]) from None
     try:
         return load_yaml(text, limits=QUOTA_FILE_LIMITS)
     except InputError as exc:
         where = f"line {exc.line} column {exc.column}" if exc.line is not None else "(document)"
         what = f"{exc.path}: " if exc.path else ""
-        raise _FileError([f"{path}: {where}: {what}{exc.reason}"]) from None
+        raise _FileError([f"{name}: {where}: {what}{exc.reason}"]) from None
 
 
 def _fail(lines: list[str]) -> int:
@@ -108,6 +133,8 @@ def _fail(lines: list[str]) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    if is_stdin(args.tree) and is_stdin(args.events):
+        return _fail(["--tree and --events cannot both be `-` (stdin)"])
     try:
         tree_data = _load(args.tree)
         events_data = _load(args.events)
@@ -116,10 +143,14 @@ def _simulate(args: argparse.Namespace) -> int:
     try:
         reports = simulate(tree_data, events_data)
     except SimulationError as exc:
-        files = {"tree": args.tree, "events": args.events}
+        files = {"tree": display_name(args.tree), "events": display_name(args.events)}
         return _fail([f"{files[p.document]}: {p.path}: {p.reason}" for p in exc.problems])
-    for item in reports:
-        print(json.dumps(item))
+    if args.output == "jsonl":
+        for item in reports:
+            print(json.dumps(item))
+    else:
+        columns = ("event", "running", "pending", "evicting", "inadmissible", "evicted")
+        print(render_output(reports, args.output, columns), end="")
     return 0
 
 
@@ -129,10 +160,17 @@ def _check(args: argparse.Namespace) -> int:
     except _FileError as exc:
         return _fail(exc.lines)
     except TreeError as exc:
-        return _fail([f"{args.tree}: {p.path}: {p.reason}" for p in exc.problems])
+        return _fail([f"{display_name(args.tree)}: {p.path}: {p.reason}" for p in exc.problems])
     nodes = list(tree.nodes())
     leaves = [n for n in nodes if n.is_leaf]
-    print(f"{args.tree}: valid: {len(nodes)} nodes, {len(leaves)} leaves")
+    if args.output != "text":
+        rows = [{"leaf": leaf.name, "queues": list(leaf.queues)} for leaf in leaves]
+        data: Any = rows
+        if args.output != "table":
+            data = {"file": display_name(args.tree), "nodes": len(nodes), "leaves": rows}
+        print(render_output(data, args.output, ("leaf", "queues")), end="")
+        return 0
+    print(f"{display_name(args.tree)}: valid: {len(nodes)} nodes, {len(leaves)} leaves")
     for leaf in leaves:
         queues = ", ".join(leaf.queues) or "(no queues)"
         print(f"  {leaf.name}: {queues}")

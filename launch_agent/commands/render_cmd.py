@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from launch_agent.commands.config_cmd import load_config, report_config_error
+from launch_agent.commands.inputs import display_name, is_stdin, read_bytes
+from launch_agent.commands.outputs import render as render_output
 from launch_agent.model.config import LimitsConfig
 from launch_agent.model.config_resolve import ConfigError
 from launch_agent.model.queue_spec import InvalidInput, Problem
@@ -61,9 +62,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--spec", required=True, metavar="FILE", help="queue spec YAML file")
     parser.add_argument(
-        "--item", required=True, metavar="FILE", help="popped run-queue item (YAML or JSON)"
+        "--spec", required=True, metavar="FILE", help="queue spec YAML file (`-`: stdin)"
+    )
+    parser.add_argument(
+        "--item",
+        required=True,
+        metavar="FILE",
+        help="popped run-queue item, YAML or JSON (`-`: stdin)",
     )
     parser.add_argument(
         "--image", metavar="URI", help="image to run (default: the item's docker_image)"
@@ -81,14 +87,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--agent-name", metavar="NAME", help="overrides the configuration")
     parser.add_argument("--base-url", metavar="URL", help="overrides the configuration")
     parser.add_argument(
-        "-o", "--output", choices=["yaml", "json"], default="yaml", help="output format"
+        "-o",
+        "--output",
+        choices=["yaml", "json", "table"],
+        default="yaml",
+        help="yaml (default) or json: the objects; table: KIND, NAME and NAMESPACE of each",
     )
     parser.set_defaults(handler=run)
 
 
 def _read(path: str, limit: int) -> tuple[str | None, list[Problem]]:
     try:
-        data = Path(path).read_bytes()
+        data = read_bytes(path)
     except OSError as exc:
         return None, [Problem("", f"cannot read: {exc.strerror or exc}")]
     if len(data) > limit:
@@ -101,7 +111,8 @@ def _read(path: str, limit: int) -> tuple[str | None, list[Problem]]:
 
 def print_problems(file: str, problems: list[Problem], level: str = "error") -> None:
     for p in problems:
-        print(f"{level}: {file}: {p.path or '(root)'}: {p.reason}", file=sys.stderr)
+        at = f"{file}:{p.line}:{p.column}" if p.line is not None else file
+        print(f"{level}: {at}: {p.path or '(root)'}: {p.reason}", file=sys.stderr)
 
 
 def item_limits(args: argparse.Namespace) -> Limits:
@@ -137,25 +148,29 @@ def _item_problem(exc: InputError) -> Problem:
 
 
 def run(args: argparse.Namespace) -> int:
+    if is_stdin(args.spec) and is_stdin(args.item):
+        print("error: render: --spec and --item cannot both be `-` (stdin)", file=sys.stderr)
+        return 2
     limits = item_limits(args)
+    spec_name, item_name = display_name(args.spec), display_name(args.item)
     spec_text, spec_problems = _read(args.spec, MAX_ITEM_BYTES)
     item_text, item_problems = _read(args.item, limits.max_bytes)
     spec = item = None
     if spec_text is not None:
         try:
             spec, warnings = load_queue_spec(spec_text)
-            print_problems(args.spec, warnings, "warning")
+            print_problems(spec_name, warnings, "warning")
         except InvalidInput as exc:
             spec_problems += exc.problems
     if item_text is not None:
         try:
-            item = parse_run_item(parse_item_text(item_text, args.item, limits))
+            item = parse_run_item(parse_item_text(item_text, item_name, limits))
         except InputError as exc:
             item_problems.append(_item_problem(exc))
         except InvalidInput as exc:
             item_problems += exc.problems
-    print_problems(args.spec, spec_problems)
-    print_problems(args.item, item_problems)
+    print_problems(spec_name, spec_problems)
+    print_problems(item_name, item_problems)
     if spec is None or item is None:
         return 2
     try:
@@ -167,13 +182,23 @@ def run(args: argparse.Namespace) -> int:
     except InvalidInput as exc:
         for p in exc.problems:
             from_item = p.path.startswith(("runSpec", "runQueueItemId"))
-            print_problems(args.item if from_item else args.spec, [p])
+            print_problems(item_name if from_item else args.spec, [p])
         return 2
     for p in result.warnings:
         from_item = p.path.startswith(("runSpec", "runQueueItemId"))
-        print_problems(args.item if from_item else args.spec, [p], "warning")
+        print_problems(item_name if from_item else args.spec, [p], "warning")
     if args.output == "json":
         print(json.dumps(result.objects, indent=2))
+    elif args.output == "table":
+        rows = [
+            {
+                "kind": o.get("kind"),
+                "name": (o.get("metadata") or {}).get("name"),
+                "namespace": (o.get("metadata") or {}).get("namespace"),
+            }
+            for o in result.objects
+        ]
+        print(render_output(rows, "table", ("kind", "name", "namespace")), end="")
     else:
         print(dump_yaml(result.objects), end="")
     return 0

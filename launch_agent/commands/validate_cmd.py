@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from launch_agent.commands.inputs import display_name, is_stdin, read_bytes
+from launch_agent.commands.outputs import render as render_output
 from launch_agent.commands.render_cmd import MAX_ITEM_BYTES, print_problems
 from launch_agent.model.queue_spec import InvalidInput, Problem, QueueSpec
 from launch_agent.render.output_check import (
@@ -58,9 +59,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "-o",
         "--output",
-        choices=("text", "json", "yaml"),
+        choices=("text", "json", "yaml", "table"),
         default="text",
-        help="text: `ok:` / `error:` lines (default); json/yaml: one record per file on stdout",
+        help="text: `ok:` / `error:` lines (default); json/yaml: one record per file on stdout;"
+        " table: FILE, OK, SUMMARY and PROBLEMS columns",
     )
     parser.set_defaults(handler=run)
 
@@ -92,8 +94,13 @@ def check_file(path: Path, version: str) -> tuple[QueueSpec | None, list[Problem
         return None, [Problem("", f"cannot read: {exc.strerror or exc}")], ""
     if len(data) > MAX_ITEM_BYTES:
         return None, [Problem("", f"is {len(data):,} bytes")], ""
+    return check_text(data.decode(errors="replace"), version)
+
+
+def check_text(text: str, version: str) -> tuple[QueueSpec | None, list[Problem], str]:
+    """(spec, problems, summary) for one spec's text (also `launch-agent migrate`'s check)."""
     try:
-        spec, _warnings = load_queue_spec(data.decode(errors="replace"))
+        spec, _warnings = load_queue_spec(text)
     except InvalidInput as exc:
         return None, list(exc.problems), ""
     try:
@@ -155,6 +162,12 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(records, indent=2))
     elif args.output == "yaml":
         print(yaml.safe_dump(records, sort_keys=False), end="")
+    elif args.output == "table":
+        rows = [
+            {**r, "problems": [f"{p['path']}: {p['reason']}" for p in r["problems"]]}
+            for r in records
+        ]
+        print(render_output(rows, "table", ("file", "ok", "summary", "problems")), end="")
     return 1 if failed else 0
 
 

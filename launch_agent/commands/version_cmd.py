@@ -12,6 +12,7 @@ import json
 import platform
 
 from launch_agent import __version__
+from launch_agent.commands.outputs import render as render_output
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,7 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "-o",
         "--output",
-        choices=("text", "json", "yaml"),
+        choices=("text", "json", "yaml", "table"),
         default="text",
         help="output format (default: %(default)s)",
     )
@@ -36,6 +37,8 @@ def _version(args: argparse.Namespace) -> int:
         print(json.dumps(info, indent=2))
     elif args.output == "yaml":
         print("\n".join(f"{key}: {json.dumps(value)}" for key, value in info.items()))
+    elif args.output == "table":
+        print(render_output(info, "table", ("version", "python")), end="")
     else:
         print(f"launch-agent {__version__}")
     return 0

@@ -173,34 +173,64 @@ def parse_destination(uri: str) -> Destination:
 
 @dataclass(frozen=True, slots=True)
 class StoreLocation:
-    """`s3://bucket/prefix` or `gs://bucket/prefix`; objects go under the prefix."""
+    """`s3://bucket/prefix`, `gs://bucket/prefix` or an Azure Blob container URL
+    (`https://ACCOUNT.blob.core.windows.net/CONTAINER/prefix`, scheme `azblob`, `bucket` the
+    container); objects go under the prefix."""
 
     scheme: str
     bucket: str
     prefix: str
+    account: str = ""
 
     def key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
 
     def uri(self, name: str) -> str:
+        if self.scheme == AZURE:
+            # The form Kaniko reads an Azure Blob context from (with AZURE_STORAGE_ACCESS_KEY).
+            return f"https://{self.account}{AZURE_HOST}/{self.bucket}/{self.key(name)}"
         return f"{self.scheme}://{self.bucket}/{self.key(name)}"
 
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
-STORE_SCHEMES = ("s3", "gs")
+_AZURE_ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")
+_AZURE_CONTAINER = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
+AZURE = "azblob"
+AZURE_HOST = ".blob.core.windows.net"
+STORE_SCHEMES = ("s3", "gs", "https (Azure Blob)")
+_EXPECTED = (
+    "expected s3://BUCKET[/PREFIX], gs://BUCKET[/PREFIX] or"
+    " https://ACCOUNT.blob.core.windows.net/CONTAINER[/PREFIX]"
+)
 
 
 def parse_store(uri: str) -> StoreLocation:
     """Parse a build-context-store URI; raise `ValueError` naming the problem."""
     scheme, sep, rest = uri.strip().partition("://")
     if not sep:
-        raise ValueError(f"{uri!r}: expected s3://BUCKET[/PREFIX] or gs://BUCKET[/PREFIX]")
-    if scheme not in STORE_SCHEMES:
-        raise ValueError(f"{uri!r}: scheme {scheme!r} is not supported (s3:// or gs://)")
+        raise ValueError(f"{uri!r}: {_EXPECTED}")
+    if scheme == "https":
+        return _parse_azure(uri, rest)
+    if scheme not in ("s3", "gs"):
+        raise ValueError(f"{uri!r}: scheme {scheme!r} is not supported ({_EXPECTED})")
     bucket, _, prefix = rest.partition("/")
     if not _BUCKET.match(bucket) or ".." in bucket:
         raise ValueError(f"{uri!r}: {bucket!r} is not a valid bucket name")
     return StoreLocation(scheme, bucket, prefix.strip("/"))
+
+
+def _parse_azure(uri: str, rest: str) -> StoreLocation:
+    # W&B's form (wandb/sdk/launch/environment/azure_environment.py, `verify_storage_uri`).
+    host, _, path = rest.partition("/")
+    if not host.endswith(AZURE_HOST):
+        raise ValueError(f"{uri!r}: an https store must be an Azure Blob URL ({_EXPECTED})")
+    account = host[: -len(AZURE_HOST)]
+    if not _AZURE_ACCOUNT.match(account):
+        raise ValueError(f"{uri!r}: {account!r} is not a valid Azure storage account name")
+    container, _, prefix = path.partition("/")
+    if not _AZURE_CONTAINER.match(container):
+        raise ValueError(f"{uri!r}: {container!r} is not a valid Azure Blob container name")
+    return StoreLocation(AZURE, container, prefix.strip("/"), account)
 
 
 # --- start-up validation ----------------------------------------------------------------------
@@ -223,19 +253,25 @@ def destination_uri(builder: BuilderConfig, registry: RegistryConfig | None) -> 
 
 
 def builder_problems(
-    builder: BuilderConfig | None, registry: RegistryConfig | None = None
+    builder: BuilderConfig | None, registry: RegistryConfig | None = None, *, pvc: bool = False
 ) -> list[BuildProblem]:
-    """Every problem with a Kaniko `builder` block; empty when builds can run (or are off)."""
+    """Every problem with a Kaniko `builder` block; empty when builds can run (or are off).
+
+    `pvc`: contexts go to a PVC (`kaniko_pvc_name`), so no context store is needed.
+    """
     if builder is None or builder.type != "kaniko":
         return []
     problems: list[BuildProblem] = []
     if not builder.build_context_store:
-        problems.append(
-            BuildProblem(
-                "builder.build-context-store", "required for Kaniko builds (s3:// or gs://)"
+        if not pvc:
+            problems.append(
+                BuildProblem(
+                    "builder.build-context-store",
+                    "required for Kaniko builds (s3://, gs:// or an Azure Blob https:// URL;"
+                    " or kaniko_pvc_name)",
+                )
             )
-        )
-    else:
+    elif not pvc:  # with a PVC the store is not used (as in W&B's kaniko_builder.py)
         try:
             parse_store(builder.build_context_store)
         except ValueError as exc:

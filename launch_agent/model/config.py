@@ -298,6 +298,20 @@ class AgentConfig(_Strict):
     # A dockerconfigjson Secret (in the Kaniko namespace) with push credentials for registries
     # that have no workload identity; W&B's `WANDB_LAUNCH_KANIKO_AUTH_SECRET`.
     kaniko_docker_config_secret: str | None = None
+    # W&B's PVC contexts (`kanikoPvcName`; `WANDB_LAUNCH_KANIKO_PVC_NAME` and `_MOUNT_PATH` in
+    # wandb's kaniko_builder.py): the agent writes each context into this claim, mounted in the
+    # agent at the mount path, and the build Job mounts the claim at /context. Replaces
+    # `builder.build-context-store`.
+    kaniko_pvc_name: str | None = None
+    kaniko_pvc_mount_path: str = "/kaniko"
+    # The Secret (key `password`, in the Kaniko namespace) holding the Azure storage account key
+    # Kaniko reads Azure Blob contexts with (`AZURE_STORAGE_ACCESS_KEY`); the chart's
+    # `azureStorageAccessKey`.
+    azure_storage_key_secret: str | None = None
+    # A PEM file of CAs the agent's W&B and registry clients trust besides the system roots
+    # (a self-hosted W&B behind a private CA); else LAUNCH_AGENT_CA_BUNDLE, SSL_CERT_FILE or
+    # REQUESTS_CA_BUNDLE (`adapters/tls.py`). The chart's `customCABundle` sets the variables.
+    ca_bundle: str | None = None
 
     @field_validator("max_jobs", "max_schedulers")
     @classmethod
@@ -326,7 +340,12 @@ class AgentConfig(_Strict):
                 raise ValueError(f"{ns!r} is not a valid namespace name")
         return value
 
-    @field_validator("kaniko_namespace", "kaniko_service_account", "kaniko_docker_config_secret")
+    @field_validator(
+        "kaniko_namespace",
+        "kaniko_service_account",
+        "kaniko_docker_config_secret",
+        "azure_storage_key_secret",
+    )
     @classmethod
     def _optional_name(cls, value: str | None) -> str | None:
         if value is not None and not DNS_LABEL.match(value):

@@ -103,6 +103,9 @@ ENVIRONMENT: tuple[tuple[str, Path, str], ...] = (
     ("LAUNCH_AGENT_KANIKO_NAMESPACE", ("kaniko_namespace",), "str"),
     ("LAUNCH_AGENT_KANIKO_SERVICE_ACCOUNT", ("kaniko_service_account",), "str"),
     ("WANDB_LAUNCH_KANIKO_AUTH_SECRET", ("kaniko_docker_config_secret",), "str"),
+    ("WANDB_LAUNCH_KANIKO_PVC_NAME", ("kaniko_pvc_name",), "str"),
+    ("WANDB_LAUNCH_KANIKO_PVC_MOUNT_PATH", ("kaniko_pvc_mount_path",), "str"),
+    ("LAUNCH_AGENT_AZURE_STORAGE_KEY_SECRET", ("azure_storage_key_secret",), "str"),
     ("WANDB_LAUNCH_START_TIMEOUT", ("tracking", "start_timeout_seconds"), "str"),
     # The chart's downward API: the pod is the replica's identity in the leader Lease.
     ("LAUNCH_AGENT_LEADER_ELECTION", ("leader_election", "enabled"), "str"),
@@ -273,7 +276,9 @@ def resolve(
         raise ConfigError(problems) from None
 
     # A Kaniko builder that cannot work fails at start-up, not at the first build.
-    build_problems = builder_problems(config.builder, config.registry)
+    build_problems = builder_problems(
+        config.builder, config.registry, pvc=config.kaniko_pvc_name is not None
+    )
     if build_problems:
         raise ConfigError(
             [

@@ -27,9 +27,18 @@ class Problem:
 
     path: str
     reason: str
+    # Where in the input text, when it came from a file (`render.spec_load` fills these in).
+    line: int | None = field(default=None, compare=False)
+    column: int | None = field(default=None, compare=False)
+
+    @property
+    def where(self) -> str:
+        """`line:column: ` (or nothing) to put after a file name."""
+        return f"{self.line}:{self.column}: " if self.line is not None else ""
 
     def __str__(self) -> str:
-        return f"{self.path or '(root)'}: {self.reason}"
+        at = f"line {self.line}, column {self.column}: " if self.line is not None else ""
+        return f"{at}{self.path or '(root)'}: {self.reason}"
 
 
 class InvalidInput(ValueError):

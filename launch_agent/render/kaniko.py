@@ -54,6 +54,10 @@ class KanikoSettings:
     deadline_seconds: int = 1800
     ttl_seconds: int = 600
     cache: bool = True
+    # PVC contexts: the claim the agent wrote the context into, mounted at /context.
+    pvc_claim: str | None = None
+    # Azure Blob contexts: the Secret (key `password`) with the storage account key.
+    azure_key_secret: str | None = None
 
 
 def job_name(prefix: str, tag: str) -> str:
@@ -124,6 +128,23 @@ def _credentials(
     return env, volumes, mounts, pod_labels
 
 
+def _context_access(
+    context_uri: str,
+    settings: KanikoSettings,
+    env: list[dict[str, Any]],
+    volumes: list[dict[str, Any]],
+    mounts: list[dict[str, Any]],
+) -> None:
+    """What Kaniko needs to read the context (wandb's kaniko_builder.py does the same)."""
+    if context_uri.startswith("tar:///context/") and settings.pvc_claim:
+        claim = {"claimName": settings.pvc_claim, "readOnly": True}
+        volumes.append({"name": "kaniko-pvc", "persistentVolumeClaim": claim})
+        mounts.append({"name": "kaniko-pvc", "mountPath": "/context", "readOnly": True})
+    elif context_uri.startswith("https://") and settings.azure_key_secret:
+        ref = {"name": settings.azure_key_secret, "key": "password"}
+        env.append({"name": "AZURE_STORAGE_ACCESS_KEY", "valueFrom": {"secretKeyRef": ref}})
+
+
 def _secret_volume(name: str, secret: str, key: str, path: str) -> dict[str, Any]:
     return {
         "name": name,
@@ -156,6 +177,7 @@ def kaniko_job(
     overlay = dict(builder.kaniko_config or {})
     overlay_args = _overlay_container(overlay).get("args") or []
     env, volumes, mounts, pod_labels = _credentials(dest, builder, settings.docker_config_secret)
+    _context_access(context_uri, settings, env, volumes, mounts)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": builder.kaniko_image,

@@ -16,17 +16,16 @@ tests and an optional pre-submit check, never the render hot path.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import jsonschema
 
 from launch_agent.model.labels import is_label_value
 from launch_agent.model.queue_spec import CustomKind, Problem
+from launch_agent.render.kind_schema import crd_schema, format_checker
 from launch_agent.render.kinds import KindInfo
 from launch_agent.render.paths import format_path
 from launch_agent.render.pipeline import kind_info, unknown_kind
@@ -38,8 +37,6 @@ INSTALL_HINT = (
     " (or pip install kubernetes-validate==1.37.0)"
 )
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_INT32 = (-(2**31), 2**31 - 1)
-_INT64 = (-(2**63), 2**63 - 1)
 
 
 class MissingValidator(RuntimeError):
@@ -47,31 +44,13 @@ class MissingValidator(RuntimeError):
         super().__init__(INSTALL_HINT)
 
 
-def _format_checker() -> jsonschema.FormatChecker:
-    checker = jsonschema.FormatChecker()
-
-    @checker.checks("int32")
-    def int32(value: object) -> bool:
-        return not isinstance(value, int) or _INT32[0] <= value <= _INT32[1]
-
-    @checker.checks("int64")
-    def int64(value: object) -> bool:
-        return not isinstance(value, int) or _INT64[0] <= value <= _INT64[1]
-
-    return checker
-
-
 @cache
 def crd_validator(info_key: tuple[str, str, str]) -> jsonschema.protocols.Validator | None:
     """The validator for `(plural, group, version)`, or None if no schema ships for it."""
-    plural, group, version = info_key
-    name = f"{plural}.{group}_{version}.json"
-    path = resources.files("launch_agent.render").joinpath("schemas", "crds", name)
-    if not path.is_file():
+    schema = crd_schema(*info_key)
+    if schema is None:
         return None
-    schema = json.loads(path.read_text())
-    schema.pop("x-launch-agent-source", None)
-    return jsonschema.Draft7Validator(schema, format_checker=_format_checker())
+    return jsonschema.Draft7Validator(schema, format_checker=format_checker())
 
 
 def _kubernetes_validate() -> Any:

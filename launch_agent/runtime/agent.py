@@ -52,6 +52,7 @@ from launch_agent.adapters.kube import (
     load_configuration,
 )
 from launch_agent.adapters.retry import RetryPolicy
+from launch_agent.adapters.tls import CABundleError
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.model.config import AgentConfig
 from launch_agent.model.lease import LeaseTiming
@@ -81,6 +82,7 @@ from launch_agent.runtime.startup import (
     ensure_api_key_secrets,
     register,
     resolve_queues,
+    unserved_message,
 )
 from launch_agent.runtime.status.activity import Activity
 from launch_agent.runtime.status_source import StatusSource
@@ -223,7 +225,11 @@ class Agent:
         options: dict[str, Any] = {"observer": self._observe}
         if self.wandb_retry is not None:
             options["retry"] = self.wandb_retry
-        wandb = await stack.enter_async_context(WandbClient.from_config(config, **options))
+        try:
+            client = WandbClient.from_config(config, **options)
+        except CABundleError as exc:  # a customCABundle that is not mounted, or not PEM
+            raise StartupError(str(exc)) from None
+        wandb = await stack.enter_async_context(client)
         self.wandb = wandb
         kube_options: dict[str, Any] = {"policy": self.kube_retry, "observer": self._observe_kube}
         if self.kube_configuration is not None:
@@ -242,11 +248,8 @@ class Agent:
             log.warning("no valid queue spec in %s: every item will fail", config.queue_specs_dir)
         unserved = [q for q in config.all_queues if specs.for_queue(q) is None]
         if unserved:
-            log.warning(
-                "no queue spec in %s serves %s: their items will fail until one does",
-                config.queue_specs_dir,
-                ", ".join(unserved),
-            )
+            # Refused now rather than failing every item of the queue later.
+            raise StartupError(unserved_message(unserved, config.queue_specs_dir))
 
         if config.quota.mode == "agent":
             # An invalid tree fails the start, before the agent registers with W&B.

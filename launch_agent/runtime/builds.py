@@ -44,8 +44,9 @@ from launch_agent.adapters.job_artifact import (
     job_info,
 )
 from launch_agent.adapters.kube import KubeClient
-from launch_agent.adapters.object_store import ObjectStore
+from launch_agent.adapters.object_store import ContextStore, ObjectStore, PvcStore
 from launch_agent.adapters.registry import RegistryClient, docker_config_auths
+from launch_agent.adapters.tls import CABundleError, client_ssl_context
 from launch_agent.adapters.wandb_client import RunQueueItem
 from launch_agent.model.build import (
     DestinationError,
@@ -339,7 +340,9 @@ def read_docker_config() -> dict[str, tuple[str, str]]:
 def check_builder(config: AgentConfig) -> None:
     """`StartupError` naming every bad `builder` key (the CLI's config resolution reports the
     same with file:line; this covers an `AgentConfig` built in code)."""
-    problems = builder_problems(config.builder, config.registry)
+    problems = builder_problems(
+        config.builder, config.registry, pvc=config.kaniko_pvc_name is not None
+    )
     if problems:
         raise StartupError(
             "the Kaniko builder is misconfigured: " + "; ".join(str(p) for p in problems)
@@ -360,24 +363,37 @@ async def open_builds(
     Its clients (object store, registry) and the `ImageBuilder` live on `stack`, so they are
     closed, and builds in flight cancelled and cleaned up, when the agent stops.
     """
-    check_builder(config)
+    check_builder(config)  # (a PVC replaces the context store: see check_builder)
     builder_config = config.builder
     if builder_config is None or builder_config.type != "kaniko":
         return None
-    assert builder_config.build_context_store is not None  # builder_problems checked it
+    pvc = config.kaniko_pvc_name
     try:
         destination = parse_destination(destination_uri(builder_config, config.registry) or "")
     except DestinationError as exc:  # pragma: no cover - builder_problems reports it first
         raise StartupError(f"builder.destination: {exc}") from exc
     region = config.environment.region if config.environment else None
-    store = ObjectStore(builder_config.build_context_store, region=region)
+    store: ContextStore
+    if pvc is not None:
+        store = PvcStore(pvc, config.kaniko_pvc_mount_path)
+        where = f"PVC {pvc} (mounted at {config.kaniko_pvc_mount_path})"
+    else:
+        assert builder_config.build_context_store is not None  # builder_problems checked it
+        store = ObjectStore(builder_config.build_context_store, region=region)
+        where = builder_config.build_context_store
     credentials = await asyncio.to_thread(read_docker_config)
-    registry = await stack.enter_async_context(RegistryClient(credentials))
+    try:
+        trust = client_ssl_context(configured=config.ca_bundle)
+    except CABundleError as exc:
+        raise StartupError(str(exc)) from None
+    registry = await stack.enter_async_context(RegistryClient(credentials, ssl_context=trust))
     settings = KanikoSettings(
         builder_config,
         config.kaniko_namespace or config.namespaces[0],
         config.kaniko_service_account,
         config.kaniko_docker_config_secret,
+        pvc_claim=pvc,
+        azure_key_secret=config.azure_storage_key_secret,
     )
     assert config.api_key is not None  # WandbClient.from_config checked it
     api_key = config.api_key.get_secret_value()
@@ -401,7 +417,7 @@ async def open_builds(
 
     log.info(
         "Kaniko builds: context in %s, images to %s, build Jobs in namespace %s",
-        builder_config.build_context_store,
+        where,
         destination.uri,
         settings.namespace,
     )

@@ -48,6 +48,16 @@ class StartupError(Exception):
     """The agent cannot start; the message says why and what to do."""
 
 
+def unserved_message(queues: Sequence[str], specs_dir: str) -> str:
+    """Why the agent refuses to start when a configured queue has no queue spec."""
+    names = ", ".join(repr(q) for q in queues)
+    return (
+        f"no queue spec in {specs_dir} serves queue(s) {names}: every item of such a queue would"
+        " fail. Write one spec per queue; `launch-agent migrate` writes them from the queues'"
+        " configs in W&B (docs/migrating.md)"
+    )
+
+
 class Stopped(Exception):
     """The agent was asked to stop while it was still starting."""
 

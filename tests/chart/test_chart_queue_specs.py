@@ -87,3 +87,29 @@ def test_a_spec_needs_its_kind_enabled(helm: Helm, example_values: Path, example
     toggle = toggle_of(example.read_text())
     with pytest.raises(HelmError, match=f"needs workloads.{toggle}: true"):
         helm.template([example_values], {f"workloads.{toggle}": False})
+
+
+def test_a_configured_queue_without_an_inline_spec_fails_the_render(
+    helm: Helm, tmp_path: Path
+) -> None:
+    job = (ROOT / "queue-specs" / "job.yaml").read_text()
+    values = {
+        "agent": {"apiKey": "k" * 40},
+        "launchConfig": "queues: [gpu-job, cpu, gpus]\nqueue: single\n",
+        "queueSpecs": {"job.yaml": job},
+        "additionalTargetNamespaces": [yaml.safe_load(job)["spec"]["namespace"]],
+    }
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    with pytest.raises(HelmError) as caught:
+        helm.template([path])
+    message = str(caught.value)
+    assert "no inline queue spec serves queue(s)" in message, message
+    assert '"cpu", "gpus", "single"' in message, message
+    assert "launch-agent migrate" in message, message
+    # Served (here as a mapping, not a string), it renders.
+    served = yaml.safe_load(job)
+    served["spec"]["queues"] = ["gpu-job", "cpu", "gpus", "single"]
+    values["queueSpecs"] = {"job.yaml": served}
+    path.write_text(yaml.safe_dump(values))
+    assert mounted_specs(helm.template([path])) != {}

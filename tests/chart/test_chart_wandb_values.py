@@ -259,15 +259,27 @@ def test_kaniko_pvc_ssh_and_external_secret(helm: Helm, tmp_path: Path) -> None:
     assert not problems, "\n".join(problems)
 
 
-def test_azure_key_is_said_to_be_unused(rendered: dict[str, Rendered], helm: Helm) -> None:
-    # Every W&B file sets `azureStorageAccessKey: ""`: no note; a key set gets one.
-    assert "azureStorageAccessKey" not in rendered[file_id(LATEST)].notes
-    result = helm.run(
-        "install", RELEASE, str(CHART), "--dry-run=client", "--namespace", "agents",
-        "--set-string", f"agent.apiKey={API_KEY}", "--set-string", "azureStorageAccessKey=k",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert "azureStorageAccessKey is stored in a Secret but not used yet" in result.stdout
+def test_azure_key_reaches_the_agent_and_the_kaniko_namespace(
+    rendered: dict[str, Rendered], helm: Helm
+) -> None:
+    # Every W&B file sets `azureStorageAccessKey: ""`: no Secret, no variable.
+    assert "AZURE_STORAGE_ACCESS_KEY" not in agent_env(rendered[file_id(LATEST)].manifests)
+    manifests = helm.template(
+        (),
+        {"agent.apiKey": API_KEY, "azureStorageAccessKey": "k", "kaniko.enabled": True},
+    )
+    env = agent_env(manifests)
+    ref = env["AZURE_STORAGE_ACCESS_KEY"]["secretKeyRef"]
+    assert ref == {"name": "rel-azure-storage-access-key", "key": "password"}
+    assert env["LAUNCH_AGENT_AZURE_STORAGE_KEY_SECRET"] == ref["name"]
+    where = {
+        s["metadata"]["namespace"]
+        for s in find(manifests, "Secret")
+        if s["metadata"]["name"] == ref["name"]
+    }
+    # The agent's namespace (it uploads) and the Kaniko namespace (build pods read it).
+    assert where == {"agents", env["LAUNCH_AGENT_KANIKO_NAMESPACE"]}
+    assert len(where) == 2
 
 
 def test_dotted_api_key_of_wandbs_first_ci_file_is_read(rendered: dict[str, Rendered]) -> None:

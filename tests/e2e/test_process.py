@@ -23,7 +23,7 @@ import yaml
 
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState
-from tests.e2e.conftest import Env, run_spec, until
+from tests.e2e.conftest import BASIC_SPEC, Env, run_spec, until
 
 START_TIMEOUT = 60.0
 
@@ -104,6 +104,9 @@ async def test_a_key_wandb_refuses_fails_at_once_naming_the_url(env: Env, tmp_pa
 
 
 async def test_missing_queues_are_listed_by_name(env: Env, tmp_path: Path) -> None:
+    # Specs serve them (else the agent refuses to start for that); W&B has no such queues.
+    served = BASIC_SPEC.replace("name: basic", "name: more").replace("[q1]", "[nope, gone]")
+    (env.specs_dir / "more.yaml").write_text(served)
     config = write_config(env, tmp_path / "c.yaml", queues=["q1", "nope", "gone"])
     async with agent_process(env, config) as proc:
         code = await asyncio.wait_for(proc.process.wait(), START_TIMEOUT)

@@ -201,8 +201,9 @@ async def test_refused_runs_and_a_bad_tree(env: Env) -> None:
     assert job_of(env, item) is None
 
     bad = {"root": {**TREE["root"], "min": {"cpu": 3}}}
+    config = env.config(queues=["qa"], quota={"mode": "agent", "tree": bad})
     with pytest.raises(StartupError) as caught:
-        async with env.running(env.agent(env.config(quota={"mode": "agent", "tree": bad}))):
+        async with env.running(env.agent(config)):
             pass
     message = str(caught.value)
     assert "quota.tree.root.min.cpu" in message, message

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
+from launch_agent.runtime.startup import StartupError
 from launch_agent.sandbox.wandb import ItemState
 from tests.e2e.conftest import BASIC_SPEC, Env, run_spec, until
 
@@ -28,10 +31,15 @@ async def test_valid_edit_applies_and_invalid_edit_keeps_the_previous_version(
 ) -> None:
     specs = tmp_path / "configmap"
     specs.mkdir()
-    _publish(specs, "v1", {"basic.yaml": BASIC_SPEC})
+    # Every configured queue needs a spec at start-up; q2's is then removed.
+    q2_spec = BASIC_SPEC.replace("name: basic", "name: second").replace("[q1]", "[q2]")
+    _publish(specs, "v0", {"basic.yaml": BASIC_SPEC, "second.yaml": q2_spec})
     env.state.add_queue("q2")
     config = env.config(queues=["q1", "q2"], queue_specs_dir=str(specs))
     async with env.running(env.agent(config)) as agent:
+        _publish(specs, "v1", {"basic.yaml": BASIC_SPEC})
+        assert agent.specs is not None
+        await until(lambda: agent.specs.for_queue("q2") is None, message="q2 removed")  # type: ignore[union-attr]
         first = env.push(run_spec("v1"), queue="q2")
         await until(lambda: first.state is ItemState.FAILED, message="q2 not served yet")
         assert first.failure is not None
@@ -55,3 +63,14 @@ async def test_valid_edit_applies_and_invalid_edit_keeps_the_previous_version(
         _publish(specs, "v4", {"basic.yaml": BASIC_SPEC})
         await until(lambda: agent.metrics.registry.get_sample_value(*sample) == 0, message="fixed")
         await until(lambda: agent.specs.for_queue("q2") is None, message="q2 no longer served")  # type: ignore[union-attr]
+
+
+async def test_a_configured_queue_without_a_spec_is_refused_at_start_up(env: Env) -> None:
+    env.state.add_queue("q2")
+    config = env.config(queues=["q1", "q2"])
+    with pytest.raises(StartupError) as caught:
+        async with env.running(env.agent(config)):
+            pass
+    message = str(caught.value)
+    assert "serves queue(s) 'q2'" in message and "'q1'" not in message, message
+    assert "launch-agent migrate" in message, message

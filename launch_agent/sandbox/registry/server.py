@@ -23,6 +23,7 @@ import base64
 import hashlib
 import json
 import secrets
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -63,7 +64,9 @@ class RegistryServer:
         auth: bool = True,
         anonymous_pull: bool = False,
         service: str = "sandbox-registry",
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        self.ssl_context = ssl_context  # HTTPS, for registries behind a private CA
         self.host = host
         self.port = port
         self.users = dict(users or {})
@@ -78,7 +81,8 @@ class RegistryServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     @property
     def hostport(self) -> str:
@@ -93,7 +97,9 @@ class RegistryServer:
         app.router.add_route("*", "/v2/{name:.+}/manifests/{ref}", self._manifest)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        site = web.TCPSite(
+            self._runner, self.host, self.port, reuse_address=True, ssl_context=self.ssl_context
+        )
         await site.start()
         server = site._server
         if self.port == 0 and server is not None:

@@ -92,6 +92,11 @@ class RunQueue:
     # string leaves may hold `{{variable}}` templates filled from the push's values.
     config: dict[str, Any] | None = None
     pending: list[tuple[int, int, str]] = field(default_factory=list)
+    # The config's template variables: name → JSON schema (W&B's `templateVariables`).
+    template_variables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # W&B keeps the config as a separate object (`defaultResourceConfig`) the queue points at.
+    config_id: str | None = None
+    external_links: dict[str, str] = field(default_factory=dict)
 
     def sort_key(self, item: RunQueueItem) -> tuple[int, int, str]:
         priority = item.priority if self.prioritization_mode != "DISABLED" else 0

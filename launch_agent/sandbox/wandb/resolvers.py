@@ -95,7 +95,23 @@ def queue_view(queue: RunQueue) -> Obj:
         "createdBy": queue.created_by,
         "access": queue.access,
         "prioritizationMode": queue.prioritization_mode,
+        "defaultResourceConfigID": queue.config_id,
+        "externalLinks": json.dumps(queue.external_links),
         "_q": queue,
+    }
+
+
+def resource_config_view(queue: RunQueue) -> Obj:
+    config = queue.config or {}
+    resource = str(config.get("resource") or "kubernetes")
+    return {
+        "id": queue.config_id,
+        "resource": resource,
+        "config": json.dumps({"resource_args": config.get("resource_args") or {}}),
+        "templateVariables": [
+            {"name": name, "schema": json.dumps(schema)}
+            for name, schema in queue.template_variables.items()
+        ],
     }
 
 
@@ -185,6 +201,13 @@ def viewer(_: None, info: Info) -> Obj:
 
 def entity(_: None, info: Info, name: str | None = None) -> Obj | None:
     return entity_view(_state(info), name or _state(info).default_entity)
+
+
+def entity_resource_config(parent: Obj, info: Info, id: str) -> Obj | None:
+    queue = _state(info).resource_configs.get(id)
+    if queue is None or queue.entity != parent["name"]:
+        return None
+    return resource_config_view(queue)
 
 
 def project(
@@ -446,6 +469,7 @@ RESOLVERS: dict[tuple[str, str], Any] = {
     ("Query", "launchAgent"): launch_agent,
     ("Query", "runQueue"): run_queue,
     ("Query", "serverInfo"): server_info,
+    ("Entity", "defaultResourceConfig"): entity_resource_config,
     ("Project", "runQueues"): project_run_queues,
     ("Project", "runQueue"): project_run_queue,
     ("Project", "run"): project_run,

@@ -83,7 +83,18 @@ type Entity {
   name: String!
   isTeam: Boolean!
   organization: Organization
+  defaultResourceConfig(id: ID!): DefaultResourceConfig
 }
+
+# A queue's config as wandb's public API reads it (`RunQueue._get_default_resource_config`,
+# wandb/apis/public/jobs.py): `config` is `{"resource_args": {<resource>: ...}}` as JSON text.
+type DefaultResourceConfig {
+  id: ID!
+  resource: String!
+  config: JSONString!
+  templateVariables: [TemplateVariable!]!
+}
+type TemplateVariable { name: String! schema: JSONString! }
 
 type Organization {
   id: ID!
@@ -194,6 +205,8 @@ type RunQueue {
   createdBy: String
   access: RunQueueAccessType!
   prioritizationMode: RunQueuePrioritizationMode
+  defaultResourceConfigID: ID
+  externalLinks: JSONString
   runQueueItems: RunQueueItemConnection!
 }
 

@@ -33,6 +33,7 @@ import binascii
 import functools
 import secrets
 import socket
+import ssl
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -161,8 +162,12 @@ class WandbServer:
         api_key: str = DEFAULT_API_KEY,
         faults: Faults | None = None,
         log: RequestLog | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """`ssl_context` (a server context, `sandbox.tls`) serves HTTPS, as a self-hosted W&B
+        behind a private CA does."""
         self.state = state if state is not None else LaunchState()
+        self.ssl_context = ssl_context
         self.host = host
         self.port = port
         self.api_key = api_key
@@ -178,7 +183,8 @@ class WandbServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -202,7 +208,9 @@ class WandbServer:
 
     async def _listen(self) -> None:
         assert self._runner is not None
-        self._site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        self._site = web.TCPSite(
+            self._runner, self.host, self.port, reuse_address=True, ssl_context=self.ssl_context
+        )
         await self._site.start()
         server = self._site._server
         assert isinstance(server, asyncio.base_events.Server)

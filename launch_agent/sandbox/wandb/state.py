@@ -92,6 +92,8 @@ class LaunchState:
         self.items: dict[str, RunQueueItem] = {}
         self.agents: dict[str, LaunchAgent] = {}
         self.queues_by_id: dict[str, RunQueue] = {}
+        # Default resource configs by id (each belongs to one queue here).
+        self.resource_configs: dict[str, RunQueue] = {}
         self._leases: list[tuple[float, str]] = []
         self._numbers = itertools.count(1)
         self._rng = random.Random(0)  # sweep parameters and run ids: reproducible per state
@@ -138,7 +140,10 @@ class LaunchState:
         access: str = "PROJECT",
         prioritization_mode: str = "V0",
         config: dict[str, Any] | None = None,
+        template_variables: dict[str, dict[str, Any]] | None = None,
     ) -> RunQueue:
+        """A queue; `config` (`{"resource": ..., "resource_args": {...}}`) is its default
+        resource config, whose `{{name}}` leaves are the `template_variables` (name → schema)."""
         home = self.project(entity or self.default_entity, project, create=True)
         if name in home.queues:
             raise WandbError(f"run queue {name!r} already exists in {home.entity}/{project}")
@@ -151,7 +156,11 @@ class LaunchState:
             access,
             prioritization_mode or "V0",
             config,
+            template_variables=dict(template_variables or {}),
         )
+        if config is not None:
+            queue.config_id = self._next("DefaultResourceConfig")
+            self.resource_configs[queue.config_id] = queue
         home.queues[name] = queue
         self.queues_by_id[queue.id] = queue
         return queue

@@ -54,7 +54,14 @@ def seed(server: WandbServer) -> dict[str, dict[str, Any]]:
     sweep = state.add_sweep("ent", "proj", "swp00002")
     sweep.runs.append("runbbbb1")
     assert leased.state is ItemState.LEASED
+    configured = state.add_queue(
+        "q-config",
+        config={"resource": "kubernetes", "resource_args": {"kubernetes": {"spec": {}}}},
+        template_variables={"gpus": {"type": "integer", "default": 1}},
+    )
     return {
+        "GetRunQueueMetadata": {"runQueue": configured.name},
+        "GetDefaultResourceConfig": {"id": configured.config_id},
         "createLaunchAgent": {"queues": [queue.id]},
         "LaunchAgent": {"agentId": agent.id},
         "popFromRunQueue": {"launchAgentId": agent.id},

@@ -80,6 +80,12 @@ def _requests() -> list[docs.Request]:
             {"id": "U3dlZXA6MQ==", "state": "CANCELED", "entityName": "e", "projectName": "p"},
             "upsertSweep",
         ),
+        docs.single(
+            "GetRunQueueMetadata",
+            {"projectName": "model-registry", "entityName": "ent", "runQueue": "q1"},
+            "project",
+        ),
+        docs.single("GetDefaultResourceConfig", {"entityName": "ent", "id": "x"}, "entity"),
     ]
 
 

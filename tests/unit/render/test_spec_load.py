@@ -57,10 +57,13 @@ def test_malformed_yaml(text: str, path: str, reason: str) -> None:
         (lambda d: d["metadata"].update(name="Bad_Name"), [("metadata.name", "does not match")]),
         (lambda d: d["spec"].pop("queues"), [("spec", "'queues' is a required property")]),
         (lambda d: d["spec"].update(queues=[]), [("spec.queues", "should be non-empty")]),
-        (lambda d: d["spec"].update(namespce="x"), [("spec", "'namespce' was unexpected")]),
+        (
+            lambda d: d["spec"].update(namespce="x"),
+            [("spec.namespce", "unknown key 'namespce'; did you mean 'namespace'?")],
+        ),
         (
             lambda d: d["spec"].update(security={"privilegd": True}),
-            [("spec.security", "'privilegd' was unexpected")],
+            [("spec.security.privilegd", "unknown key 'privilegd'; did you mean 'privileged'?")],
         ),
         (
             lambda d: d["spec"].update(security={"secrets": ["Team_A"]}),
