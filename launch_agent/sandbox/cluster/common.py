@@ -10,6 +10,7 @@ The context collects the next instant at which a controller wants to run again
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
@@ -18,6 +19,12 @@ from launch_agent.sandbox.cluster.clock import Clock
 from launch_agent.sandbox.kube.store import Obj, Store, timestamp
 
 Conditions = list[dict[str, Any]]
+# store -> Event identity -> the name of the stored Event it aggregates into.
+_AGGREGATED: weakref.WeakKeyDictionary[Store, dict[tuple[str, ...], str]] = (
+    weakref.WeakKeyDictionary()
+)
+_SIMILAR: weakref.WeakKeyDictionary[Store, dict[tuple[str, ...], int]] = weakref.WeakKeyDictionary()
+AGGREGATE_MAX_EVENTS = 10
 
 
 class Ctx:
@@ -86,11 +93,46 @@ class Ctx:
         self.store.delete(rt, meta.get("namespace", ""), meta["name"], propagation=propagation)
 
     def event(self, involved: Obj, kind: str, reason: str, message: str, source: str) -> None:
-        """Record a core/v1 Event about `involved` (what `kubectl describe` shows)."""
+        """Record a core/v1 Event about `involved` (what `kubectl describe` shows).
+
+        Repeats are correlated as client-go's recorder does
+        (`staging/src/k8s.io/client-go/tools/record/events_cache.go`): the same Event (object,
+        type, reason, message, source) updates the stored one, `count` + 1 and a new
+        `lastTimestamp` (`eventLogger.eventObserve`); from the 10th similar one (same but the
+        message, `EventAggregator`, `defaultAggregateMaxEvents`) on, they go into one Event whose
+        message is `(combined from similar events): <latest message>`. So a controller retrying a
+        refused create leaves a handful of Events, not thousands. (The aggregator's 10-minute
+        window is not modelled: similar Events are combined for the life of the store.)
+        """
         meta = involved["metadata"]
         namespace = meta.get("namespace") or "default"
         now = self.ts()
-        self.create(
+        rt = self.store.rt("events")
+        similar = (namespace, str(meta["uid"]), kind, reason, source)
+        counts = _SIMILAR.setdefault(self.store, {})
+        counts[similar] = counts.get(similar, 0) + 1
+        combined = counts[similar] >= AGGREGATE_MAX_EVENTS
+        if combined:
+            message = f"(combined from similar events): {message}"
+        key = (*similar, "" if combined else message)
+        seen = _AGGREGATED.setdefault(self.store, {})
+        previous = seen.get(key)
+        current = self.store.find(rt, namespace, previous) if previous else None
+        if current is not None:
+            self.writes += 1
+            self.store.update(
+                rt,
+                namespace,
+                current["metadata"]["name"],
+                {
+                    **current,
+                    "message": message,
+                    "count": int(current.get("count") or 1) + 1,
+                    "lastTimestamp": now,
+                },
+            )
+            return
+        created = self.create(
             "events",
             namespace,
             {
@@ -112,6 +154,7 @@ class Ctx:
                 "count": 1,
             },
         )
+        seen[key] = created["metadata"]["name"]
 
     def children(self, owner: Obj, kind: str) -> list[Obj]:
         return [

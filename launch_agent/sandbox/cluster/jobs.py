@@ -24,9 +24,13 @@ from launch_agent.sandbox.cluster.common import (
     merge_conditions,
     pod_from_template,
 )
+from launch_agent.sandbox.kube.errors import ApiError
 from launch_agent.sandbox.kube.store import Obj
 
 TRACKING = "batch.kubernetes.io/job-tracking"
+# job_controller.go: `DefaultJobApiBackOff` and `MaxJobApiBackOff`, the re-sync delays after a
+# failed API call (a refused pod create).
+API_BACKOFF, MAX_API_BACKOFF = 1.0, 60.0
 
 
 def _seconds(ctx: Ctx, stamp: str | None) -> float | None:
@@ -46,6 +50,8 @@ def _finished(job: Obj) -> str | None:
 class JobController:
     def __init__(self, on_pod_created: Callable[[Obj, Obj], None] | None = None) -> None:
         self._last_failure: dict[str, float] = {}
+        # Job uid -> (refused creates in a row, when to try again).
+        self._refused: dict[str, tuple[int, float]] = {}
         self._on_pod_created = on_pod_created
 
     def reconcile(self, ctx: Ctx) -> None:
@@ -207,12 +213,16 @@ class JobController:
         missing, created = wanted - len(active), 0
         if missing > 0:
             retry_at = self._retry_at(uid, failed)
+            refused = self._refused.get(uid)
+            if refused is not None and (retry_at is None or refused[1] > retry_at):
+                retry_at = refused[1]
             if retry_at is not None and ctx.t < retry_at:
                 ctx.wake_at(retry_at)
             else:
                 for i in range(missing):
-                    self._create_pod(ctx, job, len(pods) + i)
-                created = missing
+                    if not self._create_pod(ctx, job, len(pods) + i):
+                        break
+                    created += 1
         status.update(
             active=len(active) + created,
             ready=sum(1 for p in active if _ready(p)),
@@ -230,13 +240,34 @@ class JobController:
             return None
         return float(self._last_failure[uid] + min(10.0 * 2 ** (failed - 1), 360.0))
 
-    def _create_pod(self, ctx: Ctx, job: Obj, index: int) -> None:
+    def _create_pod(self, ctx: Ctx, job: Obj, index: int) -> bool:
+        """Create one pod; False when the API server refused it.
+
+        A refusal (admission: quota, service account, PodSecurity; or validation) leaves only a
+        Warning Event `FailedCreate` on the Job, worded as `pkg/controller/controller_utils.go`
+        (`RealPodControl.createPods`) writes it: `Error creating: <the API server's message>`.
+        The Job stays active without pods and `manageJob` is retried after the API back-off
+        (`job_controller.go`, `syncJob` returning the error, requeued rate-limited), so the
+        refusal repeats (one Event, its `count` rising) until the cause is removed.
+        """
         template = job["spec"]["template"]
+        uid = job["metadata"]["uid"]
         annotations = {}
         if job["spec"].get("completionMode") == "Indexed":
             annotations["batch.kubernetes.io/job-completion-index"] = str(index)
         pod = pod_from_template(template, job, annotations=annotations, finalizers=[TRACKING])
-        created = ctx.create("pods", job["metadata"]["namespace"], pod)
+        try:
+            created = ctx.create("pods", job["metadata"]["namespace"], pod)
+        except ApiError as exc:
+            ctx.event(
+                job, "Warning", "FailedCreate", f"Error creating: {exc.message}", "job-controller"
+            )
+            count = self._refused.get(uid, (0, 0.0))[0] + 1
+            delay = min(API_BACKOFF * 2 ** (count - 1), MAX_API_BACKOFF)
+            self._refused[uid] = (count, ctx.t + delay)
+            ctx.wake_at(ctx.t + delay)
+            return False
+        self._refused.pop(uid, None)
         ctx.event(
             job,
             "Normal",
@@ -246,6 +277,7 @@ class JobController:
         )
         if self._on_pod_created is not None:
             self._on_pod_created(job, created)
+        return True
 
     def _ttl(self, ctx: Ctx, job: Obj, spec: dict[str, Any]) -> None:
         ttl = spec.get("ttlSecondsAfterFinished")

@@ -71,6 +71,8 @@ BUILTIN: tuple[ResourceType, ...] = (
     _core("configmaps", "ConfigMap", True, ("cm",)),
     _core("events", "Event", True, ("ev",)),
     _core("serviceaccounts", "ServiceAccount", True, ("sa",)),
+    _core("resourcequotas", "ResourceQuota", True, ("quota",), "status"),
+    _core("limitranges", "LimitRange", True, ("limits",)),
     _core("namespaces", "Namespace", False, ("ns",), "status"),
     _core("nodes", "Node", False, ("no",), "status"),
     ResourceType("batch", "v1", "jobs", "Job", True, "job", (), frozenset({"status"}), ("all",)),

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from launch_agent.sandbox.kube import errors
+from launch_agent.sandbox.kube.admission import admit_pod
 from launch_agent.sandbox.kube.defaults import ADMISSION
 from launch_agent.sandbox.kube.resources import CrdError, Registry, ResourceType, crd_resource_types
 from launch_agent.sandbox.kube.selectors import FieldSelector, LabelSelector
@@ -272,6 +273,8 @@ class Store:
             causes = admit(obj)
             if causes:
                 raise errors.invalid(rt, str(name), causes)
+        if rt.storage == "pods":
+            self._admit_pod(obj, namespace)
         if rt.storage == CRD_STORAGE:
             self._check_crd(obj)
         if dry_run:
@@ -284,6 +287,18 @@ class Store:
             self._establish_crd(obj)
             return self.get(rt, "", str(name))
         return obj
+
+    def _admit_pod(self, pod: Obj, namespace: str) -> None:
+        """The validating admission chain for a new pod (`admission.py`)."""
+        admit_pod(
+            pod,
+            namespace=self.find(self.rt("namespaces"), "", namespace),
+            has_account=lambda name: (
+                self.find(self.rt("serviceaccounts"), namespace, name) is not None
+            ),
+            quotas=self.list(self.rt("resourcequotas"), namespace),
+            pods=lambda: self.list(self.rt("pods"), namespace),
+        )
 
     def update(
         self,

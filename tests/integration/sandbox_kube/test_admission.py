@@ -1,0 +1,172 @@
+"""Pod admission refusals from real-looking sources, and the Job controller's FailedCreate.
+
+The messages are kube-apiserver's own wording (see `launch_agent/sandbox/kube/admission.py` for
+the upstream files): a client creating a pod gets a 403 `Forbidden`, a Job whose pods are
+refused keeps one `FailedCreate` Warning Event whose `count` rises with every retry.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from launch_agent.sandbox.cluster import SimulatedCluster
+from launch_agent.sandbox.kube import KubeApiServer
+from launch_agent.sandbox.kube.errors import ApiError
+
+from .conftest import job_body
+
+
+@pytest.fixture
+async def cluster(kube: KubeApiServer) -> AsyncIterator[SimulatedCluster]:
+    async with SimulatedCluster(kube) as sim:
+        yield sim
+
+
+def pod_body(name: str = "p", **spec: Any) -> dict[str, Any]:
+    containers = [
+        {
+            "name": "main",
+            "image": "busybox:1.36",
+            "resources": {"requests": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "1"}},
+        }
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": containers, **spec},
+    }
+
+
+def quota(name: str, **hard: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"hard": hard}}
+
+
+def failed_creates(kube: KubeApiServer, job: str = "job-a") -> list[dict[str, Any]]:
+    return [
+        e
+        for e in kube.objects.list("events", "default")
+        if e["reason"] == "FailedCreate" and e["involvedObject"]["name"] == job
+    ]
+
+
+async def test_quota_exceeded_is_forbidden_with_kube_apiservers_words(
+    kube: KubeApiServer, core: client.CoreV1Api
+) -> None:
+    kube.objects.create("resourcequotas", quota("gpu-quota", **{"requests.nvidia.com/gpu": "1"}))
+    await core.create_namespaced_pod("default", pod_body("first"))  # type: ignore[arg-type]
+    with pytest.raises(ApiException) as refused:
+        await core.create_namespaced_pod("default", pod_body("second"))  # type: ignore[arg-type]
+    assert refused.value.status == 403
+    assert (
+        'pods "second" is forbidden: exceeded quota: gpu-quota, requested:'
+        " requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=1, limited:"
+        " requests.nvidia.com/gpu=1"
+    ) == json.loads(refused.value.body)["message"]
+
+
+async def test_terminal_pods_use_no_quota(kube: KubeApiServer) -> None:
+    kube.objects.create("resourcequotas", quota("pods", pods="1", memory="1Gi"))
+    kube.objects.create("pods", pod_body("done"))
+    kube.store.update(
+        kube.store.rt("pods"),
+        "default",
+        "done",
+        {**kube.objects.get("pods", "done"), "status": {"phase": "Succeeded"}},
+        subresource="status",
+    )
+    kube.objects.create("pods", pod_body("next"))
+
+
+async def test_missing_service_account_is_forbidden(kube: KubeApiServer) -> None:
+    with pytest.raises(ApiError) as refused:
+        kube.objects.create("pods", pod_body("p", serviceAccountName="trainer"))
+    assert refused.value.code == 403
+    assert refused.value.message == (
+        'pods "p" is forbidden: error looking up service account default/trainer:'
+        ' serviceaccount "trainer" not found'
+    )
+    kube.objects.create("serviceaccounts", {"metadata": {"name": "trainer"}})
+    kube.objects.create("pods", pod_body("p", serviceAccountName="trainer"))
+    # The service account controller's `default` exists in every namespace.
+    kube.objects.create("pods", pod_body("q", serviceAccountName="default"))
+
+
+async def test_pod_security_restricted_namespace_refuses_with_each_check(
+    kube: KubeApiServer,
+) -> None:
+    kube.objects.create(
+        "namespaces",
+        {
+            "metadata": {
+                "name": "secure",
+                "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
+            }
+        },
+    )
+    with pytest.raises(ApiError) as refused:
+        kube.objects.create("pods", pod_body("p"), namespace="secure")
+    message = refused.value.message
+    assert message.startswith('pods "p" is forbidden: violates PodSecurity "restricted:latest": ')
+    for words in (
+        'allowPrivilegeEscalation != false (container "main" must set'
+        " securityContext.allowPrivilegeEscalation=false)",
+        'unrestricted capabilities (container "main" must set'
+        ' securityContext.capabilities.drop=["ALL"])',
+        'runAsNonRoot != true (pod or container "main" must set securityContext.runAsNonRoot=true)',
+        'seccompProfile (pod or container "main" must set securityContext.seccompProfile.type'
+        ' to "RuntimeDefault" or "Localhost")',
+    ):
+        assert words in message
+    restricted = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    body = pod_body("ok")
+    body["spec"]["containers"][0]["securityContext"] = restricted
+    kube.objects.create("pods", body, namespace="secure")
+
+
+async def test_job_whose_pods_are_refused_leaves_one_failed_create_event(
+    kube: KubeApiServer, cluster: SimulatedCluster, batch: client.BatchV1Api
+) -> None:
+    kube.objects.create("resourcequotas", quota("two-pods", pods="0"))
+    await batch.create_namespaced_job("default", job_body())  # type: ignore[arg-type]
+    cluster.step()
+    [event] = failed_creates(kube)
+    assert event["type"] == "Warning"
+    assert event["source"] == {"component": "job-controller"}
+    assert event["involvedObject"]["kind"] == "Job"
+    assert event["message"].startswith('Error creating: pods "job-a-')
+    assert (
+        "is forbidden: exceeded quota: two-pods, requested: pods=1, used: pods=0"
+        in (event["message"])
+    )
+    assert event["count"] == 1
+    # The controller retries after its API back-off (1 s, doubling, at most 60 s); each pod
+    # name makes a new message, until the recorder combines similar Events into one.
+    cluster.advance(1)
+    cluster.advance(2)
+    assert len(failed_creates(kube)) == 3
+    for _ in range(12):
+        cluster.advance(60)
+    events = failed_creates(kube)
+    assert len(events) == 10
+    [combined] = [e for e in events if e["count"] > 1]
+    assert combined["message"].startswith(
+        '(combined from similar events): Error creating: pods "job-a-'
+    )
+    assert combined["lastTimestamp"] > combined["firstTimestamp"]
+    assert kube.objects.list("pods", "default") == []
+    # The cause goes away: the next retry creates the pod.
+    kube.objects.delete("resourcequotas", "two-pods")
+    cluster.advance(60)
+    assert len(kube.objects.list("pods", "default")) == 1
