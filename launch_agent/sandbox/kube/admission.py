@@ -71,7 +71,8 @@ def admit_pod(
     pods: Callable[[], Iterable[Obj]],
 ) -> None:
     """Raise the first plugin's refusal of creating `pod` in its namespace (`namespace` is
-    the Namespace object, `quotas` its ResourceQuotas, `pods` lists its pods, read only when a quota applies)."""
+    the Namespace object, `quotas` its ResourceQuotas; `pods` lists its pods, called only
+    when a quota applies)."""
     meta, spec = pod["metadata"], pod.get("spec") or {}
     name, ns = str(meta.get("name") or ""), str(meta.get("namespace") or "")
     account = spec.get("serviceAccountName") or "default"
