@@ -64,7 +64,7 @@ async def test_quota_exceeded_is_forbidden_with_kube_apiservers_words(
     with pytest.raises(ApiException) as refused:
         await core.create_namespaced_pod("default", pod_body("second"))  # type: ignore[arg-type]
     assert refused.value.status == 403
-    assert json.loads(refused.value.body)["message"] == (
+    assert json.loads(refused.value.body or b"{}")["message"] == (
         'pods "second" is forbidden: exceeded quota: gpu-quota, requested:'
         " requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=1, limited:"
         " requests.nvidia.com/gpu=1"
