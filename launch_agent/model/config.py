@@ -145,9 +145,10 @@ class TrackingConfig(_Strict):
     log_tail_lines: int = Field(default=50, ge=0, le=1000)
     # One batched RunStoppedStatus request for every in-flight run, this often.
     stop_check_seconds: float = Field(default=10.0, gt=0)
-    # W&B's run start deadline (its chart's agent.startTimeout, WANDB_LAUNCH_START_TIMEOUT).
-    # Accepted so W&B's values load unchanged; the agent does not act on it yet (docs/install.md).
-    start_timeout_seconds: float | None = Field(default=None, gt=0)
+    # W&B's run start deadline (its chart's agent.startTimeout, WANDB_LAUNCH_START_TIMEOUT): a
+    # run none of whose pods runs this long after it was created (or admitted) is failed, with
+    # the Warning Events that explain it (FailedCreate, FailedMount, ...).
+    start_timeout_seconds: float = Field(default=1800.0, gt=0)
 
 
 class LimitsConfig(_Strict):

@@ -66,6 +66,8 @@ class Reason(StrEnum):
     WORKLOAD_FAILED = "WorkloadFailed"
     STOPPED = "Stopped"
     DELETED = "Deleted"
+    # tracking.start_timeout_seconds passed and no pod ever ran.
+    START_TIMEOUT = "StartTimeout"
 
 
 class Severity(StrEnum):

@@ -248,7 +248,8 @@ class Agent:
         )
         self.finisher = finisher
         policy = TrackingPolicy(
-            unschedulable_deadline=timedelta(seconds=config.tracking.unschedulable_timeout_seconds)
+            unschedulable_deadline=timedelta(seconds=config.tracking.unschedulable_timeout_seconds),
+            start_timeout=timedelta(seconds=config.tracking.start_timeout_seconds),
         )
         tracker = Tracker(
             kube,
@@ -267,6 +268,7 @@ class Agent:
         )
         self.tracker = tracker
         await stack.enter_async_context(tracker.informers)
+        await stack.enter_async_context(tracker.event_informers)
         await tracker.watch_specs(specs.specs, config.namespaces)
         if not await tracker.wait_synced(ADOPTION_TIMEOUT):
             log.warning("not every watch listed within %.0fs; popping anyway", ADOPTION_TIMEOUT)

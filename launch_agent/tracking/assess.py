@@ -23,14 +23,15 @@ Precedence, strongest first:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
-from launch_agent.tracking.fields import name_of
+from launch_agent.tracking.fields import name_of, timestamp
 from launch_agent.tracking.pods import summarize_pods
+from launch_agent.tracking.views import Meta
 from launch_agent.tracking.workloads import Phase, WorkloadStatus, group_kind, workload_status
 
 _JOB_REASONS = {
@@ -52,6 +53,8 @@ class TrackingPolicy:
     # How long a pod may stay unschedulable before the run is failed. Long enough for a cluster
     # autoscaler to add a node (typically 1-3 minutes), short enough not to hold a slot forever.
     unschedulable_deadline: timedelta = timedelta(minutes=10)
+    # tracking.start_timeout_seconds: no pod running this long after creation.
+    start_timeout: timedelta = timedelta(seconds=1800)
 
 
 DEFAULT_POLICY = TrackingPolicy()
@@ -100,8 +103,16 @@ def assess(
     pods: Sequence[Mapping[str, Any]],
     now: datetime,
     policy: TrackingPolicy = DEFAULT_POLICY,
+    *,
+    events: Iterable[object] = (),
+    started_at: datetime | None = None,
 ) -> Assessment:
-    """The run's state and the one diagnosis that best explains it (None when all is well)."""
+    """The run's state and the one diagnosis that best explains it (None when all is well).
+
+    `events`: Warning Events about the workload, the objects its controller made and its pods
+    (the runtime's Events informer files them per run). `started_at`: when the run was free to
+    start, when the caller knows better than the workload's creationTimestamp.
+    """
     status = workload_status(workload)
     summary = summarize_pods(pods, now, policy.unschedulable_deadline)
     if status.phase is Phase.SUCCEEDED:
@@ -132,7 +143,44 @@ def assess(
     warning = summary.warnings[0] if summary.warnings else None
     if status.phase is Phase.RUNNING or summary.running:
         return Assessment(RunState.RUNNING, warning)
+    since = started_at or timestamp(Meta(workload).creation_timestamp)
+    if since is not None and now - since >= policy.start_timeout:
+        return Assessment(RunState.FAILED, _start_timeout(workload, events, warning, policy))
     return Assessment(RunState.STARTING, warning)
+
+
+def _start_timeout(
+    workload: Mapping[str, Any],
+    events: Iterable[object],
+    warning: Diagnosis | None,
+    policy: TrackingPolicy,
+) -> Diagnosis:
+    """A run that never started: the latest Warning Event says why, in its writer's words."""
+    minutes = int(policy.start_timeout.total_seconds() // 60)
+    head = f"{describe_kind(workload)} did not start within {minutes}m"
+    latest: Mapping[str, Any] | None = None
+    for event in events:
+        if isinstance(event, Mapping) and event.get("type") == "Warning":
+            if latest is None or str(event.get("lastTimestamp") or "") >= str(
+                latest.get("lastTimestamp") or ""
+            ):
+                latest = event
+    if latest is not None:
+        count = latest.get("count") or 1
+        said = " ".join(str(latest.get("message") or "").split())
+        message = f"{head}: {count} {latest.get('reason')} event(s): {said}"
+        return Diagnosis(Reason.START_TIMEOUT, message, Severity.TERMINAL, detail=said)
+    if warning is not None:
+        return Diagnosis(
+            Reason.START_TIMEOUT,
+            f"{head}: {warning.message}",
+            Severity.TERMINAL,
+            pod=warning.pod,
+            container=warning.container,
+            image=warning.image,
+            detail=warning.detail,
+        )
+    return Diagnosis(Reason.START_TIMEOUT, f"{head} and no Event says why", Severity.TERMINAL)
 
 
 def assess_deleted(

@@ -373,6 +373,7 @@ class KubeClient:
         label_selector: str | None = None,
         page_size: int = 500,
         transform: Callable[[Obj], Obj] | None = None,
+        field_selector: str | None = None,
     ) -> Listed:
         """Every object matching the selector, paged; with the list's resourceVersion.
 
@@ -386,6 +387,8 @@ class KubeClient:
             query = [("limit", str(page_size))]
             if label_selector:
                 query.append(("labelSelector", label_selector))
+            if field_selector:
+                query.append(("fieldSelector", field_selector))
             if token:
                 query.append(("continue", token))
             page = await self.request("GET", resource.path(namespace), query=query)
@@ -447,6 +450,7 @@ class KubeClient:
         label_selector: str | None = None,
         timeout_seconds: int = 300,
         silence_timeout: float | None = None,
+        field_selector: str | None = None,
     ) -> AsyncGenerator[Obj, None]:
         """One watch request from `resource_version`, with bookmarks; raw event dicts.
 
@@ -461,6 +465,8 @@ class KubeClient:
         ]
         if label_selector:
             query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         # No total timeout: a watch is long by design. A stream silent (no event, no bookmark)
         # for `silence_timeout` (default: the server's own timeout plus a margin) is a dead
         # connection, e.g. half-open TCP after a node or load balancer went away.

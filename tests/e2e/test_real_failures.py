@@ -1,0 +1,129 @@
+"""Failures a real cluster shows only in Events, end to end on the sandbox.
+
+The sandbox's API server refuses pods as kube-apiserver does (a ResourceQuota object in the
+namespace, a missing ServiceAccount, a namespace labelled `pod-security.kubernetes.io/enforce`),
+and its Job controller leaves only a `FailedCreate` Warning Event on the Job. Before the Events
+informer and the start deadline, such a run stayed "starting" forever and held its `max_jobs`
+slot. Each test asserts the W&B state and the upstream words in the message ("exceeded quota",
+`serviceaccount "x" not found`), never our enum names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launch_agent.render.naming import label_value
+from launch_agent.runtime.agent import Agent
+from launch_agent.sandbox.wandb import ItemState, RunQueueItem
+from tests.e2e.conftest import BASIC_SPEC, Env, run_spec, until
+
+START_TIMEOUT = 120.0
+
+
+def failed_creates(env: Env) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in env.kube.objects.list("events", "default")
+        if e["reason"] == "FailedCreate" and e["type"] == "Warning"
+    ]
+
+
+def config(env: Env, **tracking: Any) -> Any:
+    return env.config(
+        max_jobs=1,
+        tracking={
+            "stop_check_seconds": 0.1,
+            "unschedulable_timeout_seconds": 120,
+            "start_timeout_seconds": START_TIMEOUT,
+            **tracking,
+        },
+    )
+
+
+async def fails_at_start_deadline(env: Env, agent: Agent, item: RunQueueItem) -> str:
+    """Let the refusal reach the agent, pass the start deadline, return W&B's failure text."""
+    await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+    await until(lambda: failed_creates(env), message="the Job controller's FailedCreate")
+    assert agent.tracker is not None
+    tracker = agent.tracker
+    await until(lambda: tracker.events.of(item.id), message="the Event reached the agent")
+    assert item.state is ItemState.CLAIMED, "a refused create is not a failure before the deadline"
+    env.advance(START_TIMEOUT + 1)
+    await until(lambda: item.state is ItemState.FAILED, message="failed at the start deadline")
+    assert item.failure is not None
+    assert item.failure.stage == "run"
+    await until(lambda: not jobs_of(env, item), message="the Job is deleted (frees max_jobs)")
+    return item.failure.message
+
+
+def jobs_of(env: Env, item: RunQueueItem) -> list[dict[str, Any]]:
+    selector = f"launch-agent.io/run-queue-item={label_value(item.id)}"
+    return env.kube.objects.list("jobs", namespace="default", label_selector=selector)
+
+
+async def test_resource_quota_exceeded_fails_the_run_naming_the_quota(env: Env) -> None:
+    env.kube.objects.create(
+        "resourcequotas",
+        {"metadata": {"name": "team-quota"}, "spec": {"hard": {"requests.cpu": "500m"}}},
+    )
+    first = env.push(run_spec("q1"))
+    second = env.push(run_spec("q2"))
+    async with env.running(env.agent(config(env))) as agent:
+        message = await fails_at_start_deadline(env, agent, first)
+        assert "exceeded quota: team-quota" in message, message
+        assert "requested: requests.cpu=1, used: requests.cpu=0, limited: requests.cpu=500m" in (
+            message
+        )
+        assert "did not start" in message
+        # The slot is free again: the next run is popped (and refused the same way).
+        await until(lambda: second.state is ItemState.CLAIMED, message="next run popped")
+
+
+async def test_missing_service_account_fails_the_run_with_the_admission_error(
+    env: Env,
+) -> None:
+    spec = BASIC_SPEC.replace(
+        "  defaults:\n", "  security:\n    serviceAccountName: trainer\n  defaults:\n"
+    )
+    (env.specs_dir / "basic.yaml").write_text(spec)
+    item = env.push(run_spec("sa1"))
+    async with env.running(env.agent(config(env))) as agent:
+        message = await fails_at_start_deadline(env, agent, item)
+        assert (
+            "error looking up service account default/trainer:"
+            ' serviceaccount "trainer" not found' in message
+        ), message
+
+
+async def test_service_account_that_exists_runs(env: Env) -> None:
+    """The same spec with the account in place: admission passes and the run succeeds."""
+    spec = BASIC_SPEC.replace(
+        "  defaults:\n", "  security:\n    serviceAccountName: trainer\n  defaults:\n"
+    )
+    (env.specs_dir / "basic.yaml").write_text(spec)
+    env.kube.objects.create("serviceaccounts", {"metadata": {"name": "trainer"}})
+    item = env.push(run_spec("sa2"))
+    async with env.running(env.agent(config(env))) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+        await until(lambda: env.pods_of(item), message="pod created")
+        env.advance(10)
+        await until(lambda: agent.runs.get(item.id) is None, message="run finished")
+        assert item.failure is None
+        assert failed_creates(env) == []
+
+
+async def test_restricted_namespace_admits_the_agents_pods(env: Env) -> None:
+    """PodSecurity `restricted` refuses what the agent does not set; the agent sets it all."""
+    env.kube.objects.patch(
+        "namespaces",
+        "default",
+        {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}},
+        namespace="",
+    )
+    item = env.push(run_spec("ps1"))
+    async with env.running(env.agent(config(env))) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+        await until(lambda: env.pods_of(item), message="pod admitted")
+        env.advance(10)
+        await until(lambda: agent.runs.get(item.id) is None, message="run finished")
+        assert item.failure is None
