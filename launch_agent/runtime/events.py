@@ -127,9 +127,7 @@ class EventBook:
         return list(self._runs)
 
 
-def file_event(
-    book: EventBook, event: Obj, run_of: Callable[[str, str], str | None]
-) -> str | None:
+def file_event(book: EventBook, event: Obj, run_of: Callable[[str, str], str | None]) -> str | None:
     """Put a Warning Event under the run it is about (`run_of(namespace, workload name)`);
     the run, or None when it is about no run of this agent."""
     if event.get("type") != "Warning":

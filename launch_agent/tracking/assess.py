@@ -160,11 +160,12 @@ def _start_timeout(
     head = f"{describe_kind(workload)} did not start within {minutes}m"
     latest: Mapping[str, Any] | None = None
     for event in events:
-        if isinstance(event, Mapping) and event.get("type") == "Warning":
-            if latest is None or str(event.get("lastTimestamp") or "") >= str(
-                latest.get("lastTimestamp") or ""
-            ):
-                latest = event
+        if not isinstance(event, Mapping) or event.get("type") != "Warning":
+            continue
+        if latest is None or str(event.get("lastTimestamp") or "") >= str(
+            latest.get("lastTimestamp") or ""
+        ):
+            latest = event
     if latest is not None:
         count = latest.get("count") or 1
         said = " ".join(str(latest.get("message") or "").split())

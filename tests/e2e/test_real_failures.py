@@ -56,6 +56,13 @@ async def fails_at_start_deadline(env: Env, agent: Agent, item: RunQueueItem) ->
     return item.failure.message
 
 
+async def failure_text(item: RunQueueItem) -> str:
+    await until(lambda: item.state is ItemState.FAILED, message="failed at the deadline")
+    assert item.failure is not None
+    assert item.failure.stage == "run"
+    return item.failure.message
+
+
 def jobs_of(env: Env, item: RunQueueItem) -> list[dict[str, Any]]:
     selector = f"launch-agent.io/run-queue-item={label_value(item.id)}"
     return env.kube.objects.list("jobs", namespace="default", label_selector=selector)
@@ -125,5 +132,57 @@ async def test_restricted_namespace_admits_the_agents_pods(env: Env) -> None:
         await until(lambda: item.state is ItemState.CLAIMED, message="ack")
         await until(lambda: env.pods_of(item), message="pod admitted")
         env.advance(10)
+        await until(lambda: agent.runs.get(item.id) is None, message="run finished")
+        assert item.failure is None
+
+
+SECRET_VOLUME_SPEC = BASIC_SPEC.replace(
+    """              resources:
+                requests: {cpu: "1", memory: 1Gi}
+""",
+    """              resources:
+                requests: {cpu: "1", memory: 1Gi}
+              volumeMounts:
+                - {name: creds, mountPath: /etc/creds, readOnly: true}
+          volumes:
+            - name: creds
+              secret: {secretName: wandb-creds}
+""",
+)
+
+
+async def test_missing_secret_volume_fails_at_the_start_deadline_with_failed_mount(
+    env: Env,
+) -> None:
+    assert "wandb-creds" in SECRET_VOLUME_SPEC
+    (env.specs_dir / "basic.yaml").write_text(SECRET_VOLUME_SPEC)
+    item = env.push(run_spec("m1"))
+    async with env.running(env.agent(config(env))) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+        await until(lambda: env.pods_of(item), message="pod created")
+        env.advance(5)
+        assert agent.tracker is not None
+        tracker = agent.tracker
+        await until(lambda: tracker.events.of(item.id), message="FailedMount reached the agent")
+        assert item.failure is None, "FailedMount is not a failure before the deadline"
+        env.advance(START_TIMEOUT)
+        message = await failure_text(item)
+        assert (
+            'MountVolume.SetUp failed for volume "creds" : secret "wandb-creds" not found'
+            in message
+        ), message
+        await until(lambda: not jobs_of(env, item), message="the Job is deleted")
+
+
+async def test_secret_volume_created_late_lets_the_run_start(env: Env) -> None:
+    """FailedMount is transient: once the Secret exists the pod starts and the run succeeds."""
+    (env.specs_dir / "basic.yaml").write_text(SECRET_VOLUME_SPEC)
+    item = env.push(run_spec("m2"))
+    async with env.running(env.agent(config(env))) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+        await until(lambda: env.pods_of(item), message="pod created")
+        env.advance(5)
+        env.kube.objects.create("secrets", {"metadata": {"name": "wandb-creds"}, "data": {}})
+        env.advance(30)
         await until(lambda: agent.runs.get(item.id) is None, message="run finished")
         assert item.failure is None

@@ -373,6 +373,7 @@ class KubeClient:
         label_selector: str | None = None,
         page_size: int = 500,
         transform: Callable[[Obj], Obj] | None = None,
+        *,
         field_selector: str | None = None,
     ) -> Listed:
         """Every object matching the selector, paged; with the list's resourceVersion.

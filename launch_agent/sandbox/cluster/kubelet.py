@@ -47,6 +47,11 @@ class PodSim:
     logged: int = 0
     seen: set[str] = field(default_factory=set)  # event signatures already recorded
     deleted: bool = False
+    # When the pod's volumes were set up and its containers' config resolved (None: not yet).
+    mounted_at: float | None = None
+    # Failed volume set-ups so far and when the volume manager tries again.
+    mount_failures: int = 0
+    mount_retry_at: float = 0.0
 
 
 def _crash_cycles(o: Outcome, run_from: float, t: float) -> tuple[int, float, float | None]:
@@ -206,8 +211,75 @@ class Kubelet:
         )
         return True
 
+    def _mount(self, ctx: Ctx, pod: Obj, sim: PodSim) -> bool:
+        """Set up the pod's Secret and ConfigMap volumes; False while one is missing.
+
+        `pkg/kubelet/volumemanager/reconciler` mounts each volume through
+        `operationexecutor/operation_generator.go` (`GenerateMountVolumeFunc`): a Secret
+        volume whose Secret does not exist fails in `pkg/volume/secret/secret.go` (`SetUpAt`,
+        the API's `secret "x" not found`), recorded as a Warning `FailedMount` Event
+        `MountVolume.SetUp failed for volume "v" : secret "x" not found`, retried on the
+        exponential back-off of `nestedpendingoperations` (500 ms doubling to 2 min 2 s). The
+        pod stays Pending in ContainerCreating until the object appears; `optional: true`
+        sources are skipped.
+        """
+        if sim.mounted_at is not None:
+            return True
+        if ctx.t < sim.mount_retry_at:
+            ctx.wake_at(sim.mount_retry_at)
+            return False
+        missing = missing_volumes(ctx, pod)
+        if not missing:
+            sim.mounted_at = ctx.t
+            return True
+        for volume, what in missing:
+            ctx.event(
+                pod,
+                "Warning",
+                "FailedMount",
+                f'MountVolume.SetUp failed for volume "{volume}" : {what} not found',
+                "kubelet",
+            )
+        sim.mount_failures += 1
+        sim.mount_retry_at = ctx.t + min(0.5 * 2 ** (sim.mount_failures - 1), 122.0)
+        ctx.wake_at(sim.mount_retry_at)
+        statuses = [
+            {
+                "name": c["name"],
+                "image": c.get("image", ""),
+                "imageID": "",
+                "restartCount": 0,
+                "started": False,
+                "ready": False,
+                "state": {"waiting": {"reason": "ContainerCreating"}},
+            }
+            for c in pod["spec"].get("containers") or []
+        ]
+        status = {
+            **(pod.get("status") or {}),
+            "phase": "Pending",
+            "hostIP": "10.0.0.1",
+            "startTime": ctx.ts(sim.bound_at),
+            "containerStatuses": statuses,
+        }
+        status["conditions"] = merge_conditions(
+            status.get("conditions"),
+            [
+                condition("PodReadyToStartContainers", False, "", "", ctx.ts(sim.bound_at)),
+                condition("PodScheduled", True, "", "", ctx.ts(sim.bound_at)),
+            ],
+        )
+        for c in status["conditions"]:
+            for key in ("reason", "message"):
+                if not c.get(key):
+                    c.pop(key, None)
+        ctx.set_status(pod, status)
+        return False
+
     def _play(self, ctx: Ctx, pod: Obj, sim: PodSim) -> None:
-        o, b = sim.outcome, sim.bound_at
+        if not self._mount(ctx, pod, sim):
+            return
+        o, b = sim.outcome, sim.mounted_at
         assert b is not None
         spec = pod["spec"]
         containers = [c["name"] for c in spec.get("containers") or []]
@@ -405,7 +477,7 @@ class Kubelet:
         self, ctx: Ctx, pod: Obj, sim: PodSim, *, state: dict[str, Any], o: Outcome, target: str
     ) -> None:
         """Append the lines the target container has printed by now."""
-        b = sim.bound_at
+        b = sim.mounted_at
         assert b is not None
         if "running" not in state and "terminated" not in state and "last" not in state:
             return
@@ -430,6 +502,34 @@ class Kubelet:
         for when, line in lines[sim.logged :]:
             out.append((ctx.ts(when).replace("Z", ".000000000Z"), line))
         sim.logged = max(sim.logged, len(lines))
+
+
+def missing_volumes(ctx: Ctx, pod: Obj) -> list[tuple[str, str]]:
+    """(volume name, `secret "x"` / `configmap "x"`) for each non-optional Secret or
+    ConfigMap volume (or projected source) whose object is not in the pod's namespace."""
+    namespace = pod["metadata"]["namespace"]
+    out: list[tuple[str, str]] = []
+    for volume in pod["spec"].get("volumes") or []:
+        sources: list[tuple[str, dict[str, Any]]] = []
+        if isinstance(volume.get("secret"), dict):
+            sources.append(("secret", volume["secret"]))
+        if isinstance(volume.get("configMap"), dict):
+            sources.append(("configmap", volume["configMap"]))
+        for source in (volume.get("projected") or {}).get("sources") or []:
+            if isinstance(source.get("secret"), dict):
+                sources.append(("secret", source["secret"]))
+            if isinstance(source.get("configMap"), dict):
+                sources.append(("configmap", source["configMap"]))
+        for kind, source in sources:
+            name = source.get("secretName") if kind == "secret" else None
+            name = name or source.get("name")
+            if not name or source.get("optional"):
+                continue
+            resource = "secrets" if kind == "secret" else "configmaps"
+            if ctx.store.find(ctx.store.rt(resource), namespace, str(name)) is None:
+                out.append((str(volume.get("name")), f'{kind} "{name}"'))
+                break
+    return out
 
 
 def pod_start(state: dict[str, Any], ctx: Ctx) -> float:

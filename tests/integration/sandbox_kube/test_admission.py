@@ -170,3 +170,36 @@ async def test_job_whose_pods_are_refused_leaves_one_failed_create_event(
     kube.objects.delete("resourcequotas", "two-pods")
     cluster.advance(60)
     assert len(kube.objects.list("pods", "default")) == 1
+
+
+async def test_missing_secret_volume_keeps_the_pod_creating_with_failed_mount_events(
+    kube: KubeApiServer, cluster: SimulatedCluster
+) -> None:
+    body = pod_body("p", volumes=[{"name": "creds", "secret": {"secretName": "wandb-creds"}}])
+    kube.objects.create("pods", body)
+    cluster.step()
+    cluster.advance(30)
+    pod = kube.objects.get("pods", "p")
+    assert pod["status"]["phase"] == "Pending"
+    [status] = pod["status"]["containerStatuses"]
+    assert status["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    [event] = [e for e in kube.objects.list("events", "default") if e["reason"] == "FailedMount"]
+    assert event["type"] == "Warning" and event["source"] == {"component": "kubelet"}
+    assert event["message"] == (
+        'MountVolume.SetUp failed for volume "creds" : secret "wandb-creds" not found'
+    )
+    assert event["count"] > 3, "the volume manager retries on its back-off"
+    kube.objects.create("secrets", {"metadata": {"name": "wandb-creds"}, "data": {}})
+    cluster.advance(130)
+    pod = kube.objects.get("pods", "p")
+    assert pod["status"]["phase"] in ("Running", "Succeeded")
+
+
+async def test_optional_secret_volume_does_not_block(
+    kube: KubeApiServer, cluster: SimulatedCluster
+) -> None:
+    volume = {"name": "creds", "secret": {"secretName": "absent", "optional": True}}
+    kube.objects.create("pods", pod_body("p", volumes=[volume]))
+    cluster.step()
+    cluster.advance(2)
+    assert kube.objects.get("pods", "p")["status"]["phase"] == "Running"
