@@ -144,9 +144,22 @@ def assess(
     if status.phase is Phase.RUNNING or summary.running:
         return Assessment(RunState.RUNNING, warning)
     since = started_at or timestamp(Meta(workload).creation_timestamp)
-    if since is not None and now - since >= policy.start_timeout:
+    if since is not None and now - since >= policy.start_timeout and not _ever_ran(pods):
         return Assessment(RunState.FAILED, _start_timeout(workload, events, warning, policy))
     return Assessment(RunState.STARTING, warning)
+
+
+def _ever_ran(pods: Sequence[Mapping[str, Any]]) -> bool:
+    """A container of these pods ran at some point: the run started, whatever it does now
+    (a pod ended by SIGTERM while its Job's terminal condition waits for it)."""
+    for pod in pods:
+        status = pod.get("status") or {}
+        for cs in status.get("containerStatuses") or []:
+            for key in ("state", "lastState"):
+                state = cs.get(key) or {}
+                if "running" in state or (state.get("terminated") or {}).get("startedAt"):
+                    return True
+    return False
 
 
 def _start_timeout(

@@ -92,6 +92,16 @@ class Ctx:
         self.writes += 1
         self.store.delete(rt, meta.get("namespace", ""), meta["name"], propagation=propagation)
 
+    def confirm_deleted(self, pod: Obj) -> None:
+        """The kubelet's final delete of a pod whose containers stopped (grace period 0)."""
+        rt = self.store.rt("pods")
+        meta = pod["metadata"]
+        current = self.store.find(rt, meta["namespace"], meta["name"])
+        if current is None or current["metadata"].get("deletionGracePeriodSeconds") == 0:
+            return
+        self.writes += 1
+        self.store.delete(rt, meta["namespace"], meta["name"], grace_period=0)
+
     def event(self, involved: Obj, kind: str, reason: str, message: str, source: str) -> None:
         """Record a core/v1 Event about `involved` (what `kubectl describe` shows).
 

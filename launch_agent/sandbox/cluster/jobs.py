@@ -6,9 +6,15 @@ Per Job: create pods from the template (named `<job>-<suffix>`, labelled `job-na
 it was deleted); count `active`, `ready`, `succeeded`, `failed`, `terminating`; recreate
 failed pods after the 10 s doubling back-off until `backoffLimit` (for `restartPolicy:
 OnFailure`, container restarts count instead); finish with `SuccessCriteriaMet` + `Complete`
-or `FailureTarget` + `Failed` (reasons `BackoffLimitExceeded`, `DeadlineExceeded`), as
-Kubernetes 1.31+ does; honour `suspend` (active pods are deleted, condition `Suspended`) and
-`activeDeadlineSeconds`; delete a finished Job `ttlSecondsAfterFinished` later.
+or `FailureTarget` + `Failed` (reasons `BackoffLimitExceeded`, `DeadlineExceeded`); honour
+`suspend` (active pods are deleted, condition `Suspended`) and `activeDeadlineSeconds`; delete a finished Job `ttlSecondsAfterFinished` later.
+
+Versions (`pkg/controller/job/job_controller.go`, `delayTerminalCondition`, true from 1.31 with
+the `JobManagedBy` / `JobPodReplacementPolicy` feature gates): on 1.31+ a Job that meets its
+failure or success criteria gets the interim `FailureTarget` / `SuccessCriteriaMet` condition
+first, and `Failed` / `Complete` (and `completionTime`) only once none of its pods is still
+terminating (`enactJobFinished`); pods deleted gracefully take their grace period to end. On
+1.30 `Failed` / `Complete` come at once, while the pods may still be running.
 """
 
 from __future__ import annotations
@@ -47,8 +53,19 @@ def _finished(job: Obj) -> str | None:
     return None
 
 
+def _version(text: str) -> tuple[int, int]:
+    major, _, minor = text.partition(".")
+    try:
+        return int(major), int(minor.split(".")[0] or 0)
+    except ValueError:
+        raise ValueError(f"kubernetes version {text!r}: expected MAJOR.MINOR like 1.31") from None
+
+
 class JobController:
-    def __init__(self, on_pod_created: Callable[[Obj, Obj], None] | None = None) -> None:
+    def __init__(
+        self, on_pod_created: Callable[[Obj, Obj], None] | None = None, version: str = "1.31"
+    ) -> None:
+        self.delay_terminal = _version(version) >= (1, 31)
         self._last_failure: dict[str, float] = {}
         # Job uid -> (refused creates in a row, when to try again).
         self._refused: dict[str, tuple[int, float]] = {}
@@ -113,7 +130,10 @@ class JobController:
         )
         conditions = list(status.get("conditions") or [])
         if spec.get("suspend"):
+            # `manageJob` -> `deleteJobPods`: the tracking finalizer goes first, so pods
+            # removed by a suspension are not counted as failed.
             for pod in active:
+                self._untrack(ctx, pod)
                 ctx.delete(pod)
             conditions = merge_conditions(
                 conditions,
@@ -123,7 +143,12 @@ class JobController:
                     )
                 ],
             )
-            status.update(active=0, ready=0, conditions=conditions)
+            status.update(
+                active=0,
+                ready=0,
+                terminating=len(active) + _terminating(pods),
+                conditions=conditions,
+            )
             status.pop("startTime", None)
             ctx.set_status(job, {k: v for k, v in status.items() if v is not None})
             return
@@ -157,54 +182,21 @@ class JobController:
             if completions is not None
             else (succeeded >= 1 and not active)
         )
-        if failure or complete:
-            for pod in active:
-                ctx.delete(pod)
-            if failure:
-                reason, message = failure
-                conditions = merge_conditions(
-                    conditions,
-                    [
-                        condition("FailureTarget", True, reason, message, now, lastProbeTime=now),
-                        condition("Failed", True, reason, message, now, lastProbeTime=now),
-                    ],
-                )
-                ctx.event(job, "Warning", reason, message, "job-controller")
-            else:
-                conditions = merge_conditions(
-                    conditions,
-                    [
-                        condition(
-                            "SuccessCriteriaMet",
-                            True,
-                            "CompletionsReached",
-                            "Reached expected number of succeeded pods",
-                            now,
-                            lastProbeTime=now,
-                        ),
-                        condition(
-                            "Complete",
-                            True,
-                            "CompletionsReached",
-                            "Reached expected number of succeeded pods",
-                            now,
-                            lastProbeTime=now,
-                        ),
-                    ],
-                )
-                status["completionTime"] = now
-                ctx.event(job, "Normal", "Completed", "Job completed", "job-controller")
-            status.update(
-                active=0,
-                ready=0,
-                succeeded=succeeded,
-                failed=failed,
-                terminating=0,
+        target = _interim(job)
+        if failure or complete or target is not None:
+            self._finish(
+                ctx,
+                job,
+                status=status,
                 conditions=conditions,
+                pods=pods,
+                active=active,
+                failure=failure,
+                target=target,
             )
-            status["uncountedTerminatedPods"] = {}
+            status.update(succeeded=succeeded, failed=failed)
             ctx.set_status(job, status)
-            if spec.get("ttlSecondsAfterFinished") is not None:
+            if spec.get("ttlSecondsAfterFinished") is not None and _finished_in(status):
                 ctx.wake_at(ctx.t + float(spec["ttlSecondsAfterFinished"]))
             return
         wanted = parallelism if completions is None else min(parallelism, completions - succeeded)
@@ -228,12 +220,63 @@ class JobController:
             ready=sum(1 for p in active if _ready(p)),
             succeeded=succeeded,
             failed=failed,
-            terminating=sum(1 for p in pods if p["metadata"].get("deletionTimestamp")),
+            terminating=_terminating(pods),
             uncountedTerminatedPods={},
         )
         if conditions:
             status["conditions"] = conditions
         ctx.set_status(job, status)
+
+    def _finish(
+        self,
+        ctx: Ctx,
+        job: Obj,
+        *,
+        status: dict[str, Any],
+        conditions: list[dict[str, Any]],
+        pods: list[Obj],
+        active: list[Obj],
+        failure: tuple[str, str] | None,
+        target: dict[str, Any] | None,
+    ) -> None:
+        """`syncJob` once the Job met its criteria: delete the active pods (`deleteActivePods`),
+        record the interim condition, and the terminal one when `enactJobFinished` allows."""
+        now = ctx.ts()
+        for pod in active:
+            ctx.delete(pod)
+        if target is not None:
+            failing = target["type"] == "FailureTarget"
+            reason, message = str(target.get("reason") or ""), str(target.get("message") or "")
+        elif failure is not None:
+            failing, (reason, message) = True, failure
+        else:
+            failing = False
+            reason, message = "CompletionsReached", "Reached expected number of succeeded pods"
+        interim, final = (
+            ("FailureTarget", "Failed") if failing else ("SuccessCriteriaMet", "Complete")
+        )
+        # The pods just deleted, and earlier ones still in their grace period.
+        terminating = len(active) + _terminating(pods)
+        if not any(c.get("type") == interim for c in conditions):
+            conditions = merge_conditions(
+                conditions, [condition(interim, True, reason, message, now, lastProbeTime=now)]
+            )
+        if not self.delay_terminal or terminating == 0:
+            conditions = merge_conditions(
+                conditions, [condition(final, True, reason, message, now, lastProbeTime=now)]
+            )
+            if failing:
+                ctx.event(job, "Warning", reason, message, "job-controller")
+            else:
+                status["completionTime"] = now
+                ctx.event(job, "Normal", "Completed", "Job completed", "job-controller")
+        status.update(
+            active=0,
+            ready=0,
+            terminating=terminating if self.delay_terminal else 0,
+            conditions=conditions,
+            uncountedTerminatedPods={},
+        )
 
     def _retry_at(self, uid: str, failed: int) -> float | None:
         if not failed or uid not in self._last_failure:
@@ -295,6 +338,31 @@ class JobController:
             ctx.delete(job, propagation="Foreground")
         else:
             ctx.wake_at(finished_at + float(ttl))
+
+
+def _interim(job: Obj) -> dict[str, Any] | None:
+    """The Job's `FailureTarget` or `SuccessCriteriaMet` condition, if it has one."""
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("type") in ("FailureTarget", "SuccessCriteriaMet") and c.get("status") == "True":
+            return dict(c)
+    return None
+
+
+def _terminating(pods: list[Obj]) -> int:
+    """`controller.CountTerminatingPods`: deleted, not yet in a terminal phase."""
+    return sum(
+        1
+        for p in pods
+        if p["metadata"].get("deletionTimestamp")
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    )
+
+
+def _finished_in(status: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
 
 
 def _ready(pod: Obj) -> bool:

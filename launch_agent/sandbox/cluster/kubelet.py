@@ -52,6 +52,8 @@ class PodSim:
     # Failed volume set-ups so far and when the volume manager tries again.
     mount_failures: int = 0
     mount_retry_at: float = 0.0
+    # When the kubelet saw the pod's deletionTimestamp (SIGTERM sent).
+    term_at: float | None = None
 
 
 def _crash_cycles(o: Outcome, run_from: float, t: float) -> tuple[int, float, float | None]:
@@ -161,6 +163,7 @@ class Kubelet:
                 self.pods[uid] = PodSim(self.outcome_for(pod))
             sim = self.pods[uid]
             if pod["metadata"].get("deletionTimestamp"):
+                self._terminate(ctx, pod, sim)
                 continue
             if sim.bound_at is None and not self._schedule(ctx, pod, sim):
                 continue
@@ -210,6 +213,89 @@ class Kubelet:
             "default-scheduler",
         )
         return True
+
+    def _terminate(self, ctx: Ctx, pod: Obj, sim: PodSim) -> None:
+        """Stop a pod being deleted gracefully, then delete it for good.
+
+        `pkg/kubelet/kuberuntime/kuberuntime_container.go` (`killContainer`): SIGTERM, then
+        SIGKILL once the pod's grace period (`deletionGracePeriodSeconds`) is over. A process
+        that exits on SIGTERM ends with 143 (128 + 15), one killed with 137 (128 + 9), both with
+        reason `Error`; the pod ends `Failed`. A container that never started is reported as
+        `pkg/kubelet/kubelet_pods.go` (`generateAPIPodStatus`) does: exit code 137, reason
+        `ContainerStatusUnknown`. Then the status manager (`pkg/kubelet/status/
+        status_manager.go`, `syncPod` once `canBeDeleted`) deletes the pod with grace 0; its
+        finalizers (the Job controller's) may keep it a little longer.
+        """
+        meta, status = pod["metadata"], pod.get("status") or {}
+        if meta.get("deletionGracePeriodSeconds") == 0:
+            return
+        if status.get("phase") in ("Succeeded", "Failed") or sim.bound_at is None:
+            ctx.confirm_deleted(pod)
+            return
+        if sim.term_at is None:
+            sim.term_at = ctx.t
+        grace = float(meta.get("deletionGracePeriodSeconds") or 0)
+        o = sim.outcome
+        running = False
+        if sim.mounted_at is not None:
+            state = timeline(
+                o, pod["spec"].get("restartPolicy", "Always"), sim.mounted_at, sim.term_at
+            )
+            running = "running" in state
+        if running:
+            stop_at = sim.term_at + min(o.stop, grace)
+            code = 143 if o.stop < grace else 137
+        else:
+            stop_at, code = sim.term_at, 137
+        if ctx.t < stop_at:
+            ctx.wake_at(stop_at)
+            return
+        statuses = []
+        for c in pod["spec"].get("containers") or []:
+            previous = next(
+                (s for s in status.get("containerStatuses") or [] if s.get("name") == c["name"]),
+                {},
+            )
+            started = ((previous.get("state") or {}).get("running") or {}).get("startedAt")
+            terminated: dict[str, Any] = {
+                "exitCode": code,
+                "reason": "Error" if running else "ContainerStatusUnknown",
+                "finishedAt": ctx.ts(stop_at),
+            }
+            if running and started:
+                terminated.update(startedAt=started, containerID="sandbox://0")
+            else:
+                terminated["message"] = (
+                    "The container could not be located when the pod was terminated"
+                )
+            statuses.append(
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "restartCount": previous.get("restartCount", 0),
+                    "started": False,
+                    "ready": False,
+                    "state": {"terminated": terminated},
+                }
+            )
+        now = ctx.ts()
+        new_status = {**status, "phase": "Failed", "containerStatuses": statuses}
+        new_status["conditions"] = merge_conditions(
+            status.get("conditions"),
+            [
+                condition("Ready", False, "PodCompleted", "", now),
+                condition("ContainersReady", False, "PodCompleted", "", now),
+            ],
+        )
+        for cond in new_status["conditions"]:
+            if not cond.get("message"):
+                cond.pop("message", None)
+        if running:
+            for c in pod["spec"].get("containers") or []:
+                ctx.event(pod, "Normal", "Killing", f"Stopping container {c['name']}", "kubelet")
+        updated = ctx.set_status(pod, new_status)
+        ctx.confirm_deleted(updated)
 
     def _mount(self, ctx: Ctx, pod: Obj, sim: PodSim) -> bool:
         """Set up the pod's Secret and ConfigMap volumes; False while one is missing.

@@ -15,6 +15,8 @@ a Job or a custom resource) or passed to `SimulatedCluster.script(selector, outc
               | message (the reason's message; defaults are kube's wording)
               | container (which container the outcome applies to; default the first)
               | log (a line the container prints; repeatable)
+              | stop (seconds the container takes to exit after SIGTERM, default 1; longer
+                than the grace period: SIGKILL at its end, exit code 137)
 
 Examples: `succeed after=30s`, `exit code=3 after=10s`, `oomkilled`, `fail; succeed` (first pod
 fails, the retry succeeds), `unschedulable message="0/3 nodes are available: 3 Insufficient
@@ -62,6 +64,7 @@ class Outcome:
     message: str = ""
     container: str | None = None
     logs: tuple[str, ...] = field(default=())
+    stop: float = 1.0
 
     @property
     def exit_code(self) -> int:
@@ -101,7 +104,7 @@ def parse_attempt(text: str) -> Outcome:
         where = f"outcome {text!r}, {key}"
         if not eq:
             raise OutcomeError(f"outcome {text!r}: expected KEY=VALUE, got {word!r}")
-        if key in ("after", "start"):
+        if key in ("after", "start", "stop"):
             values[key] = parse_duration(value, where)
         elif key == "code":
             if not value.isdigit() or not 0 <= int(value) <= 255:
@@ -114,7 +117,7 @@ def parse_attempt(text: str) -> Outcome:
         else:
             raise OutcomeError(
                 f"outcome {text!r}: unknown key {key!r}"
-                " (after, start, code, message, container, log)"
+                " (after, start, code, message, container, log, stop)"
             )
     if kind == "exit" and values.get("code") == 0:
         values["kind"] = "succeed"

@@ -53,7 +53,10 @@ class SimulatedCluster:
         default_outcome: str = "succeed after=5s",
         tick: float = 0.05,
         kueue: bool = False,
+        kubernetes_version: str = "1.31",
     ) -> None:
+        """`kubernetes_version` selects the Job controller's behaviour ("1.30" or "1.31"+:
+        see `JobController`)."""
         self.store = kube.store if isinstance(kube, KubeApiServer) else kube
         self.clock: Clock = clock or ManualClock()
         self.nodes = list(nodes or [])
@@ -62,7 +65,7 @@ class SimulatedCluster:
         self.problems: list[str] = []
         self._scripts: list[tuple[LabelSelector, tuple[Outcome, ...]]] = []
         self._attempts: dict[str, int] = {}
-        self.jobs = JobController()
+        self.jobs = JobController(version=kubernetes_version)
         # Kueue (`cluster/kueue.py`): opt-in, and only once its Workload CRD is registered, so
         # tests that load every CRD and play Kueue by hand keep doing so.
         self.kueue = KueueController(enabled=kueue)

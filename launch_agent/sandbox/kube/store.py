@@ -15,7 +15,7 @@ import copy
 import random
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from launch_agent.sandbox.kube import errors
@@ -39,6 +39,15 @@ _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what kube-apiserver's generate
 
 def timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _pod_grace(pod: Obj, requested: int | None) -> int:
+    """`CheckGracefulDelete` for pods: the grace period this delete gets."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    if not spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
+        return 0
+    grace = requested if requested is not None else spec.get("terminationGracePeriodSeconds", 30)
+    return max(int(grace or 0), 0)
 
 
 def _spec_part(obj: Obj) -> Obj:
@@ -382,7 +391,9 @@ class Store:
         if dry_run:
             return new
         deleting = new["metadata"].get("deletionTimestamp")
-        if deleting and not new["metadata"].get("finalizers"):
+        # A pod in its grace period stays until its kubelet's final delete, finalizers or not.
+        graceful = rt.storage == "pods" and new["metadata"].get("deletionGracePeriodSeconds")
+        if deleting and not graceful and not new["metadata"].get("finalizers"):
             return self._remove(rt, new, old)
         new["metadata"]["resourceVersion"] = self._next_rv()
         self._put(rt, (old["metadata"].get("namespace", ""), name), new, old)
@@ -398,8 +409,18 @@ class Store:
         propagation: str | None = None,
         preconditions: dict[str, Any] | None = None,
         dry_run: bool = False,
+        grace_period: int | None = None,
     ) -> tuple[Obj, int]:
-        """Delete with finalizers and GC; returns (object, HTTP status: 200 gone, 202 pending)."""
+        """Delete with finalizers and GC; returns (object, HTTP status: 200 gone, 202 pending).
+
+        A pod is deleted gracefully, as `pkg/registry/core/pod/strategy.go`
+        (`CheckGracefulDelete`) and `staging/src/k8s.io/apiserver/pkg/registry/rest/delete.go`
+        (`BeforeDelete`) do: with a grace period (the request's `gracePeriodSeconds`, else
+        `spec.terminationGracePeriodSeconds`) it gets `deletionTimestamp` = now + grace and
+        `deletionGracePeriodSeconds`, and stays until its kubelet, once the containers have
+        stopped, deletes it again with grace 0. A pod on no node or already terminal goes at
+        once; a later delete may only shorten the grace period.
+        """
         obj = self.get(rt, namespace, name)
         meta = obj["metadata"]
         for field in ("uid", "resourceVersion"):
@@ -429,6 +450,20 @@ class Store:
             finalizers.append("foregroundDeletion")
         if rt.storage == "namespaces":
             self._delete_namespace_contents(name)
+        if rt.storage == "pods":
+            grace = _pod_grace(obj, grace_period)
+            if grace > 0:
+                return self._graceful(rt, obj, grace), 200
+            if meta.get("deletionGracePeriodSeconds"):
+                # The kubelet's final delete: the grace period is over.
+                new = copy.deepcopy(obj)
+                new["metadata"]["deletionGracePeriodSeconds"] = 0
+                if not finalizers:
+                    return self._remove(rt, new, obj), 200
+                new["metadata"]["resourceVersion"] = self._next_rv()
+                self._put(rt, (meta.get("namespace", ""), name), new, obj)
+                self._emit(rt, "MODIFIED", new, obj)
+                return new, 202
         if not finalizers:
             return self._remove(rt, obj, obj), 200
         if not meta.get("deletionTimestamp") or finalizers != meta.get("finalizers"):
@@ -455,6 +490,20 @@ class Store:
                 return obj, 200
             obj = current
         return obj, 202
+
+    def _graceful(self, rt: ResourceType, obj: Obj, grace: int) -> Obj:
+        meta = obj["metadata"]
+        deadline = timestamp(self.now() + timedelta(seconds=grace))
+        current = meta.get("deletionTimestamp")
+        if current and current <= deadline:
+            return obj
+        new = copy.deepcopy(obj)
+        new["metadata"]["deletionTimestamp"] = deadline
+        new["metadata"]["deletionGracePeriodSeconds"] = grace
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        self._put(rt, (meta.get("namespace", ""), meta["name"]), new, obj)
+        self._emit(rt, "MODIFIED", new, obj)
+        return new
 
     def _remove(self, rt: ResourceType, obj: Obj, old: Obj) -> Obj:
         meta = obj["metadata"]
