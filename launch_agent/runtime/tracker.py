@@ -284,8 +284,15 @@ class Tracker:
                 f" ({diagnosis.message})" if diagnosis else "",
             )
             record.state = state
-        candidates = list(pod_warnings(pods, now, self.policy))
-        if diagnosis is not None and not diagnosis.terminal:
+        # A pod being deleted ends with 143 (SIGTERM) or 137 (SIGKILL after its grace period)
+        # because it is deleted: by its controller when Kueue or the agent's quota suspends
+        # the workload, on completion, or by the agent. That is no warning about the run; a
+        # suspended workload's pods are leftovers altogether. (Evictions and other
+        # disruptions are judged by `assess`, not warned about.)
+        live = [] if state is RunState.QUEUED else [p for p in pods if not _deleting(p)]
+        candidates = list(pod_warnings(live, now, self.policy))
+        deleting = {str((p.get("metadata") or {}).get("name")) for p in pods if _deleting(p)}
+        if diagnosis is not None and not diagnosis.terminal and diagnosis.pod not in deleting:
             candidates.append(diagnosis)
         record.timed = any(d.reason is Reason.UNSCHEDULABLE for d in candidates)
         fresh, record.warned = new_warnings(candidates, record.warned)
@@ -369,3 +376,7 @@ class Tracker:
             await wait_event(stopping, interval)
             await self.recheck()
             self.publish()
+
+
+def _deleting(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from launch_agent.render.naming import label_value
+from launch_agent.model.run_state import RunState
 from launch_agent.runtime.agent import Agent
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 from tests.e2e.conftest import BASIC_SPEC, Env, run_spec, until
@@ -186,3 +187,35 @@ async def test_secret_volume_created_late_lets_the_run_start(env: Env) -> None:
         env.advance(30)
         await until(lambda: agent.runs.get(item.id) is None, message="run finished")
         assert item.failure is None
+
+
+async def test_suspending_a_running_job_posts_no_sigterm_warning(env: Env) -> None:
+    """What Kueue (or the agent's quota) does to a running Job: `spec.suspend: true`.
+
+    The Job controller deletes the pods; each is deleted gracefully, its container gets
+    SIGTERM and exits 143 before the pod goes. That exit is the suspension, not the run's
+    fault: nothing reaches W&B, and the run goes on once resumed.
+    """
+    env.cluster.script("launch-agent.io/run-id=su1", "succeed after=60s")
+    item = env.push(run_spec("su1"))
+    async with env.running(env.agent(config(env))) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+        env.advance(5)
+        await until(lambda: env.pods_of(item), message="pod running")
+        [job] = jobs_of(env, item)
+        env.kube.objects.patch("jobs", job["metadata"]["name"], {"spec": {"suspend": True}})
+        env.advance(0.5)
+        # Graceful deletion: the pod is still there, terminating, while its container stops.
+        [pod] = env.pods_of(item)
+        assert pod["metadata"]["deletionTimestamp"]
+        assert pod["metadata"]["deletionGracePeriodSeconds"] == 30
+        env.advance(1)
+        await until(lambda: not env.pods_of(item), message="pod gone after SIGTERM")
+        record = agent.runs.get(item.id)
+        assert record is not None
+        await until(lambda: record.state is RunState.QUEUED, message="queued while suspended")
+        env.kube.objects.patch("jobs", job["metadata"]["name"], {"spec": {"suspend": False}})
+        env.advance(70)
+        await until(lambda: agent.runs.get(item.id) is None, message="finished after resume")
+        assert item.failure is None
+        assert not [w for w in item.warnings if "143" in w.message], item.warnings
