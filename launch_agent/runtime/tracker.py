@@ -267,6 +267,12 @@ class Tracker:
             return
         record.last = workload
         pods = self.pods_of(record)
+        record.holding = sum(
+            1
+            for p in pods
+            if str((p.get("metadata") or {}).get("name")) not in record.gone_pods
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        )
         now = self.now()
         if record.deleted:
             assessment = assess_deleted(workload, pods, now, self.policy)

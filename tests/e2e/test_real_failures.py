@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from launch_agent.render.naming import label_value
 from launch_agent.model.run_state import RunState
+from launch_agent.render.naming import label_value
 from launch_agent.runtime.agent import Agent
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
-from tests.e2e.conftest import BASIC_SPEC, Env, run_spec, until
+from tests.e2e.conftest import BASIC_SPEC, Env, poll_rounds, run_spec, until
+from tests.e2e.test_quota_agent import TREE, quota_agent, running, setup
 
 START_TIMEOUT = 120.0
 
@@ -219,3 +220,39 @@ async def test_suspending_a_running_job_posts_no_sigterm_warning(env: Env) -> No
         await until(lambda: agent.runs.get(item.id) is None, message="finished after resume")
         assert item.failure is None
         assert not [w for w in item.warnings if "143" in w.message], item.warnings
+
+
+async def test_quota_is_released_only_once_the_evicted_pods_are_gone(env: Env) -> None:
+    """`quota.mode: agent` with `instantTermination: false` reclaims CPUs by suspending two
+    runs; their pods take 20 s to stop after SIGTERM and hold their CPUs until then. The
+    reclaiming runs are admitted only then, as the nodes' resources are really free only then
+    (before, the Job's `Suspended` condition counted as termination)."""
+    setup(env, {"a": "a.1", "b": "b.1"})
+    a = [env.push(run_spec(f"a{i}"), "qa") for i in range(4)]
+    env.cluster.script("launch-agent.io/queue=qa", "succeed after=1000s stop=20s")
+    tree = {**TREE, "instantTermination": False}
+    async with env.running(quota_agent(env, tree=tree)) as agent:
+        await until(lambda: all(running(env, i) for i in a), message="a0-a3 admitted")
+        env.advance(5)  # the containers run
+        b = [env.push(run_spec(f"b{i}"), "qb") for i in range(2)]
+
+        def terminating() -> list[dict[str, Any]]:
+            return [p for i in a for p in env.pods_of(i) if p["metadata"].get("deletionTimestamp")]
+
+        await until(lambda: len(terminating()) >= 2, message="runs of a evicted")
+        await poll_rounds(agent)
+        victims = [
+            i for i in a if any(p["metadata"].get("deletionTimestamp") for p in env.pods_of(i))
+        ]
+        for victim in victims:
+            record = agent.runs.get(victim.id)
+            assert record is not None
+            await until(lambda r=record: r.state is RunState.QUEUED, message="victim queued")  # type: ignore[misc]
+        await poll_rounds(agent)
+        assert not any(running(env, i) for i in b), "b admitted while a's pods still hold the CPUs"
+        env.advance(21)
+        await until(lambda: not terminating(), message="the evicted pods stopped")
+        await until(
+            lambda: all(running(env, i) for i in b), message="b admitted once they are gone"
+        )
+        assert not [w for i in victims for w in i.warnings if "143" in w.message]

@@ -7,7 +7,8 @@ it was deleted); count `active`, `ready`, `succeeded`, `failed`, `terminating`; 
 failed pods after the 10 s doubling back-off until `backoffLimit` (for `restartPolicy:
 OnFailure`, container restarts count instead); finish with `SuccessCriteriaMet` + `Complete`
 or `FailureTarget` + `Failed` (reasons `BackoffLimitExceeded`, `DeadlineExceeded`); honour
-`suspend` (active pods are deleted, condition `Suspended`) and `activeDeadlineSeconds`; delete a finished Job `ttlSecondsAfterFinished` later.
+`suspend` (active pods are deleted, condition `Suspended`) and `activeDeadlineSeconds`;
+delete a finished Job `ttlSecondsAfterFinished` later.
 
 Versions (`pkg/controller/job/job_controller.go`, `delayTerminalCondition`, true from 1.31 with
 the `JobManagedBy` / `JobPodReplacementPolicy` feature gates): on 1.31+ a Job that meets its
