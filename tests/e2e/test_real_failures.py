@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from launch_agent.model.run_state import RunState
 from launch_agent.render.naming import label_value
 from launch_agent.runtime.agent import Agent
+from launch_agent.sandbox.cluster.jobs import JobController
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 from tests.e2e.conftest import BASIC_SPEC, Env, poll_rounds, run_spec, until
 from tests.e2e.test_quota_agent import TREE, quota_agent, running, setup
@@ -256,3 +259,36 @@ async def test_quota_is_released_only_once_the_evicted_pods_are_gone(env: Env) -
             lambda: all(running(env, i) for i in b), message="b admitted once they are gone"
         )
         assert not [w for i in victims for w in i.warnings if "143" in w.message]
+
+
+@pytest.mark.parametrize("version", ["1.30", "1.31"])
+async def test_job_deadline_is_reported_the_same_on_both_job_controllers(
+    env: Env, version: str
+) -> None:
+    """1.31+ marks `FailureTarget` first and `Failed` only once the SIGTERMed pod is gone (it
+    exits 143 in between); 1.30 marks `Failed` at once. Either way W&B hears "deadline", not
+    the 143 and not a start deadline."""
+    env.cluster.jobs = JobController(version=version)
+    env.cluster.script("launch-agent.io/run-id=dl", "succeed after=2h stop=5s")
+    item = env.push(run_spec("dl"))
+    async with env.running(env.agent(config(env))) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+        env.advance(5)
+        record = agent.runs.get(item.id)
+        assert record is not None
+        await until(lambda: record.state is RunState.RUNNING, message="running")
+        env.advance(3596)  # past the deadline (3600 s after creation), inside the 5 s stop
+        [job] = jobs_of(env, item)
+        types = {c["type"] for c in job["status"].get("conditions") or []}
+        if version == "1.31":
+            assert "FailureTarget" in types and "Failed" not in types, types
+        else:
+            assert "Failed" in types, types
+        env.advance(10)
+        message = await failure_text(item)
+        assert "deadline" in message.lower(), message
+        assert "143" not in message and "did not start" not in message, message
+        assert not [w for w in item.warnings if "143" in w.message], item.warnings
+        [job] = jobs_of(env, item)
+        failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+        assert failed["reason"] == "DeadlineExceeded"
