@@ -21,11 +21,20 @@ from typing import Any
 
 from launch_agent.sandbox.cluster.common import Ctx, condition, merge_conditions
 from launch_agent.sandbox.cluster.nodes import Node, fit, pod_requests
+from launch_agent.sandbox.cluster.nodes import quantity as nodes_quantity
 from launch_agent.sandbox.cluster.outcomes import Outcome
 from launch_agent.sandbox.kube.store import Obj
 
 DEFAULT_NODE = "sandbox-node"
 FAILING = ("fail", "exit", "oomkilled")
+# The kubelet refuses the pod at admission (`pkg/kubelet/lifecycle/predicate.go`).
+REJECTED = ("outofresource", "admissionerror")
+# DisruptionTarget conditions in the words of the components that write them.
+EVICTION_API = "Eviction API: evicting"  # pkg/registry/core/pod/storage/eviction.go
+TAINT_MANAGER = "Taint manager: deleting due to NoExecute taint"  # tainteviction
+POD_GC = "PodGC: node no longer exists"  # pkg/controller/podgc/gc_controller.go
+# pkg/kubelet/nodeshutdown/nodeshutdown_manager_linux.go, nodeShutdownReason / Message.
+NODE_SHUTDOWN = ("Terminated", "Pod was terminated in response to imminent node shutdown.")
 WAITING = {
     "invalidimagename": (
         "InvalidImageName",
@@ -54,6 +63,8 @@ class PodSim:
     mount_retry_at: float = 0.0
     # When the kubelet saw the pod's deletionTimestamp (SIGTERM sent).
     term_at: float | None = None
+    # The node is gone (`nodelost`): no kubelet answers for the pod any more.
+    unreachable: bool = False
 
 
 def _crash_cycles(o: Outcome, run_from: float, t: float) -> tuple[int, float, float | None]:
@@ -111,6 +122,9 @@ def timeline(o: Outcome, restart_policy: str, b: float, t: float) -> dict[str, A
     end = ready_at + o.after
     if t < end:
         return {"phase": "Running", "running": ready_at, "next": end}
+    if kind in ("drained", "nodelost"):
+        # Still running when the disruption starts; the deletion that follows ends it.
+        return {"phase": "Running", "running": ready_at, "next": None, "disrupt": kind}
     phase = "Succeeded" if kind == "succeed" else "Failed"
     return {
         "phase": phase,
@@ -118,6 +132,7 @@ def timeline(o: Outcome, restart_policy: str, b: float, t: float) -> dict[str, A
         "next": None,
         "evicted": kind == "evicted",
         "preempted": kind == "preempted",
+        "disrupt": kind if kind in ("nodeshutdown", "podgc") else None,
     }
 
 
@@ -235,6 +250,16 @@ class Kubelet:
         if sim.term_at is None:
             sim.term_at = ctx.t
         grace = float(meta.get("deletionGracePeriodSeconds") or 0)
+        if sim.unreachable:
+            # No kubelet: the pod stays as it was until the pod GC
+            # (`gc_controller.go`, `gcTerminating` / `markFailedAndDeletePod`) marks it Failed
+            # and deletes it with grace 0, once its grace period is over.
+            if ctx.t < sim.term_at + grace:
+                ctx.wake_at(sim.term_at + grace)
+                return
+            updated = ctx.set_status(pod, {**status, "phase": "Failed"})
+            ctx.confirm_deleted(updated)
+            return
         o = sim.outcome
         running = False
         if sim.mounted_at is not None:
@@ -362,7 +387,50 @@ class Kubelet:
         ctx.set_status(pod, status)
         return False
 
+    def _reject(self, ctx: Ctx, pod: Obj, sim: PodSim) -> None:
+        """The kubelet's admission refuses the pod (`pkg/kubelet/kubelet.go`, `rejectPod`;
+        reasons from `pkg/kubelet/lifecycle/predicate.go`): phase Failed, `reason`, `message`
+        `Pod was rejected: ...`, no container ever created (no containerStatuses), a Warning
+        Event with the same reason."""
+        o = sim.outcome
+        if o.kind == "outofresource":
+            requested = (
+                sum(
+                    int(nodes_quantity(v))
+                    for c in pod["spec"].get("containers") or []
+                    for k, v in ((c.get("resources") or {}).get("limits") or {}).items()
+                    if k == o.resource
+                )
+                or 1
+            )
+            reason = f"OutOf{o.resource}"
+            detail = o.message or (
+                f"Node didn't have enough resource: {o.resource}, requested: {requested},"
+                f" used: 0, capacity: 0"
+            )
+        else:
+            reason = "UnexpectedAdmissionError"
+            detail = o.message or (
+                "Allocate failed due to requested number of devices unavailable for"
+                f" {o.resource}. Requested: 1, Available: 0, which is unexpected"
+            )
+        message = f"Pod was rejected: {detail}"
+        status = {
+            **(pod.get("status") or {}),
+            "phase": "Failed",
+            "reason": reason,
+            "message": message,
+            "startTime": ctx.ts(sim.bound_at),
+        }
+        if "rejected" not in sim.seen:
+            sim.seen.add("rejected")
+            ctx.event(pod, "Warning", reason, detail, "kubelet")
+        ctx.set_status(pod, status)
+
     def _play(self, ctx: Ctx, pod: Obj, sim: PodSim) -> None:
+        if sim.outcome.kind in REJECTED:
+            self._reject(ctx, pod, sim)
+            return
         if not self._mount(ctx, pod, sim):
             return
         o, b = sim.outcome, sim.mounted_at
@@ -431,6 +499,22 @@ class Kubelet:
                 o.message or "default-scheduler: preempting to accommodate a higher priority pod"
             )
             conds.append(condition("DisruptionTarget", True, "PreemptionByScheduler", message, now))
+        disrupt = state.get("disrupt")
+        if disrupt == "drained":
+            conds.append(
+                condition("DisruptionTarget", True, "EvictionByEvictionAPI", EVICTION_API, now)
+            )
+        elif disrupt == "nodelost":
+            conds.append(
+                condition("DisruptionTarget", True, "DeletionByTaintManager", TAINT_MANAGER, now)
+            )
+        elif disrupt == "podgc":
+            conds.append(condition("DisruptionTarget", True, "DeletionByPodGC", POD_GC, now))
+        elif disrupt == "nodeshutdown":
+            status.update(reason=NODE_SHUTDOWN[0], message=NODE_SHUTDOWN[1])
+            conds.append(
+                condition("DisruptionTarget", True, "TerminationByKubelet", NODE_SHUTDOWN[1], now)
+            )
         status["conditions"] = merge_conditions(status.get("conditions"), conds)
         self._events(ctx, pod, sim, state=state, o=o, target=target)
         self._print(ctx, pod, sim, state=state, o=o, target=target)
@@ -438,6 +522,15 @@ class Kubelet:
         if state.get("preempted") and not sim.deleted:
             sim.deleted = True
             ctx.delete(updated)
+        if disrupt in ("drained", "nodelost") and not sim.deleted:
+            # A drain's Eviction API call and the taint manager delete the pod gracefully.
+            sim.deleted = True
+            sim.unreachable = disrupt == "nodelost"
+            ctx.delete(updated)
+        if disrupt == "podgc" and not sim.deleted:
+            # The pod GC marks the orphaned pod Failed and deletes it at once (grace 0).
+            sim.deleted = True
+            ctx.confirm_deleted(updated)
 
     def _container_status(
         self,

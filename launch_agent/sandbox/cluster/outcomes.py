@@ -8,13 +8,15 @@ a Job or a custom resource) or passed to `SimulatedCluster.script(selector, outc
     attempt  := KIND (KEY "=" VALUE)*           values may be quoted: message="no GPU left"
     KIND     := succeed | fail | exit | oomkilled | crashloop | imagepullbackoff | errimagepull
               | invalidimagename | createcontainerconfigerror | unschedulable | evicted
-              | preempted | run
+              | preempted | run | drained | nodelost | podgc | nodeshutdown | outofresource
+              | admissionerror
     KEY      := after (seconds the container runs, default 5; "30s", "2m", "500ms")
               | start (seconds in ContainerCreating, default 1)
               | code (exit code; fail/exit/crashloop default 1)
               | message (the reason's message; defaults are kube's wording)
               | container (which container the outcome applies to; default the first)
               | log (a line the container prints; repeatable)
+              | resource (outofresource: the resource the node lacks, default nvidia.com/gpu)
               | stop (seconds the container takes to exit after SIGTERM, default 1; longer
                 than the grace period: SIGKILL at its end, exit code 137)
 
@@ -45,6 +47,12 @@ KINDS = frozenset(
         "evicted",
         "preempted",
         "run",
+        "drained",
+        "nodelost",
+        "podgc",
+        "nodeshutdown",
+        "outofresource",
+        "admissionerror",
     }
 )
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
@@ -65,11 +73,14 @@ class Outcome:
     container: str | None = None
     logs: tuple[str, ...] = field(default=())
     stop: float = 1.0
+    resource: str = "nvidia.com/gpu"
 
     @property
     def exit_code(self) -> int:
-        if self.kind in ("oomkilled", "evicted", "preempted"):
+        if self.kind in ("oomkilled", "evicted", "preempted", "podgc"):
             return 137
+        if self.kind == "nodeshutdown":
+            return 143
         return self.code
 
 
@@ -110,14 +121,14 @@ def parse_attempt(text: str) -> Outcome:
             if not value.isdigit() or not 0 <= int(value) <= 255:
                 raise OutcomeError(f"{where}: exit code must be 0..255, got {value!r}")
             values["code"] = int(value)
-        elif key in ("message", "container"):
+        elif key in ("message", "container", "resource"):
             values[key] = value
         elif key == "log":
             logs.append(value)
         else:
             raise OutcomeError(
                 f"outcome {text!r}: unknown key {key!r}"
-                " (after, start, code, message, container, log, stop)"
+                " (after, start, code, message, container, log, stop, resource)"
             )
     if kind == "exit" and values.get("code") == 0:
         values["kind"] = "succeed"
