@@ -88,15 +88,40 @@ def timeline(o: Outcome, restart_policy: str, b: float, t: float) -> dict[str, A
         kind = "crashloop"  # kubelet restarts a failing container in place
     if t < ready_at:
         return {"phase": "Pending", "waiting": "ContainerCreating", "next": ready_at}
-    if kind in ("imagepullbackoff", "errimagepull"):
-        backoff_at = ready_at + o.after
-        if kind == "errimagepull" or t < backoff_at:
-            return {
-                "phase": "Pending",
-                "waiting": "ErrImagePull",
-                "next": backoff_at if kind != "errimagepull" else None,
-            }
-        return {"phase": "Pending", "waiting": "ImagePullBackOff", "next": None}
+    if kind in ("imagepullbackoff", "pullerror"):
+        # `pkg/kubelet/images/image_manager.go` (`EnsureImageExists`): a failed pull is
+        # ErrImagePull and starts the image back-off (10 s doubling to 300 s, the kubelet's
+        # `backOffPeriod` / `MaxContainerBackOff`); inside it the container waits
+        # ImagePullBackOff `Back-off pulling image "..."`; after it the kubelet pulls again.
+        # `imagepullbackoff` never recovers; `pullerror pulls=N` succeeds at attempt N + 1.
+        failures = o.pulls if kind == "pullerror" else None
+        attempt, at = 0, ready_at
+        while True:
+            gap = min(10.0 * 2**attempt, 300.0)
+            if failures is not None and attempt >= failures:
+                break  # this pull succeeds
+            if t < at + gap:
+                error_for = o.after if (attempt == 0 and kind == "imagepullbackoff") else 1.0
+                if t < at + min(error_for, gap):
+                    return {
+                        "phase": "Pending",
+                        "waiting": "ErrImagePull",
+                        "pull": attempt,
+                        "next": at + min(error_for, gap),
+                    }
+                return {
+                    "phase": "Pending",
+                    "waiting": "ImagePullBackOff",
+                    "pull": attempt,
+                    "next": at + gap,
+                }
+            attempt, at = attempt + 1, at + gap
+        end = at + o.after
+        if t < end:
+            return {"phase": "Running", "running": at, "next": end}
+        return {"phase": "Succeeded", "terminated": (at, end), "next": None}
+    if kind == "errimagepull":
+        return {"phase": "Pending", "waiting": "ErrImagePull", "next": None}
     if kind in WAITING:
         return {"phase": "Pending", "waiting": WAITING[kind][0], "next": None}
     if kind == "run":
@@ -592,10 +617,7 @@ class Kubelet:
         if o.message:
             return o.message
         if reason == "ErrImagePull":
-            return (
-                f'failed to pull and unpack image "{image}": failed to resolve reference "{image}":'
-                f" {image}: not found"
-            )
+            return pull_error(o, image)
         if reason == "ImagePullBackOff":
             return f'Back-off pulling image "{image}"'
         if reason == "CrashLoopBackOff":
@@ -616,7 +638,26 @@ class Kubelet:
                 ctx.event(pod, kind, reason, message, "kubelet")
 
         waiting = state.get("waiting")
-        if waiting in (
+        image = next(
+            (c.get("image", "") for c in pod["spec"]["containers"] if c["name"] == target), ""
+        )
+        if "pull" in state:
+            # One round of the image manager's Events per pull attempt (correlated into
+            # `count` by the recorder): Failed `Failed to pull image`, `Error: ErrImagePull`,
+            # then BackOff `Back-off pulling image` and `Error: ImagePullBackOff`.
+            attempt = state["pull"]
+            if waiting == "ErrImagePull":
+                once(
+                    f"pull{attempt}",
+                    "Warning",
+                    "Failed",
+                    f'Failed to pull image "{image}": {pull_error(o, image)}',
+                )
+                once(f"pullerr{attempt}", "Warning", "Failed", "Error: ErrImagePull")
+            else:
+                once(f"backoff{attempt}", "Normal", "BackOff", f'Back-off pulling image "{image}"')
+                once(f"backofferr{attempt}", "Warning", "Failed", "Error: ImagePullBackOff")
+        elif waiting in (
             "ErrImagePull",
             "ImagePullBackOff",
             "InvalidImageName",
@@ -681,6 +722,25 @@ class Kubelet:
         for when, line in lines[sim.logged :]:
             out.append((ctx.ts(when).replace("Z", ".000000000Z"), line))
         sim.logged = max(sim.logged, len(lines))
+
+
+def pull_error(o: Outcome, image: str) -> str:
+    """The runtime's words for a failed pull: `message=`, else a permanent "not found" for
+    `imagepullbackoff` and a registry's 429 for the transient `pullerror`."""
+    if o.message:
+        return o.message
+    if o.kind == "pullerror":
+        registry, _, rest = image.partition("/")
+        repo, _, tag = rest.rpartition(":")
+        return (
+            f'failed to pull and unpack image "{image}": failed to resolve reference "{image}":'
+            f" unexpected status from HEAD request to https://{registry}/v2/{repo or rest}"
+            f"/manifests/{tag or 'latest'}: 429 Too Many Requests"
+        )
+    return (
+        f'failed to pull and unpack image "{image}": failed to resolve reference "{image}":'
+        f" {image}: not found"
+    )
 
 
 def missing_volumes(ctx: Ctx, pod: Obj) -> list[tuple[str, str]]:

@@ -8,14 +8,15 @@ a Job or a custom resource) or passed to `SimulatedCluster.script(selector, outc
     attempt  := KIND (KEY "=" VALUE)*           values may be quoted: message="no GPU left"
     KIND     := succeed | fail | exit | oomkilled | crashloop | imagepullbackoff | errimagepull
               | invalidimagename | createcontainerconfigerror | unschedulable | evicted
-              | preempted | run | drained | nodelost | podgc | nodeshutdown | outofresource
-              | admissionerror
+              | preempted | run | pullerror | drained | nodelost | podgc | nodeshutdown
+              | outofresource | admissionerror
     KEY      := after (seconds the container runs, default 5; "30s", "2m", "500ms")
               | start (seconds in ContainerCreating, default 1)
               | code (exit code; fail/exit/crashloop default 1)
               | message (the reason's message; defaults are kube's wording)
               | container (which container the outcome applies to; default the first)
               | log (a line the container prints; repeatable)
+              | pulls (pullerror: failed pulls before one succeeds, default 3)
               | resource (outofresource: the resource the node lacks, default nvidia.com/gpu)
               | stop (seconds the container takes to exit after SIGTERM, default 1; longer
                 than the grace period: SIGKILL at its end, exit code 137)
@@ -47,6 +48,7 @@ KINDS = frozenset(
         "evicted",
         "preempted",
         "run",
+        "pullerror",
         "drained",
         "nodelost",
         "podgc",
@@ -74,6 +76,7 @@ class Outcome:
     logs: tuple[str, ...] = field(default=())
     stop: float = 1.0
     resource: str = "nvidia.com/gpu"
+    pulls: int = 3
 
     @property
     def exit_code(self) -> int:
@@ -117,6 +120,10 @@ def parse_attempt(text: str) -> Outcome:
             raise OutcomeError(f"outcome {text!r}: expected KEY=VALUE, got {word!r}")
         if key in ("after", "start", "stop"):
             values[key] = parse_duration(value, where)
+        elif key == "pulls":
+            if not value.isdigit():
+                raise OutcomeError(f"{where}: must be a whole number, got {value!r}")
+            values["pulls"] = int(value)
         elif key == "code":
             if not value.isdigit() or not 0 <= int(value) <= 255:
                 raise OutcomeError(f"{where}: exit code must be 0..255, got {value!r}")
@@ -128,7 +135,7 @@ def parse_attempt(text: str) -> Outcome:
         else:
             raise OutcomeError(
                 f"outcome {text!r}: unknown key {key!r}"
-                " (after, start, code, message, container, log, stop, resource)"
+                " (after, start, code, message, container, log, stop, resource, pulls)"
             )
     if kind == "exit" and values.get("code") == 0:
         values["kind"] = "succeed"

@@ -330,8 +330,8 @@ async def test_script_and_annotation_precedence_and_errors(
         "Job default/bad: annotation sandbox.launch-agent.io/outcome: outcome 'explode loudly':"
         " unknown kind 'explode' (one of admissionerror, crashloop, createcontainerconfigerror,"
         " drained, errimagepull, evicted, exit, fail, imagepullbackoff, invalidimagename,"
-        " nodelost, nodeshutdown, oomkilled, outofresource, podgc, preempted, run, succeed,"
-        " unschedulable)"
+        " nodelost, nodeshutdown, oomkilled, outofresource, podgc, preempted, pullerror, run,"
+        " succeed, unschedulable)"
     ]
     assert "InvalidOutcome" in {e["reason"] for e in kube.objects.list("events")}
 

@@ -134,3 +134,47 @@ async def test_kubelet_admission_refusal(
     assert "containerStatuses" not in pod["status"]
     [event] = [e for e in kube.objects.list("events", "default") if e["reason"] == reason]
     assert event["type"] == "Warning"
+
+
+def waiting(pod: dict[str, Any]) -> str | None:
+    [status] = pod["status"].get("containerStatuses") or [{}]
+    reason = ((status.get("state") or {}).get("waiting") or {}).get("reason")
+    return str(reason) if reason else None
+
+
+async def test_image_pull_alternates_between_err_image_pull_and_back_off(
+    kube: KubeApiServer, cluster: SimulatedCluster
+) -> None:
+    kube.objects.create("pods", pod_body("p", "imagepullbackoff after=1s"))
+    cluster.step()
+    seen = []
+    for _ in range(40):
+        cluster.advance(1)
+        seen.append(waiting(kube.objects.get("pods", "p")))
+    # Pull at 1 s (fails), back-off 10 s, pull again at 11 s, back-off 20 s, pull at 31 s.
+    assert seen[0] == "ErrImagePull"
+    assert seen[5] == "ImagePullBackOff"
+    assert seen[10] == "ErrImagePull"
+    assert seen[20] == "ImagePullBackOff"
+    assert seen[30] == "ErrImagePull"
+    failed = [
+        e
+        for e in kube.objects.list("events", "default")
+        if e["message"].startswith('Failed to pull image "busybox:1.36": ')
+    ]
+    assert failed and failed[0]["count"] == 3, failed
+
+
+async def test_transient_pull_error_recovers(
+    kube: KubeApiServer, cluster: SimulatedCluster
+) -> None:
+    kube.objects.create("pods", pod_body("p", "pullerror pulls=2 after=5s"))
+    cluster.step()
+    cluster.advance(2)
+    pod = kube.objects.get("pods", "p")
+    [status] = pod["status"]["containerStatuses"]
+    assert status["state"]["waiting"]["reason"] in ("ErrImagePull", "ImagePullBackOff")
+    cluster.advance(60)
+    assert kube.objects.get("pods", "p")["status"]["phase"] == "Succeeded"
+    messages = [e["message"] for e in kube.objects.list("events", "default")]
+    assert any("429 Too Many Requests" in m for m in messages), messages
