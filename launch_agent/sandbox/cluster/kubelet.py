@@ -347,6 +347,51 @@ class Kubelet:
         updated = ctx.set_status(pod, new_status)
         ctx.confirm_deleted(updated)
 
+    def _config_error(self, ctx: Ctx, pod: Obj, sim: PodSim, missing: dict[str, str]) -> bool:
+        """A container's env names a Secret or ConfigMap (or key) that does not exist.
+
+        `pkg/kubelet/kuberuntime/kuberuntime_container.go` (`startContainer`) fails
+        `generateContainerConfig` (`kubelet_pods.go`, `makeEnvironmentVariables`): the
+        container waits `CreateContainerConfigError` with the lookup's words (`secret "x" not
+        found`, `couldn't find key K in Secret NS/x`), a Warning `Failed` Event `Error: ...`,
+        and the pod worker tries again; it clears once the object syncs.
+        """
+        sim.mount_failures += 1
+        sim.mount_retry_at = ctx.t + min(10.0 * 2 ** (sim.mount_failures - 1), 300.0)
+        ctx.wake_at(sim.mount_retry_at)
+        statuses = []
+        for c in pod["spec"].get("containers") or []:
+            problem = missing.get(c["name"])
+            state: dict[str, Any] = (
+                {"waiting": {"reason": "CreateContainerConfigError", "message": problem}}
+                if problem
+                else {"waiting": {"reason": "ContainerCreating"}}
+            )
+            if problem:
+                ctx.event(pod, "Warning", "Failed", f"Error: {problem}", "kubelet")
+            statuses.append(
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "restartCount": 0,
+                    "started": False,
+                    "ready": False,
+                    "state": state,
+                }
+            )
+        ctx.set_status(
+            pod,
+            {
+                **(pod.get("status") or {}),
+                "phase": "Pending",
+                "hostIP": "10.0.0.1",
+                "startTime": ctx.ts(sim.bound_at),
+                "containerStatuses": statuses,
+            },
+        )
+        return False
+
     def _mount(self, ctx: Ctx, pod: Obj, sim: PodSim) -> bool:
         """Set up the pod's Secret and ConfigMap volumes; False while one is missing.
 
@@ -366,8 +411,11 @@ class Kubelet:
             return False
         missing = missing_volumes(ctx, pod)
         if not missing:
-            sim.mounted_at = ctx.t
-            return True
+            config = missing_env(ctx, pod)
+            if not config:
+                sim.mounted_at = ctx.t
+                return True
+            return self._config_error(ctx, pod, sim, config)
         for volume, what in missing:
             ctx.event(
                 pod,
@@ -722,6 +770,47 @@ class Kubelet:
         for when, line in lines[sim.logged :]:
             out.append((ctx.ts(when).replace("Z", ".000000000Z"), line))
         sim.logged = max(sim.logged, len(lines))
+
+
+def missing_env(ctx: Ctx, pod: Obj) -> dict[str, str]:
+    """Container name -> the first missing Secret / ConfigMap (or key) its env refers to."""
+    namespace = pod["metadata"]["namespace"]
+    out: dict[str, str] = {}
+
+    def find(kind: str, name: str) -> Obj | None:
+        resource = "secrets" if kind == "Secret" else "configmaps"
+        return ctx.store.find(ctx.store.rt(resource), namespace, name)
+
+    for c in pod["spec"].get("containers") or []:
+        refs: list[tuple[str, dict[str, Any], str | None]] = []
+        for env in c.get("env") or []:
+            source = env.get("valueFrom") or {}
+            if isinstance(source.get("secretKeyRef"), dict):
+                refs.append(("Secret", source["secretKeyRef"], source["secretKeyRef"].get("key")))
+            if isinstance(source.get("configMapKeyRef"), dict):
+                ref = source["configMapKeyRef"]
+                refs.append(("ConfigMap", ref, ref.get("key")))
+        for env_from in c.get("envFrom") or []:
+            if isinstance(env_from.get("secretRef"), dict):
+                refs.append(("Secret", env_from["secretRef"], None))
+            if isinstance(env_from.get("configMapRef"), dict):
+                refs.append(("ConfigMap", env_from["configMapRef"], None))
+        for kind, ref, key in refs:
+            name = str(ref.get("name") or "")
+            if not name or ref.get("optional"):
+                continue
+            obj = find(kind, name)
+            if obj is None:
+                out[c["name"]] = f'{kind.lower()} "{name}" not found'
+                break
+            if (
+                key is not None
+                and key not in (obj.get("data") or {})
+                and key not in (obj.get("stringData") or {})
+            ):
+                out[c["name"]] = f"couldn't find key {key} in {kind} {namespace}/{name}"
+                break
+    return out
 
 
 def pull_error(o: Outcome, image: str) -> str:

@@ -178,3 +178,31 @@ async def test_transient_pull_error_recovers(
     assert kube.objects.get("pods", "p")["status"]["phase"] == "Succeeded"
     messages = [e["message"] for e in kube.objects.list("events", "default")]
     assert any("429 Too Many Requests" in m for m in messages), messages
+
+
+async def test_create_container_config_error_clears_when_the_secret_syncs(
+    kube: KubeApiServer, cluster: SimulatedCluster
+) -> None:
+    body = pod_body("p", "succeed after=5s")
+    body["spec"]["containers"][0]["env"] = [
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "token"}}}
+    ]
+    kube.objects.create("pods", body)
+    cluster.step()
+    cluster.advance(2)
+    [status] = kube.objects.get("pods", "p")["status"]["containerStatuses"]
+    assert status["state"]["waiting"] == {
+        "reason": "CreateContainerConfigError",
+        "message": 'secret "wandb" not found',
+    }
+    kube.objects.create("secrets", {"metadata": {"name": "wandb"}, "data": {"other": "eA=="}})
+    cluster.advance(20)
+    [status] = kube.objects.get("pods", "p")["status"]["containerStatuses"]
+    assert (
+        status["state"]["waiting"]["message"] == "couldn't find key token in Secret default/wandb"
+    )
+    kube.objects.replace(
+        "secrets", "wandb", {"metadata": {"name": "wandb"}, "data": {"token": "eA=="}}
+    )
+    cluster.advance(60)
+    assert kube.objects.get("pods", "p")["status"]["phase"] == "Succeeded"
