@@ -302,7 +302,7 @@ class Kubelet:
             return
         statuses = []
         for c in pod["spec"].get("containers") or []:
-            previous = next(
+            previous: dict[str, Any] = next(
                 (s for s in status.get("containerStatuses") or [] if s.get("name") == c["name"]),
                 {},
             )
