@@ -130,7 +130,7 @@ class Ctx:
         current = self.store.find(rt, namespace, previous) if previous else None
         if current is not None:
             self.writes += 1
-            self.store.update(
+            updated = self.store.update(
                 rt,
                 namespace,
                 current["metadata"]["name"],
@@ -141,6 +141,7 @@ class Ctx:
                     "lastTimestamp": now,
                 },
             )
+            self._mirror(updated)
             return
         created = self.create(
             "events",
@@ -165,6 +166,36 @@ class Ctx:
             },
         )
         seen[key] = created["metadata"]["name"]
+        self._mirror(created)
+
+    def _mirror(self, event: Obj) -> None:
+        """The events.k8s.io/v1 view of a core/v1 Event, as `pkg/apis/events/v1/conversion.go`
+        maps it: `regarding`, `note`, `reportingController`, `deprecatedCount`,
+        `deprecatedFirstTimestamp` / `deprecatedLastTimestamp`, `deprecatedSource`."""
+        rt = self.store.rt("events.events.k8s.io")
+        meta = event["metadata"]
+        body = {
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "eventTime": None,
+            "reportingController": event.get("reportingComponent") or "",
+            "reportingInstance": "",
+            "action": "",
+            "reason": event.get("reason"),
+            "regarding": event.get("involvedObject"),
+            "note": event.get("message"),
+            "type": event.get("type"),
+            "deprecatedSource": event.get("source"),
+            "deprecatedFirstTimestamp": event.get("firstTimestamp"),
+            "deprecatedLastTimestamp": event.get("lastTimestamp"),
+            "deprecatedCount": event.get("count"),
+        }
+        current = self.store.find(rt, meta["namespace"], meta["name"])
+        if current is None:
+            self.store.create(rt, meta["namespace"], body)
+        else:
+            self.store.update(
+                rt, meta["namespace"], meta["name"], {**body, "metadata": current["metadata"]}
+            )
 
     def children(self, owner: Obj, kind: str) -> list[Obj]:
         return [

@@ -76,6 +76,9 @@ BUILTIN: tuple[ResourceType, ...] = (
     _core("namespaces", "Namespace", False, ("ns",), "status"),
     _core("nodes", "Node", False, ("no",), "status"),
     ResourceType("batch", "v1", "jobs", "Job", True, "job", (), frozenset({"status"}), ("all",)),
+    # The same Events in the newer API; the sandbox's components write both views
+    # (`cluster/common.py`, `Ctx.event`), as kube-apiserver serves one object at both.
+    ResourceType("events.k8s.io", "v1", "events", "Event", True, "event"),
     ResourceType(
         "apiextensions.k8s.io",
         "v1",

@@ -203,3 +203,23 @@ async def test_optional_secret_volume_does_not_block(
     cluster.step()
     cluster.advance(2)
     assert kube.objects.get("pods", "p")["status"]["phase"] == "Running"
+
+
+async def test_events_are_served_at_events_k8s_io_v1_too(
+    kube: KubeApiServer, cluster: SimulatedCluster
+) -> None:
+    """The events.k8s.io/v1 view of core Events, as `pkg/apis/events/v1/conversion.go` maps
+    it. (Legacy Events have no `eventTime`: kubernetes_asyncio's EventsV1Event refuses them,
+    as it does on a real cluster.)"""
+    kube.objects.create("resourcequotas", quota("none", pods="0"))
+    kube.objects.create("jobs", job_body())
+    cluster.step()
+    listed = kube.objects.list("events.events.k8s.io", "default")
+    [event] = [e for e in listed if e["reason"] == "FailedCreate"]
+    assert event["apiVersion"] == "events.k8s.io/v1"
+    assert event["type"] == "Warning"
+    assert (event["regarding"]["kind"], event["regarding"]["name"]) == ("Job", "job-a")
+    assert event["note"].startswith('Error creating: pods "job-a-')
+    assert event["reportingController"] == "job-controller"
+    assert event["deprecatedCount"] == 1
+    assert event["deprecatedSource"] == {"component": "job-controller"}
