@@ -21,6 +21,7 @@ from typing import Any
 from launch_agent.sandbox.kube import errors
 from launch_agent.sandbox.kube.admission import admit_pod
 from launch_agent.sandbox.kube.defaults import ADMISSION
+from launch_agent.sandbox.kube.objectmeta import validate_meta
 from launch_agent.sandbox.kube.resources import CrdError, Registry, ResourceType, crd_resource_types
 from launch_agent.sandbox.kube.selectors import FieldSelector, LabelSelector
 from launch_agent.sandbox.kube.watch import EventLog, Watcher, WatchEvent
@@ -264,6 +265,9 @@ class Store:
                 )
             name = prefix + "".join(self._rng.choice(_NAME_ALPHABET) for _ in range(5))
             meta["name"] = name
+        causes = validate_meta(rt.kind, meta)
+        if causes:
+            raise errors.invalid(rt, str(name), causes)
         key = (namespace if rt.namespaced else "", str(name))
         if key in self._table(rt):
             raise errors.already_exists(rt, str(name))
@@ -383,6 +387,10 @@ class Store:
                         f" object is being deleted, found new finalizers {sorted(added)}",
                     )
         new["apiVersion"], new["kind"] = old["apiVersion"], old["kind"]
+        if subresource != "status":
+            causes = validate_meta(rt.kind, new["metadata"], check_name=False)
+            if causes:
+                raise errors.invalid(rt, name, causes)
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if new == old:
             return old  # a no-op write: no new resourceVersion, no event

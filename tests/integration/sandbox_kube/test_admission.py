@@ -223,3 +223,51 @@ async def test_events_are_served_at_events_k8s_io_v1_too(
     assert event["reportingController"] == "job-controller"
     assert event["deprecatedCount"] == 1
     assert event["deprecatedSource"] == {"component": "job-controller"}
+
+
+@pytest.mark.parametrize(
+    ("metadata", "field", "words"),
+    [
+        ({"name": "Bad_Name"}, "metadata.name", "a lowercase RFC 1123 subdomain must consist of"),
+        ({"name": "x" * 254}, "metadata.name", "must be no more than 253 characters"),
+        (
+            {"name": "p", "labels": {"team": "has space"}},
+            "metadata.labels",
+            "a valid label must be an empty string or consist of alphanumeric characters",
+        ),
+        (
+            {"name": "p", "labels": {"team": "v" * 64}},
+            "metadata.labels",
+            "must be no more than 63 characters",
+        ),
+        (
+            {"name": "p", "labels": {"Bad Prefix/key": "v"}},
+            "metadata.labels",
+            "prefix part a lowercase RFC 1123 subdomain",
+        ),
+        (
+            {"name": "p", "annotations": {"big": "x" * (256 * 1024)}},
+            "metadata.annotations",
+            "Too long: must have at most 262144 bytes",
+        ),
+    ],
+)
+async def test_metadata_is_validated_like_kube_apiserver(
+    kube: KubeApiServer, metadata: dict[str, Any], field: str, words: str
+) -> None:
+    body = {**pod_body(), "metadata": metadata}
+    with pytest.raises(ApiError) as refused:
+        kube.objects.create("pods", body)
+    assert refused.value.code == 422
+    assert f"{field}: Invalid value" in refused.value.message or "Too long" in (
+        refused.value.message
+    )
+    assert words in refused.value.message
+
+
+async def test_label_updates_are_validated_too(kube: KubeApiServer) -> None:
+    kube.objects.create("pods", pod_body("p"))
+    with pytest.raises(ApiError) as refused:
+        kube.objects.patch("pods", "p", {"metadata": {"labels": {"k": "bad value"}}})
+    assert refused.value.code == 422
+    assert "metadata.labels" in refused.value.message
