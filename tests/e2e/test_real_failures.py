@@ -292,3 +292,17 @@ async def test_job_deadline_is_reported_the_same_on_both_job_controllers(
         [job] = jobs_of(env, item)
         failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
         assert failed["reason"] == "DeadlineExceeded"
+
+
+async def test_limit_range_refusal_fails_the_run_with_the_limit_rangers_words(env: Env) -> None:
+    env.kube.objects.create(
+        "limitranges",
+        {
+            "metadata": {"name": "small-containers"},
+            "spec": {"limits": [{"type": "Container", "max": {"memory": "512Mi"}}]},
+        },
+    )
+    item = env.push(run_spec("lr1"))
+    async with env.running(env.agent(config(env))) as agent:
+        message = await fails_at_start_deadline(env, agent, item)
+        assert "maximum memory usage per Container is 512Mi" in message, message

@@ -16,6 +16,10 @@ kube-apiserver's default chain (`pkg/kubeapiserver/options/plugins.go`, `AllOrde
   `EvaluatePod`; checks in `.../policy/check_*.go`): the namespace label
   `pod-security.kubernetes.io/enforce` (`baseline` or `restricted`) selects the checks; the
   refusal lists each failed check as `<reason> (<detail>)`.
+- LimitRanger (`plugin/pkg/admission/limitranger/admission.go`, `PodMutateLimitFunc` and
+  `PodValidateLimitFunc`): a LimitRange's `type: Container` item fills in missing requests
+  (`defaultRequest`) and limits (`default`), then refuses a container outside `min` / `max`
+  (`maximum cpu usage per Container is 500m, but limit is 1`).
 - ResourceQuota (`staging/src/k8s.io/apiserver/pkg/admission/plugin/resourcequota/
   controller.go`, `CheckRequest`): each ResourceQuota of the namespace limits the sum over the
   namespace's non-terminal pods (`pkg/quota/v1/evaluator/core/pods.go`, `QuotaV1Pod` and
@@ -69,6 +73,7 @@ def admit_pod(
     has_account: Callable[[str], bool],
     quotas: Iterable[Mapping[str, Any]],
     pods: Callable[[], Iterable[Obj]],
+    limit_ranges: Iterable[Mapping[str, Any]] = (),
 ) -> None:
     """Raise the first plugin's refusal of creating `pod` in its namespace (`namespace` is
     the Namespace object, `quotas` its ResourceQuotas; `pods` lists its pods, called only
@@ -94,6 +99,11 @@ def admit_pod(
             raise forbidden(
                 name, f'violates PodSecurity "{level}:{version}": ' + ", ".join(failures)
             )
+    refusals = limit_range(pod, limit_ranges)
+    if refusals:
+        # `utilerrors.NewAggregate`: one error as is, several as `[a, b]`.
+        text = refusals[0] if len(refusals) == 1 else "[" + ", ".join(refusals) + "]"
+        raise forbidden(name, text)
     quotas = list(quotas)
     others = list(pods()) if quotas else []
     for quota in sorted(quotas, key=lambda q: str(q["metadata"]["name"])):
@@ -179,6 +189,54 @@ def exceeded(quota: Mapping[str, Any], pod: Obj, pods: Iterable[Obj]) -> str | N
         f"exceeded quota: {quota['metadata']['name']}, requested: {show(requested)}, "
         f"used: {show(used)}, limited: {show(hard)}"
     )
+
+
+# --- LimitRange ----------------------------------------------------------------------------
+
+
+def limit_range(pod: Obj, ranges: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Default the pod's containers from each LimitRange (mutating `pod`) and return the
+    min / max violations, worded as `limitranger/admission.go` (`minConstraint`,
+    `maxConstraint`) writes them."""
+    problems: list[str] = []
+    for item in (
+        i
+        for r in ranges
+        for i in (r.get("spec") or {}).get("limits") or []
+        if i.get("type") == "Container"
+    ):
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            resources = c.setdefault("resources", {})
+            requests = resources.setdefault("requests", {})
+            limits = resources.setdefault("limits", {})
+            for resource, value in (item.get("default") or {}).items():
+                limits.setdefault(resource, value)
+            for resource, value in (item.get("defaultRequest") or {}).items():
+                requests.setdefault(resource, limits.get(resource, value))
+            for resource, value in limits.items():
+                requests.setdefault(resource, value)  # a limit alone is also the request
+            for resource, bound in (item.get("min") or {}).items():
+                asked = requests.get(resource)
+                if asked is None:
+                    problems.append(
+                        f"minimum {resource} usage per Container is {bound}.  No request is"
+                        " specified"
+                    )
+                elif quantity(asked) < quantity(bound):
+                    problems.append(
+                        f"minimum {resource} usage per Container is {bound}, but request is {asked}"
+                    )
+            for resource, bound in (item.get("max") or {}).items():
+                limit = limits.get(resource)
+                if limit is None:
+                    problems.append(
+                        f"maximum {resource} usage per Container is {bound}.  No limit is specified"
+                    )
+                elif quantity(limit) > quantity(bound):
+                    problems.append(
+                        f"maximum {resource} usage per Container is {bound}, but limit is {limit}"
+                    )
+    return problems
 
 
 # --- PodSecurity ---------------------------------------------------------------------------

@@ -311,6 +311,7 @@ class Store:
             ),
             quotas=self.list(self.rt("resourcequotas"), namespace),
             pods=lambda: self.list(self.rt("pods"), namespace),
+            limit_ranges=self.list(self.rt("limitranges"), namespace),
         )
 
     def update(

@@ -271,3 +271,36 @@ async def test_label_updates_are_validated_too(kube: KubeApiServer) -> None:
         kube.objects.patch("pods", "p", {"metadata": {"labels": {"k": "bad value"}}})
     assert refused.value.code == 422
     assert "metadata.labels" in refused.value.message
+
+
+async def test_limit_range_defaults_and_refuses_outside_min_and_max(kube: KubeApiServer) -> None:
+    kube.objects.create(
+        "limitranges",
+        {
+            "metadata": {"name": "per-container"},
+            "spec": {
+                "limits": [
+                    {
+                        "type": "Container",
+                        "default": {"memory": "512Mi"},
+                        "defaultRequest": {"memory": "256Mi"},
+                        "max": {"cpu": "1"},
+                    }
+                ]
+            },
+        },
+    )
+    body = pod_body("ok")
+    body["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "500m"}}
+    created = kube.objects.create("pods", body)
+    resources = created["spec"]["containers"][0]["resources"]
+    assert resources["limits"] == {"cpu": "500m", "memory": "512Mi"}
+    assert resources["requests"]["memory"] == "512Mi"  # the default limit is the request
+    big = pod_body("big")
+    big["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "4"}}
+    with pytest.raises(ApiError) as refused:
+        kube.objects.create("pods", big)
+    assert refused.value.code == 403
+    assert refused.value.message == (
+        'pods "big" is forbidden: maximum cpu usage per Container is 1, but limit is 4'
+    )
