@@ -298,6 +298,7 @@ class Agent:
         )
         self.tracker = tracker
         await stack.enter_async_context(tracker.informers)
+        await stack.enter_async_context(tracker.event_informers)
         await tracker.watch_specs(specs.specs, config.namespaces)
         if not await tracker.wait_synced(ADOPTION_TIMEOUT):
             log.warning("not every watch listed within %.0fs; popping anyway", ADOPTION_TIMEOUT)
