@@ -68,7 +68,7 @@ from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.dispatcher import Dispatcher
 from launch_agent.runtime.finisher import Finisher
 from launch_agent.runtime.health import HealthServer, Readiness
-from launch_agent.runtime.kueue_watch import KueueWatch
+from launch_agent.runtime.kueue_watch import KueueWatch, KueueWorkloads
 from launch_agent.runtime.leader import LeaderElector
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.poller import Poller
@@ -281,6 +281,8 @@ class Agent:
         )
         self.finisher = finisher
         policy = TrackingPolicy.from_config(config.tracking)
+        # quota.mode kueue: the Kueue watch (below) writes each run's Workload, the tracker reads.
+        kueue_workloads = KueueWorkloads() if config.quota.mode == "kueue" else None
         tracker = Tracker(
             kube,
             self.runs,
@@ -293,6 +295,7 @@ class Agent:
             finish=finisher.submit,
             # Inactive until `rebuild` below: the rebuild reads every adopted run at once.
             observe=self.quota.observe if self.quota is not None else None,
+            kueue_workload=kueue_workloads.of if kueue_workloads is not None else None,
             informer_settings=self.informer_settings,
             clock=self.clock,
         )
@@ -337,7 +340,14 @@ class Agent:
         if config.quota.mode == "kueue":
             # Kueue admits; the agent reports its decisions and caps the runs waiting in it.
             kueue = KueueWatch(
-                kube, self.runs, reporter, specs, config, informer_settings=self.informer_settings
+                kube,
+                self.runs,
+                reporter,
+                specs,
+                config,
+                workloads=kueue_workloads,
+                on_workload=tracker.evaluate,
+                informer_settings=self.informer_settings,
             )
             await kueue.start(stack, stopping)
             self.kueue = kueue

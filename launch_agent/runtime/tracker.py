@@ -84,6 +84,7 @@ class Tracker:
         now: Callable[[], datetime],
         finish: Finish,
         observe: Callable[[RunRecord], None] | None = None,
+        kueue_workload: Callable[[RunRecord], Mapping[str, Any] | None] | None = None,
         informer_settings: InformerSettings | None = None,
         clock: Clock = monotonic,
     ) -> None:
@@ -95,6 +96,8 @@ class Tracker:
         self.policy = policy
         self.now = now
         self.finish = finish
+        # quota.mode kueue: the run's Kueue Workload, for the judgement (deactivation).
+        self.kueue_workload = kueue_workload
         # Cache states, not manifests: what tracking, adoption and reports read (10,000 runs).
         # A copy: the caller's settings are shared with Kueue's informers.
         settings = dataclasses.replace(
@@ -277,11 +280,15 @@ class Tracker:
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         )
         now = self.now()
+        kueue: Mapping[str, Any] | None = None
         if record.deleted:
             assessment = assess_deleted(workload, pods, now, self.policy)
         else:
             events = self.events.of(record.rqi_id)
-            assessment = assess(workload, pods, now, self.policy, events=events)
+            kueue = self.kueue_workload(record) if self.kueue_workload is not None else None
+            assessment = assess(
+                workload, pods, now, self.policy, events=events, kueue_workload=kueue
+            )
         state, diagnosis = assessment
         if state is not record.state:
             log.info(
@@ -301,7 +308,16 @@ class Tracker:
         live = [] if state is RunState.QUEUED else [p for p in pods if not _deleting(p)]
         candidates = list(pod_warnings(live, now, self.policy))
         deleting = {str((p.get("metadata") or {}).get("name")) for p in pods if _deleting(p)}
-        if diagnosis is not None and not diagnosis.terminal and diagnosis.pod not in deleting:
+        # Kueue's own decisions on a queued run (pending, inadmissible) are the Kueue watch's to
+        # report (runtime/kueue_watch.py, once per change and across restarts); the tracker
+        # reads the Workload for what ends a run (deactivation).
+        kueue_says = state is RunState.QUEUED and kueue is not None
+        if (
+            diagnosis is not None
+            and not diagnosis.terminal
+            and diagnosis.pod not in deleting
+            and not kueue_says
+        ):
             candidates.append(diagnosis)
         record.timed = any(d.reason is Reason.UNSCHEDULABLE for d in candidates)
         fresh, record.warned = new_warnings(candidates, record.warned)

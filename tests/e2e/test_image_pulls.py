@@ -36,4 +36,4 @@ async def test_permanent_pull_error_fails_fast(env: Env) -> None:
         await until(lambda: item.state is ItemState.FAILED, message="failed fast")
         assert item.failure is not None
         assert "not found" in item.failure.message, item.failure.message
-        assert missing.split(": ")[-1] in item.failure.message
+        assert missing.rsplit(": ", maxsplit=1)[-1] in item.failure.message
