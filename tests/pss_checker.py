@@ -281,6 +281,12 @@ class _Check:
     def bad(self, path: str, rule: str, detail: str = "") -> None:
         self.out.append(f"{path or '(root)'}: {rule}" + (f": {detail}" if detail else ""))
 
+    def flag(self, path: str, value: Any) -> bool:
+        """A boolean field: True is set; anything but a boolean or null is malformed."""
+        if value is not None and not isinstance(value, bool):
+            self.bad(path, "malformed", f"{value!r} is not a boolean")
+        return value is True
+
     # -- whole manifest
 
     def manifest(self, m: Any) -> None:
@@ -303,7 +309,7 @@ class _Check:
                     if isinstance(value.get(holder), dict):
                         self.reserved(f"{path}.{holder}".lstrip("."), value[holder])
         for path, name in secret_refs(m):
-            if name not in self.allowed.secrets:
+            if not _member(name, self.allowed.secrets):
                 self.bad(path, "secret reference", f"{name!r} is not a Secret the spec lists")
         pod_specs = [
             (path, value, parent, key)
@@ -372,8 +378,8 @@ class _Check:
             ("hostPID", a.host_pid),
             ("hostIPC", a.host_ipc),
         ):
-            if spec.get(key) not in (None, False) and not ok:
-                self.bad(f"{path}.{key}", "host namespaces", repr(spec.get(key)))
+            if self.flag(f"{path}.{key}", spec.get(key)) and not ok:
+                self.bad(f"{path}.{key}", "host namespaces", "true")
         for key in ("serviceAccountName", "serviceAccount"):
             if key in spec and spec[key] != a.service_account:
                 self.bad(f"{path}.{key}", "service account", f"{spec[key]!r} is not granted")
@@ -397,7 +403,7 @@ class _Check:
             else:
                 for i, s in enumerate(sysctls):
                     name = s.get("name") if isinstance(s, dict) else s
-                    if name not in SAFE_SYSCTLS | a.sysctls:
+                    if not _member(name, SAFE_SYSCTLS | a.sysctls):
                         self.bad(f"{path}.securityContext.sysctls[{i}]", "sysctls", repr(name))
         ann = meta.get("annotations") if isinstance(meta, dict) else None
         names: list[str] = []
@@ -458,12 +464,12 @@ class _Check:
             self.bad(f"{where}.seccompProfile", "malformed", "not a mapping")
         kind = _type_of(sp)
         granted = kind == "Unconfined" and a.seccomp_unconfined
-        if kind is not None and kind not in SECCOMP_TYPES and not granted:
+        if kind is not None and not _member(kind, SECCOMP_TYPES) and not granted:
             self.bad(f"{where}.seccompProfile", "seccomp", repr(kind))
         ap = ctx.get("appArmorProfile")
         if ap is not None and not isinstance(ap, dict):
             self.bad(f"{where}.appArmorProfile", "malformed", "not a mapping")
-        if _type_of(ap) in APPARMOR_FORBIDDEN_TYPES and not a.apparmor_unconfined:
+        if _member(_type_of(ap), APPARMOR_FORBIDDEN_TYPES) and not a.apparmor_unconfined:
             self.bad(f"{where}.appArmorProfile", "appArmor", "Unconfined")
         se = ctx.get("seLinuxOptions")
         if se is not None:
@@ -473,7 +479,7 @@ class _Check:
                 for key in ("user", "role"):
                     if se.get(key) not in (None, ""):
                         self.bad(f"{where}.seLinuxOptions.{key}", "SELinux", repr(se[key]))
-                if se.get("type", "") not in SELINUX_TYPES:
+                if not _member(se.get("type", ""), SELINUX_TYPES):
                     self.bad(f"{where}.seLinuxOptions.type", "SELinux", repr(se.get("type")))
         if _is_int(ctx.get("runAsUser")) and ctx["runAsUser"] == 0 and not a.run_as_root:
             self.bad(f"{where}.runAsUser", "runAsUser", "0 is root")
@@ -483,10 +489,8 @@ class _Check:
         if wo is not None:
             if not isinstance(wo, dict):
                 self.bad(f"{where}.windowsOptions", "malformed", "not a mapping")
-            elif wo.get(_HOST_PROCESS) not in (None, False):
-                self.bad(
-                    f"{where}.windowsOptions.hostProcess", "hostProcess", repr(wo[_HOST_PROCESS])
-                )
+            elif self.flag(f"{where}.windowsOptions.hostProcess", wo.get(_HOST_PROCESS)):
+                self.bad(f"{where}.windowsOptions.hostProcess", "hostProcess", "true")
 
     def container(
         self,
@@ -508,8 +512,8 @@ class _Check:
             csc = {}
         sc = f"{where}.securityContext"
         self.context(sc, csc)
-        if csc.get("privileged") not in (None, False) and not a.privileged:
-            self.bad(f"{sc}.privileged", "privileged", repr(csc["privileged"]))
+        if self.flag(f"{sc}.privileged", csc.get("privileged")) and not a.privileged:
+            self.bad(f"{sc}.privileged", "privileged", "true")
         if csc.get("allowPrivilegeEscalation") is not False and not a.allow_privilege_escalation:
             self.bad(f"{sc}.allowPrivilegeEscalation", "allowPrivilegeEscalation", "not false")
         caps = csc.get("capabilities")
@@ -526,10 +530,12 @@ class _Check:
                 self.bad(f"{sc}.capabilities.add", "malformed", f"{add!r} is not a list")
             else:
                 for cap in add:
-                    if cap not in ADDABLE_CAPABILITIES | a.capabilities:
+                    if not _member(cap, ADDABLE_CAPABILITIES | a.capabilities):
                         self.bad(f"{sc}.capabilities.add", "capabilities", repr(cap))
         seccomp = _type_of(csc.get("seccompProfile")) or pod_seccomp
-        if seccomp not in SECCOMP_TYPES and not (seccomp == "Unconfined" and a.seccomp_unconfined):
+        if not _member(seccomp, SECCOMP_TYPES) and not (
+            seccomp == "Unconfined" and a.seccomp_unconfined
+        ):
             self.bad(f"{sc}.seccompProfile", "seccomp", f"{seccomp!r} (pod or container)")
         nonroot = csc.get("runAsNonRoot", pod_nonroot if "runAsNonRoot" not in csc else None)
         if nonroot is not True and not a.run_as_root:
@@ -561,19 +567,19 @@ class _Check:
             env = []
         secret_backed = {"WANDB_API_KEY"}
         for i, e in enumerate(env or []):
+            # An entry without a string name is refused by the API server; it expands nothing.
             if not isinstance(e, dict) or not isinstance(e.get("name"), str):
-                self.bad(f"{where}.env[{i}]", "malformed", "an env entry without a string name")
                 continue
             vf = e.get("valueFrom")
             if isinstance(vf, dict) and "secretKeyRef" in vf:
                 secret_backed.add(e["name"])
-            if "value" in e and e["value"] is not None and not isinstance(e["value"], str):
-                self.bad(f"{where}.env[{i}].value", "malformed", "not a string")
         env_from = c.get("envFrom")
         any_secret = isinstance(env_from, list) and any(
             isinstance(s, dict) and "secretRef" in s for s in env_from
         )
-        defined = {e.get("name") for e in env or [] if isinstance(e, dict)}
+        defined = {
+            e["name"] for e in env or [] if isinstance(e, dict) and isinstance(e.get("name"), str)
+        }
         texts: list[tuple[str, Any]] = []
         for key in ("command", "args"):
             if isinstance(c.get(key), list):
@@ -581,7 +587,11 @@ class _Check:
         for i, e in enumerate(env or []):
             if isinstance(e, dict):
                 texts.append((f"{where}.env[{i}].value", e.get("value")))
-        for i, mnt in enumerate(c.get("volumeMounts") or []):
+        mounts = c.get("volumeMounts")
+        if mounts is not None and not isinstance(mounts, list):
+            self.bad(f"{where}.volumeMounts", "malformed", "not a list")
+            mounts = []
+        for i, mnt in enumerate(mounts or []):
             if isinstance(mnt, dict):
                 texts.append((f"{where}.volumeMounts[{i}].subPathExpr", mnt.get("subPathExpr")))
         for path, text in texts:
@@ -596,14 +606,14 @@ class _Check:
         for raw_key, value in ann.items():
             key = str(raw_key)
             text = str(value)
-            profile_ok = value in APPARMOR_ANNOTATION_VALUES or text.startswith("localhost/")
+            profile_ok = _member(value, APPARMOR_ANNOTATION_VALUES) or text.startswith("localhost/")
             if key.startswith(APPARMOR_ANNOTATION_PREFIX) and not (
                 profile_ok or a.apparmor_unconfined
             ):
                 self.bad(f'{where}["{key}"]', "appArmor", repr(value))
             legacy = key == SECCOMP_POD_ANNOTATION
             legacy = legacy or key.startswith(SECCOMP_CONTAINER_ANNOTATION_PREFIX)
-            seccomp_ok = value in SECCOMP_ANNOTATION_VALUES or text.startswith("localhost/")
+            seccomp_ok = _member(value, SECCOMP_ANNOTATION_VALUES) or text.startswith("localhost/")
             if legacy and not (seccomp_ok or a.seccomp_unconfined):
                 self.bad(f'{where}["{key}"]', "seccomp", repr(value))
 
@@ -622,6 +632,11 @@ def _references(text: str) -> list[str]:
         else:
             i += 1
     return out
+
+
+def _member(value: Any, allowed: frozenset[str]) -> bool:
+    """`value in allowed` for a value of any type (a list or mapping is never a member)."""
+    return isinstance(value, str) and value in allowed
 
 
 def _type_of(profile: Any) -> Any:

@@ -93,6 +93,8 @@ BAD: list[tuple[str, Edit, str]] = [
     ("hostPID", lambda m: _pod(m).update(hostPID=True), "host namespaces"),
     ("hostIPC", lambda m: _pod(m).update(hostIPC=True), "host namespaces"),
     ("privileged", lambda m: _csc(m).update(privileged=True), "privileged"),
+    ("privileged-string", lambda m: _csc(m).update(privileged="true"), "malformed"),
+    ("hostIPC-list", lambda m: _pod(m).update(hostIPC=[]), "malformed"),
     (
         "cap-add",
         lambda m: _csc(m)["capabilities"].update(add=["SYS_ADMIN"]),
