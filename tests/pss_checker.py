@@ -566,7 +566,7 @@ class _Check:
             self.bad(f"{where}.env", "malformed", "not a list")
             env = []
         secret_backed = {"WANDB_API_KEY"}
-        for i, e in enumerate(env or []):
+        for e in env or []:
             # An entry without a string name is refused by the API server; it expands nothing.
             if not isinstance(e, dict) or not isinstance(e.get("name"), str):
                 continue
