@@ -24,6 +24,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import yaml
+
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
 CRD_DIR = ROOT / "launch_agent" / "render" / "schemas" / "crds"
@@ -37,8 +39,11 @@ class Chooser(Protocol):
 
 
 class RandomChooser:
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, ints: Sequence[int] | None = None) -> None:
         self.rng = random.Random(seed)
+        # The integers to draw; the end-to-end test keeps them small, because the sandbox's
+        # operators create one object per replica even while a workload is suspended.
+        self.ints = tuple(ints) if ints is not None else HOSTILE_INTS
 
     def pick(self, options: Sequence[T]) -> T:
         return options[self.rng.randrange(len(options))]
@@ -308,7 +313,7 @@ def draw(ch: Chooser, schema: Any, name: str = "", depth: int = 0) -> Any:
     if ch.chance(6):
         return copy.deepcopy(ch.pick(WRONG_TYPES))
     if s.get("x-kubernetes-int-or-string"):
-        return ch.pick(HOSTILE_INTS) if ch.chance(50) else _string(ch, name)
+        return ch.pick(_ints(ch)) if ch.chance(50) else _string(ch, name)
     if isinstance(s.get("enum"), list) and s["enum"] and ch.chance(80):
         return ch.pick(s["enum"])
     types = _types(s)
@@ -320,12 +325,17 @@ def draw(ch: Chooser, schema: Any, name: str = "", depth: int = 0) -> Any:
     if kind == "string":
         return _string(ch, name)
     if kind == "integer":
-        return ch.pick(HOSTILE_INTS)
+        return ch.pick(_ints(ch))
     if kind == "number":
         return ch.pick((0.5, 1e308, -1.0))
     if kind == "boolean":
         return ch.chance(70)
-    return ch.pick((*HOSTILE_STRINGS[:6], *HOSTILE_INTS[:3], True))
+    return ch.pick((*HOSTILE_STRINGS[:6], *_ints(ch)[:3], True))
+
+
+def _ints(ch: Chooser) -> tuple[int, ...]:
+    ints: tuple[int, ...] = getattr(ch, "ints", HOSTILE_INTS)
+    return ints
 
 
 def _string(ch: Chooser, name: str) -> str:
@@ -496,3 +506,340 @@ def hostile_overrides(ch: Chooser) -> dict[str, Any]:
     if overrides:
         run["overrides"] = overrides
     return run
+
+
+# ----------------------------------------------------------------------------- attack classes
+
+NARROW_SPEC = """\
+apiVersion: launch-agent/v1
+kind: QueueSpec
+metadata:
+  name: narrow
+spec:
+  queues: [q-narrow]
+  namespace: default
+  template:
+    apiVersion: batch/v1
+    kind: Job
+    spec:
+      template:
+        spec:
+          containers:
+            - name: main
+              image: ${image_uri}
+              env:
+                - {name: MY_ENV, value: from-the-admin}
+              resources:
+                requests: {cpu: "1", memory: 1Gi}
+  overridable:
+    - "**.containers[*].env"
+    - "**.volumes"
+    - "**.resources"
+    - overrides.args
+    - overrides.run_config
+"""
+EXAMPLES = ROOT / "queue-specs"
+
+
+def queue_specs(
+    *, namespace: str = "default", kueue: str | None = None, skip: Sequence[str] = ()
+) -> dict[str, dict[str, Any]]:
+    """queue → raw queue spec: each example spec granting `**` (`open-<stem>`), and q-narrow.
+
+    `kueue` names a LocalQueue for every kind Kueue can suspend, so their workloads are
+    created suspended (nothing runs them); `skip` leaves out examples by stem.
+    """
+    out = {}
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        if path.stem in skip:
+            continue
+        raw = yaml.safe_load(path.read_text())
+        queue = f"open-{path.stem}"
+        raw["metadata"]["name"] = queue
+        raw["spec"]["queues"] = [queue]
+        raw["spec"]["namespace"] = namespace
+        template = raw["spec"]["template"]
+        if isinstance(template.get("kubernetes"), dict):
+            template["kubernetes"].pop("namespace", None)
+        template.pop("namespace", None)
+        raw["spec"]["overridable"] = ["**"]
+        kind = template_of(raw).get("kind")
+        if kueue and kind not in ("LeaderWorkerSet",) and path.stem != "volcano-job":
+            raw["spec"]["kueue"] = {"queueName": kueue}
+        out[queue] = raw
+    narrow = yaml.safe_load(NARROW_SPEC)
+    narrow["spec"]["namespace"] = namespace
+    if kueue:
+        narrow["spec"]["kueue"] = {"queueName": kueue}
+    out["q-narrow"] = narrow
+    return out
+
+
+def template_of(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The workload template of a raw queue spec, in its plain form (apiVersion/kind set)."""
+    t = raw["spec"]["template"]
+    t = t["kubernetes"] if "kubernetes" in t and "spec" not in t else t
+    t = copy.deepcopy(t)
+    t.setdefault("apiVersion", "batch/v1")
+    t.setdefault("kind", "Job")
+    return dict(t)
+
+
+Spec = dict[str, Any]
+
+
+def run_spec(layer: Any = None, **run: Any) -> Spec:
+    """A runSpec with an image (no build), the given layer and runSpec keys (None removes)."""
+    spec: Spec = {
+        "entity": "ent",
+        "project": "proj",
+        "resource": "kubernetes",
+        "docker": {"docker_image": "registry.example/train:1"},
+    }
+    if layer is not None:
+        spec["resource_args"] = {"kubernetes": layer}
+    for key, value in run.items():
+        if value is None:
+            spec.pop(key, None)
+        else:
+            spec[key] = value
+    return spec
+
+
+def _job_pod(**pod: Any) -> Any:
+    return {"spec": {"template": {"spec": pod}}}
+
+
+def _main(**container: Any) -> Any:
+    return _job_pod(containers=[{"name": "main", **container}])
+
+
+SECRET_ENV = {"name": "DB", "valueFrom": {"secretKeyRef": {"name": "db-admin", "key": "pw"}}}
+TOKEN_VOLUME = {
+    "name": "tok",
+    "projected": {"sources": [{"serviceAccountToken": {"path": "token", "audience": "vault"}}]},
+}
+
+# The attack classes of the security review: class → [(queue, runSpec maker)]. Queues are
+# those of `queue_specs` (`open-<example>` grants `**`; `q-narrow` grants env, volumes and
+# resources). `ch` varies what a class can vary.
+ATTACKS: dict[str, list[tuple[str, Callable[[Chooser], Spec]]]] = {
+    "git-args": [
+        (
+            "open-job",
+            lambda ch: run_spec(
+                docker=None,
+                job="ent/proj/job-x:v1",
+                git={"repo": ch.pick(["--upload-pack=touch /tmp/p", "-c", "ext::sh -c id"])},
+            ),
+        ),
+    ],
+    "type-change": [
+        ("open-job", lambda ch: run_spec(_main(image={}))),
+        ("open-job", lambda ch: run_spec(_job_pod(containers={}))),
+        ("open-job", lambda ch: run_spec(_main(env={}))),
+        ("open-job", lambda ch: run_spec(None, overrides={"args": {}})),
+        ("q-narrow", lambda ch: run_spec(_main(env={}))),
+        ("q-narrow", lambda ch: run_spec(_job_pod(containers={}))),
+        ("q-narrow", lambda ch: run_spec(_main(image={"$ne": ""}))),
+        ("q-narrow", lambda ch: run_spec({"spec": {"template": {"spec": []}}})),
+        ("q-narrow", lambda ch: run_spec(None, overrides={"args": []})),
+    ],
+    "api-key-expansion": [
+        ("open-job", lambda ch: run_spec(name="$(WANDB_API_KEY)")),
+        ("q-narrow", lambda ch: run_spec(None, overrides={"args": ["--x=$(WANDB_API_KEY)"]})),
+        ("q-narrow", lambda ch: run_spec(_main(env=[{"name": "X", "value": "$(WANDB_API_KEY)"}]))),
+        ("open-trainjob", lambda ch: run_spec(name="$(WANDB_API_KEY)")),
+        ("open-rayjob", lambda ch: run_spec(name="a $(WANDB_API_KEY) b")),
+    ],
+    "secret-read": [
+        ("q-narrow", lambda ch: run_spec(_main(env=[SECRET_ENV]))),
+        ("q-narrow", lambda ch: run_spec(_main(envFrom=[{"secretRef": {"name": "db-admin"}}]))),
+        ("q-narrow", lambda ch: run_spec(_job_pod(volumes=[TOKEN_VOLUME]))),
+        (
+            "q-narrow",
+            lambda ch: run_spec(_job_pod(volumes=[{"name": "s", "secret": {"secretName": "db"}}])),
+        ),
+        ("open-job", lambda ch: run_spec(_job_pod(automountServiceAccountToken=True))),
+        ("open-job", lambda ch: run_spec(_job_pod(imagePullSecrets=[{"name": "other-team"}]))),
+        (
+            "open-trainjob",
+            lambda ch: run_spec(
+                {"spec": {"initializer": {"dataset": {"secretRef": {"name": "db"}}}}}
+            ),
+        ),
+        (
+            "open-rayjob",
+            lambda ch: run_spec(
+                {
+                    "spec": {
+                        "rayClusterSpec": {
+                            "gcsFaultToleranceOptions": {
+                                "redisAddress": "redis:6379",
+                                "redisPassword": {"valueFrom": SECRET_ENV["valueFrom"]},
+                            }
+                        }
+                    }
+                }
+            ),
+        ),
+    ],
+    "template-escape": [
+        (
+            "open-volcano-job",
+            lambda ch: run_spec(
+                {
+                    "spec": {
+                        "tasks": [
+                            {
+                                "name": "worker",
+                                "template": {"spec": {"containers": [{"name": "main"}]}},
+                            },
+                            {
+                                "name": "worker",
+                                "replicas": 1,
+                                "template": {
+                                    "spec": {
+                                        "hostNetwork": True,
+                                        "containers": [
+                                            {
+                                                "name": "x",
+                                                "image": "busybox",
+                                                "securityContext": {"privileged": True},
+                                            }
+                                        ],
+                                    }
+                                },
+                            },
+                        ]
+                    }
+                }
+            ),
+        ),
+        (
+            "open-rayjob",
+            lambda ch: run_spec(
+                {
+                    "spec": {
+                        "rayClusterSpec": {
+                            "enableInTreeAutoscaling": True,
+                            "autoscalerOptions": {"securityContext": {"privileged": True}},
+                        }
+                    }
+                }
+            ),
+        ),
+        (
+            "open-rayjob",
+            lambda ch: run_spec({"spec": {"clusterSelector": {"ray.io/cluster": "x"}}}),
+        ),
+        (
+            "open-trainjob",
+            lambda ch: run_spec({"spec": {"runtimeRef": {"name": "privileged-runtime"}}}),
+        ),
+        (
+            "open-job",
+            lambda ch: run_spec({"spec": {"template": {"metadata": {"namespace": "kube-system"}}}}),
+        ),
+    ],
+    "hostpath-dotdot": [
+        (
+            "q-narrow",
+            lambda ch: run_spec(
+                _job_pod(volumes=[{"name": "h", "hostPath": {"path": "/data/../etc"}}])
+            ),
+        ),
+        ("q-narrow", lambda ch: run_spec(_job_pod(volumes=[{"name": "h", "hostPath": "x"}]))),
+    ],
+    "macros": [
+        ("open-job", lambda ch: run_spec(_main(image="${WANDB_API_KEY}"))),
+        (
+            "open-job",
+            lambda ch: run_spec(_job_pod(serviceAccountName="${run_name}"), name="cluster-admin"),
+        ),
+        (
+            "open-job",
+            lambda ch: run_spec({"metadata": {"labels": {"x": "${run_name}"}}}, name="a b/$(c)"),
+        ),
+    ],
+    "seccomp-annotation": [
+        (
+            "open-job",
+            lambda ch: run_spec(
+                {
+                    "spec": {
+                        "template": {
+                            "metadata": {
+                                "annotations": {
+                                    ch.pick(
+                                        [
+                                            "seccomp.security.alpha.kubernetes.io/pod",
+                                            "container.seccomp.security.alpha.kubernetes.io/main",
+                                        ]
+                                    ): "unconfined"
+                                }
+                            }
+                        }
+                    }
+                }
+            ),
+        ),
+    ],
+    "capability-string": [
+        (
+            "open-job",
+            lambda ch: run_spec(_main(securityContext={"capabilities": {"add": "SYS_ADMIN"}})),
+        ),
+        (
+            "open-job",
+            lambda ch: run_spec(_main(securityContext={"capabilities": {"add": ["sys_admin"]}})),
+        ),
+    ],
+    "reserved-labels": [
+        (
+            "open-job",
+            lambda ch: run_spec({"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "vip"}}}),
+        ),
+        (
+            "open-job-kueue",
+            lambda ch: run_spec({"metadata": {"labels": {"kueue.x-k8s.io/priority-class": "top"}}}),
+        ),
+        (
+            "open-job",
+            lambda ch: run_spec(
+                {"spec": {"template": {"metadata": {"labels": {"launch-agent.io/agent": "x"}}}}}
+            ),
+        ),
+    ],
+    "huge-or-deep": [
+        ("open-job", lambda ch: run_spec(_nested(ch.pick([200, 900])))),
+        ("open-job", lambda ch: run_spec(_main(args=["a" * 1000] * 1500))),
+        ("open-job", lambda ch: run_spec(None, overrides={"run_config": {"k": "v" * 1_100_000}})),
+        ("open-job", lambda ch: run_spec(_main(resources={"limits": {"cpu": 10**30}}))),
+    ],
+}
+
+
+def _nested(depth: int) -> Any:
+    node: Any = {"leaf": 1}
+    for _ in range(depth):
+        node = {"spec": node}
+    return node
+
+
+def _nested(depth: int) -> Any:
+    node: Any = {"leaf": 1}
+    for _ in range(depth):
+        node = {"spec": node}
+    return node
+
+
+def schema_item(ch: Chooser, specs: Mapping[str, Mapping[str, Any]]) -> tuple[str, Spec]:
+    """A queue and a runSpec whose layer is drawn from that queue's schemas."""
+    queue = ch.pick(sorted(specs))
+    template = template_of(specs[queue])
+    layer = whole_layer(ch, template) if ch.chance(50) else pod_layer(ch, template)
+    spec = run_spec(layer)
+    if queue != "q-narrow":
+        spec.update(hostile_overrides(ch))
+    return queue, spec

@@ -112,6 +112,7 @@ AGENT_KEYS = (
     "launch-agent.io/queue-spec",
     "launch-agent.io/entity",
     "launch-agent.io/project",
+    "launch-agent.io/run-spec",
     "wandb.ai/run-id",
     "wandb.ai/agent",
 )
