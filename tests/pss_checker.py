@@ -310,6 +310,8 @@ class _Check:
                     if isinstance(value.get(holder), dict):
                         self.reserved(f"{path}.{holder}".lstrip("."), value[holder])
         for path, name in secret_refs(m):
+            if name is None or name == "":
+                continue  # names no Secret (the API server defaults it to ""), reads nothing
             if not _member(name, self.allowed.secrets):
                 self.bad(path, "secret reference", f"{name!r} is not a Secret the spec lists")
         pod_specs = [
