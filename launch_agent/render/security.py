@@ -71,7 +71,9 @@ SAFE_SYSCTLS = frozenset(
     }
 )
 BASE_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
-SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "init_t"})
+# Pod Security admission's allowed types (pod-security-admission policy/check_seLinuxOptions.go,
+# selinuxAllowedTypes1_0); 1.31 added container_engine_t, which older clusters still refuse.
+SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t"})
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 SECCOMP_POD_ANNOTATION = "seccomp.security.alpha.kubernetes.io/pod"
 SECCOMP_CONTAINER_ANNOTATION = "container.seccomp.security.alpha.kubernetes.io/"
