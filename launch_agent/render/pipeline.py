@@ -33,7 +33,8 @@ from typing import Any
 from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import CustomKind, InvalidInput, Problem, QueueSpec
 from launch_agent.model.run_item import RunItem, parse_run_item
-from launch_agent.render import generated, naming
+from launch_agent.model.safe_load import ITEM_LIMITS
+from launch_agent.render import generated, naming, shape
 from launch_agent.render.decisions import NO_DECISIONS, Admission, apply_decisions
 from launch_agent.render.edit import child_map, main_container
 from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, known_kinds, lookup
@@ -93,6 +94,12 @@ def render(
 ) -> RenderResult:
     """Render one popped item; raises `InvalidInput` listing every problem (and `Refused`
     when the admission decisions cannot be applied: render/decisions.py)."""
+    # Before anything walks it: the merge, the policy and the macros recurse, and an item
+    # nested deeper than the loaders allow must be refused, not crash the render.
+    whole = (item.raw or item.resource_args) if isinstance(item, RunItem) else item
+    too_deep = nesting_problem(whole)
+    if too_deep is not None:
+        raise InvalidInput([too_deep])
     run = item if isinstance(item, RunItem) else parse_run_item(item)
     info = _spec_info(spec)
     problems: list[Problem] = []
@@ -136,6 +143,7 @@ def render(
     # The merge reports each change it makes and the policy decides on those: checked == applied.
     merged, changes = merge_changes(spec.template, layer) if layer else (spec.template, [])
     problems += check_changes(changes, _globs(spec), spec)
+    problems += shape_problems(merged, info, [c.path for c in changes])
     problems += kubelet_references(changes)
     problems += check_overrides(
         run, _globs(spec), spec.name, spec.overridable, info=info, manifest=merged
@@ -291,6 +299,24 @@ def render(
     return RenderResult([{**first, **manifest}], warnings)
 
 
+def nesting_problem(value: Any, limit: int = ITEM_LIMITS.max_depth) -> Problem | None:
+    """The first place `value` nests mappings and lists deeper than `limit` (the loaders'
+    bound, `model/safe_load.py`), found without recursion; None if it does not."""
+    stack: list[tuple[Any, int, Path]] = [(value, 1, ())]
+    while stack:
+        node, depth, path = stack.pop()
+        if isinstance(node, dict):
+            children = [(v, (*path, str(k))) for k, v in node.items()]
+        elif isinstance(node, list):
+            children = [(v, (*path, Item(str(i)))) for i, v in enumerate(node)]
+        else:
+            continue
+        if depth > limit:
+            return Problem(format_path(path) or "(item)", f"nested deeper than {limit} levels")
+        stack += [(v, depth + 1, p) for v, p in children]
+    return None
+
+
 def enforce_every_pod(
     manifest: dict[str, Any],
     info: KindInfo,
@@ -300,6 +326,11 @@ def enforce_every_pod(
     """Enforcement on every pod that will exist; raises `InvalidInput` for pods it cannot
     reach. Returns what it changed (render warnings; `validate` errors for the admin's).
     `templates` are the manifest's pod templates if the caller has them already."""
+    problems = [
+        Problem(format_path(path), reason) for path, reason in workload_shapes(manifest, info)
+    ]
+    if problems:
+        raise InvalidInput(problems)
     problems = info.refusals(manifest, spec.security) if info.refusals else []
     if info.materialise is not None:
         info.materialise(manifest)
@@ -320,6 +351,34 @@ def enforce_every_pod(
     for where, container in info.operator_containers(manifest) if info.operator_containers else ():
         changes += enforce_container(container, spec.security, where, set())
     return changes
+
+
+def workload_shapes(
+    manifest: Mapping[str, Any], info: KindInfo, *, require_containers: bool = False
+) -> list[shape.Mismatch]:
+    """Shape mismatches of every pod template and operator-built container (`shape.py`)."""
+    found = shape.pod_template_shapes(
+        manifest, info.pod_templates, require_containers=require_containers
+    )
+    for pattern in info.container_fields:
+        for path, value in find(manifest, parse_glob(pattern)):
+            if value is not None:
+                found += shape.container_shapes(value, path)
+    return found
+
+
+def shape_problems(merged: Mapping[str, Any], info: KindInfo, changed: list[Path]) -> list[Problem]:
+    """The merged workload's shape mismatches, each named where it came from: the
+    submitter's layer if a change made it, else the admin's template. A pod template the
+    admin wrote without containers gets one from the pipeline; one whose containers the
+    submitter removed is refused."""
+    problems = []
+    for path, reason in workload_shapes(merged, info, require_containers=True):
+        if shape.touches(path, changed):
+            problems.append(Problem(format_path(path, LAYER_PREFIX), reason))
+        elif path[-1] != "containers" or "containers list" not in reason:
+            problems.append(Problem(format_path(path, "spec.template"), reason))
+    return problems
 
 
 def kubelet_references(changes: list[Change]) -> list[Problem]:

@@ -365,7 +365,14 @@ class _Enforcer:
                 del ann[key]
                 self.note(f'metadata.annotations["{key}"]', f"removed {value!r}: needs {need}")
 
-    def container(self, c: dict[str, Any], where: str, removed_volumes: set[str]) -> None:
+    def container(
+        self,
+        c: dict[str, Any],
+        where: str,
+        removed_volumes: set[str],
+        *,
+        standalone: bool = False,
+    ) -> None:
         sec = self.sec
         self.typed(c, _CONTAINER_TYPES, where)
         csc = child_map(c, "securityContext")
@@ -422,7 +429,9 @@ class _Enforcer:
                 self.note(
                     f"{where}.securityContext.runAsUser", "removed: 0 needs security.runAsRoot"
                 )
-        self.seccomp(csc, f"{where}.securityContext", default=False)
+            if standalone:
+                csc["runAsNonRoot"] = True
+        self.seccomp(csc, f"{where}.securityContext", default=standalone)
         self.apparmor(csc, f"{where}.securityContext")
         self.selinux(csc, f"{where}.securityContext")
         pm = csc.get("procMount")
@@ -463,5 +472,8 @@ def enforce_container(
     fields of the workload (KubeRay's autoscaler from `autoscalerOptions`)."""
     parent, _, last = where.rpartition(".")
     enforcer = _Enforcer(sec, parent)
-    enforcer.container(container, last, removed_volumes)
+    # Restricted on its own, not by inheritance: the operator decides which pod the container
+    # joins and may not copy that pod's securityContext (KubeRay's BuildAutoscalerContainer in
+    # ray-operator/controllers/ray/common/pod.go takes autoscalerOptions.securityContext whole).
+    enforcer.container(container, last, removed_volumes, standalone=True)
     return enforcer.changes
