@@ -33,7 +33,7 @@ from typing import Any
 from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import CustomKind, InvalidInput, Problem, QueueSpec
 from launch_agent.model.run_item import RunItem, parse_run_item
-from launch_agent.model.safe_load import ITEM_LIMITS
+from launch_agent.model.safe_load import ITEM_LIMITS, check_value
 from launch_agent.render import generated, naming, shape
 from launch_agent.render.decisions import NO_DECISIONS, Admission, apply_decisions
 from launch_agent.render.edit import child_map, main_container
@@ -96,7 +96,7 @@ def render(
     when the admission decisions cannot be applied: render/decisions.py)."""
     # Before anything walks it: the merge, the policy and the macros recurse, and an item
     # nested deeper than the loaders allow must be refused, not crash the render.
-    whole = (item.raw or item.resource_args) if isinstance(item, RunItem) else item
+    whole = item.raw if isinstance(item, RunItem) else item
     too_deep = nesting_problem(whole)
     if too_deep is not None:
         raise InvalidInput([too_deep])
@@ -143,7 +143,12 @@ def render(
     # The merge reports each change it makes and the policy decides on those: checked == applied.
     merged, changes = merge_changes(spec.template, layer) if layer else (spec.template, [])
     problems += check_changes(changes, _globs(spec), spec)
-    problems += shape_problems(merged, info, [c.path for c in changes])
+    named = {p.path for p in problems}
+    problems += [
+        p
+        for p in shape_problems(merged, info, spec, [c.path for c in changes])
+        if p.path not in named  # the policy's grant-proof refusals saw it first
+    ]
     problems += kubelet_references(changes)
     problems += check_overrides(
         run, _globs(spec), spec.name, spec.overridable, info=info, manifest=merged
@@ -299,22 +304,14 @@ def render(
     return RenderResult([{**first, **manifest}], warnings)
 
 
-def nesting_problem(value: Any, limit: int = ITEM_LIMITS.max_depth) -> Problem | None:
-    """The first place `value` nests mappings and lists deeper than `limit` (the loaders'
-    bound, `model/safe_load.py`), found without recursion; None if it does not."""
-    stack: list[tuple[Any, int, Path]] = [(value, 1, ())]
-    while stack:
-        node, depth, path = stack.pop()
-        if isinstance(node, dict):
-            children = [(v, (*path, str(k))) for k, v in node.items()]
-        elif isinstance(node, list):
-            children = [(v, (*path, Item(str(i)))) for i, v in enumerate(node)]
-        else:
-            continue
-        if depth > limit:
-            return Problem(format_path(path) or "(item)", f"nested deeper than {limit} levels")
-        stack += [(v, depth + 1, p) for v, p in children]
-    return None
+def nesting_problem(item: Any, limit: int = ITEM_LIMITS.max_depth) -> Problem | None:
+    """Where the item's runSpec nests deeper than `limit` (the loaders' bound, which W&B's
+    client and the CLI apply to the runSpec they decode), found without recursion."""
+    run_spec = item.get("runSpec") if isinstance(item, Mapping) else None
+    found = check_value(run_spec, limit, "runSpec") if run_spec is not None else None
+    if found is None or "nested deeper" not in found[1]:
+        return None  # anything else the loaders refuse is parse_run_item's to report
+    return Problem(*found)
 
 
 def enforce_every_pod(
@@ -367,13 +364,19 @@ def workload_shapes(
     return found
 
 
-def shape_problems(merged: Mapping[str, Any], info: KindInfo, changed: list[Path]) -> list[Problem]:
+def shape_problems(
+    merged: Mapping[str, Any], info: KindInfo, spec: QueueSpec, changed: list[Path]
+) -> list[Problem]:
     """The merged workload's shape mismatches, each named where it came from: the
     submitter's layer if a change made it, else the admin's template. A pod template the
     admin wrote without containers gets one from the pipeline; one whose containers the
     submitter removed is refused."""
     problems = []
-    for path, reason in workload_shapes(merged, info, require_containers=True):
+    # The kind's refusals (`generated.py`) too, so a refusal the layer caused names its path.
+    found = workload_shapes(merged, info, require_containers=True)
+    if info.refusals is not None:
+        found += [(parse_glob(p.path), p.reason) for p in info.refusals(merged, spec.security)]
+    for path, reason in found:
         if shape.touches(path, changed):
             problems.append(Problem(format_path(path, LAYER_PREFIX), reason))
         elif path[-1] != "containers" or "containers list" not in reason:

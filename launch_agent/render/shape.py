@@ -26,22 +26,23 @@ MAP, MAPS, STR, STRS = "a mapping", "a list of mappings", "a string", "a list of
 
 # A schema: {field: (what it must be, the schema of its mapping(s) or None)}; "*" is any other
 # field. Only fields whose type matters to enforcement or to what an operator reads are listed:
-# everything that holds objects, and the strings the pipeline and kubelet read.
+# everything that holds objects, and the strings the pipeline and kubelet read. Scalars and
+# string lists inside a securityContext (`privileged: "true"`, `capabilities.add: SYS_ADMIN`)
+# are `security.py`'s: it removes them and fills in the restricted value.
 Schema = Mapping[str, tuple[str, "Schema | None"]]
 
 _REF: Schema = {"name": (STR, None)}
 _KEY_REF: Schema = {"name": (STR, None), "key": (STR, None)}
-_PROFILE: Schema = {"type": (STR, None), "localhostProfile": (STR, None)}
 _CONTEXT_COMMON: dict[str, tuple[str, Schema | None]] = {
-    "seccompProfile": (MAP, _PROFILE),
-    "appArmorProfile": (MAP, _PROFILE),
+    "seccompProfile": (MAP, None),
+    "appArmorProfile": (MAP, None),
     "seLinuxOptions": (MAP, None),
     "windowsOptions": (MAP, None),
 }
 POD_SECURITY_CONTEXT: Schema = {**_CONTEXT_COMMON, "sysctls": (MAPS, None)}
 CONTAINER_SECURITY_CONTEXT: Schema = {
     **_CONTEXT_COMMON,
-    "capabilities": (MAP, {"add": (STRS, None), "drop": (STRS, None)}),
+    "capabilities": (MAP, None),
 }
 _ENV_VAR: Schema = {
     "name": (STR, None),
@@ -137,20 +138,17 @@ def _is(value: Any, want: str) -> bool:
         return isinstance(value, str)
     if not isinstance(value, list):
         return False
-    if want == MAPS:
-        return all(isinstance(v, dict) for v in value)
-    return all(isinstance(v, str) for v in value)
+    return want == MAPS or all(isinstance(v, str) for v in value)
 
 
 def _describe(value: Any) -> str:
-    if isinstance(value, list):
-        bad = next((v for v in value if not isinstance(v, dict)), None)
-        return f"a list holding {type(bad).__name__} {bad!r}"[:120]
-    return f"{type(value).__name__} {value!r}"[:120]
+    text = f"{type(value).__name__} {value!r}"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def check(value: Any, want: str, schema: Schema | None, path: Path) -> list[Mismatch]:
-    """Every place under `path` where `value` is not what `want`/`schema` say."""
+    """Every place under `path` where `value` is not what `want`/`schema` say, found without
+    recursion (an item may be as deep as the loaders allow)."""
     out: list[Mismatch] = []
     stack: list[tuple[Any, str, Schema | None, Path]] = [(value, want, schema, path)]
     while stack:
@@ -158,22 +156,16 @@ def check(value: Any, want: str, schema: Schema | None, path: Path) -> list[Mism
         if not _is(node, what):
             out.append((where, f"must be {what}, not {_describe(node)}"))
             continue
-        if sub is None:
+        if what == MAPS:
+            # Each item by its own path (`volumes[0]`), as a mapping.
+            stack += [(v, MAP, sub, (*where, Item(item_label(v, i)))) for i, v in enumerate(node)]
             continue
-        items = (
-            [(node, where)]
-            if isinstance(node, dict)
-            else [(v, (*where, Item(item_label(v, i)))) for i, v in enumerate(node)]
-            if what == MAPS
-            else []
-        )
-        for mapping, at in items:
-            for key, field in mapping.items():
-                rule = sub.get(key) if isinstance(key, str) else None
-                rule = rule or sub.get("*")
-                if rule is None or field is None:
-                    continue
-                stack.append((field, rule[0], rule[1], (*at, key)))
+        if sub is None or not isinstance(node, dict):
+            continue
+        for key, field in node.items():
+            rule = (sub.get(key) if isinstance(key, str) else None) or sub.get("*")
+            if rule is not None and field is not None:
+                stack.append((field, rule[0], rule[1], (*where, key)))
     return out
 
 
