@@ -58,6 +58,8 @@ def _corpus_items() -> list[tuple[str, str, dict[str, Any]]]:
     """`tests/corpus/items/*.yaml` cases whose input is a runSpec, if that corpus exists."""
     out = []
     for path in sorted(CORPUS.glob("*.yaml")) if CORPUS.is_dir() else []:
+        if ".input." in path.name:
+            continue  # a raw-text input (a YAML tag, an alias bomb) for its case's loader test
         case = yaml.safe_load(path.read_text())
         spec = case.get("input", {}).get("runSpec") if isinstance(case, dict) else None
         if isinstance(spec, dict):
