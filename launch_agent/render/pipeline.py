@@ -375,7 +375,9 @@ def shape_problems(
     # The kind's refusals (`generated.py`) too, so a refusal the layer caused names its path.
     found = workload_shapes(merged, info, require_containers=True)
     if info.refusals is not None:
-        found += [(parse_glob(p.path), p.reason) for p in info.refusals(merged, spec.security)]
+        for p in info.refusals(merged, spec.security):
+            path = tuple(s for s in parse_glob(p.path) if isinstance(s, str | Item))
+            found.append((path, p.reason))
     for path, reason in found:
         if shape.touches(path, changed):
             problems.append(Problem(format_path(path, LAYER_PREFIX), reason))

@@ -256,4 +256,3 @@ def test_wrong_typed_pod_lists_and_mappings_are_refused_with_the_runspec_path(
     paths = [p.path for p in exc.value.problems]
     assert len(paths) == 1 and paths[0].startswith("runSpec.resource_args.kubernetes.spec."), paths
     assert paths[0].endswith(where) and "must be a" in exc.value.problems[0].reason
-
