@@ -473,7 +473,8 @@ def enforce_container(
     parent, _, last = where.rpartition(".")
     enforcer = _Enforcer(sec, parent)
     # Restricted on its own, not by inheritance: the operator decides which pod the container
-    # joins and may not copy that pod's securityContext (KubeRay's BuildAutoscalerContainer in
-    # ray-operator/controllers/ray/common/pod.go takes autoscalerOptions.securityContext whole).
+    # joins and may not copy that pod's securityContext (KubeRay's mergeAutoscalerOverrides in
+    # ray-operator/controllers/ray/common/pod.go copies autoscalerOptions.securityContext whole
+    # onto the container BuildAutoscalerContainer made).
     enforcer.container(container, last, removed_volumes, standalone=True)
     return enforcer.changes
