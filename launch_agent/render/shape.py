@@ -10,9 +10,10 @@ PodSpec, Container, Volume and its sources, EnvVar, SecurityContext), and any mi
 refused with its path: the submitter's runSpec path when their layer put it there, the
 admin's `spec.template` path otherwise (at spec load).
 
-`null` counts as absent (the API server's decoder drops it), except for a pod's `containers`,
-which every pod needs; a missing `containers` is filled in by the pipeline only for the
-admin's template, never after the submitter removed it.
+`null` counts as absent (the API server's decoder drops it), except for a pod template at one
+of the kind's locations and a pod's `containers`, which every pod needs; a missing
+`containers` is filled in by the pipeline only for the admin's template, never after the
+submitter removed it.
 """
 
 from __future__ import annotations
@@ -180,8 +181,9 @@ def pod_template_shapes(
             if id(tmpl) in seen:
                 continue
             seen.add(id(tmpl))
-            if tmpl is None:
-                continue  # absent: the kind's own validation says whether it is required
+            # A null here is not absent: it survives the merge only inside a value the layer
+            # added whole (a new PyTorchJob replica with `template: null`), and the operator
+            # would decode it as an empty pod template, a pod without containers.
             found = check(tmpl, MAP, POD_TEMPLATE, path)
             out += found
             spec = tmpl.get("spec") if isinstance(tmpl, dict) else None
