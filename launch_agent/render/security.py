@@ -277,7 +277,11 @@ class _Enforcer:
         sysctls = psc.get("sysctls")
         if isinstance(sysctls, list):
             allowed = SAFE_SYSCTLS | sec.sysctls
-            kept = [s for s in sysctls if isinstance(s, dict) and s.get("name") in allowed]
+            kept = [
+                s
+                for s in sysctls
+                if isinstance(s, dict) and isinstance(s.get("name"), str) and s["name"] in allowed
+            ]
             for s in sysctls:
                 if s not in kept:
                     name = s.get("name") if isinstance(s, dict) else s

@@ -40,7 +40,10 @@ _CONTEXT_COMMON: dict[str, tuple[str, Schema | None]] = {
     "seLinuxOptions": (MAP, None),
     "windowsOptions": (MAP, None),
 }
-POD_SECURITY_CONTEXT: Schema = {**_CONTEXT_COMMON, "sysctls": (MAPS, None)}
+POD_SECURITY_CONTEXT: Schema = {
+    **_CONTEXT_COMMON,
+    "sysctls": (MAPS, {"name": (STR, None), "value": (STR, None)}),
+}
 CONTAINER_SECURITY_CONTEXT: Schema = {
     **_CONTEXT_COMMON,
     "capabilities": (MAP, None),
@@ -192,9 +195,15 @@ def pod_template_shapes(
     return sorted(out, key=lambda m: str(m[0]))
 
 
+# The workload fields an operator builds a container from are a container's subset plus, for
+# TrainJob's initializers (trainer.kubeflow.org/v1alpha1 DatasetInitializer, ModelInitializer),
+# the Secret their env comes from.
+OPERATOR_CONTAINER: Schema = {**CONTAINER, "secretRef": (MAP, _REF)}
+
+
 def container_shapes(container: Any, path: Path) -> list[Mismatch]:
     """Shape mismatches of a container an operator builds from a workload field."""
-    return check(container, MAP, CONTAINER, path)
+    return check(container, MAP, OPERATOR_CONTAINER, path)
 
 
 def touches(path: Path, changed: Iterable[Path]) -> bool:

@@ -126,6 +126,14 @@ def _strip_pod_field(field: str) -> Callable[[Any], None]:
     return strip
 
 
+def _both(*strips: Callable[[Any], None]) -> Callable[[Any], None]:
+    def strip(node: Any) -> None:
+        for one in strips:
+            one(node)
+
+    return strip
+
+
 CONTAINER = hostile.k8s("Container")["properties"]
 POD = hostile.k8s("PodSpec")["properties"]
 # (grant, draws a layer for a template, removes the granted part from a rendered workload)
@@ -145,7 +153,9 @@ NARROW: list[
     (
         "**.resources",
         lambda ch, t: hostile.container_field_layer(ch, t, "resources", CONTAINER["resources"]),
-        _strip_container_field("resources"),
+        # `**.resources` also grants the pod-level `spec.resources` (core/v1 PodSpec.resources,
+        # KEP-2837 pod-level resources), which the fallback `pod_layer` draw can set.
+        _both(_strip_container_field("resources"), _strip_pod_field("resources")),
     ),
 ]
 
