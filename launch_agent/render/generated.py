@@ -200,7 +200,7 @@ def rayjob_operator_containers(manifest: Mapping[str, Any]) -> list[tuple[str, d
 def trainjob_refusals(manifest: Mapping[str, Any], sec: SecurityExceptions) -> list[Problem]:
     ref = get(manifest, ("spec", "runtimeRef"))
     name = ref.get("name") if isinstance(ref, dict) else None
-    if name in sec.training_runtimes:
+    if isinstance(name, str) and name in sec.training_runtimes:
         return []
     return [
         Problem(
