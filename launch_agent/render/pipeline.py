@@ -4,7 +4,8 @@ The stages, in order (each one pure; none reaches back):
 
 1. parse the item (`model.run_item`), normalise the submitter's `resource_args.kubernetes`;
 2. merge the layer onto the template; the merge reports each change and `policy.py` checks
-   those, and `overrides`, against `overridable` (all violations at once);
+   those, and `overrides`, against `overridable` (all violations at once); `shape.py` checks
+   the merged pod templates have the pod schema's shape, naming the change that broke it;
 3. substitute allow-listed macros in the merged workload, which also makes the one deep copy
    the later stages edit in place;
 4. name, namespace, labels, annotations, image, entry point, W&B environment, kind defaults,
