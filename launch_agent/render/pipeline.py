@@ -98,7 +98,7 @@ def render(
     # Before anything walks it: the merge, the policy and the macros recurse, and an item
     # nested deeper than the loaders allow must be refused, not crash the render.
     whole = item.raw if isinstance(item, RunItem) else item
-    too_deep = nesting_problem(whole)
+    too_deep = nesting_problem(whole, settings.max_item_depth)
     if too_deep is not None:
         raise InvalidInput([too_deep])
     run = item if isinstance(item, RunItem) else parse_run_item(item)

@@ -36,6 +36,8 @@ class RenderSettings:
     ttl_seconds_after_finished: int = 3600
     active_deadline_seconds: int | None = 604800
     max_env_bytes: int = 1_000_000
+    # limits.max_item_depth: render refuses a deeper item itself, as the loaders do.
+    max_item_depth: int = 100
 
     @classmethod
     def from_config(cls, config: AgentConfig, **overrides: Any) -> RenderSettings:
@@ -45,6 +47,7 @@ class RenderSettings:
             api_key_secret=config.api_key_secret_name,
             api_key_secret_key=config.api_key_secret_key,
             queue_entity=config.entity,
+            max_item_depth=config.limits.max_item_depth,
         )
         return base if not overrides else cls(**{**_fields(base), **overrides})
 

@@ -46,6 +46,21 @@ def test_the_depth_bound_is_the_loaders(depth: int, refused: bool) -> None:
     assert ("nested deeper than 100 levels" in reasons) is refused, reasons
 
 
+def test_the_depth_bound_follows_the_agents_limits() -> None:
+    # limits.max_item_depth raised to 200 lets the loaders pass a 150-level item: render too.
+    spec = make_spec(job_template(image="i"), overridable=["**"])
+    deeper = RenderSettings(max_item_depth=200)
+    try:
+        render(spec, make_item(_nested(150)), None, deeper)
+        reasons: list[str] = []
+    except InvalidInput as exc:
+        reasons = [p.reason for p in exc.problems]
+    assert not any(r.startswith("nested deeper") for r in reasons), reasons
+    with pytest.raises(InvalidInput) as refused:
+        render(spec, make_item(_nested(150)), None, SETTINGS)
+    assert [p.reason for p in refused.value.problems] == ["nested deeper than 100 levels"]
+
+
 def test_shape_check_names_each_bad_item_and_source() -> None:
     tmpl = {
         "spec": {
