@@ -113,6 +113,9 @@ AGENT_KEYS = (
     "launch-agent.io/entity",
     "launch-agent.io/project",
     "launch-agent.io/run-spec",
+    # The run's main containers and image, for blame (docs/agent.md).
+    "launch-agent.io/main-containers",
+    "launch-agent.io/image",
     "wandb.ai/run-id",
     "wandb.ai/agent",
 )

@@ -22,7 +22,13 @@ from launch_agent.commands.config_cmd import load_config, report_config_error
 from launch_agent.model.config import TrackingConfig
 from launch_agent.model.config_resolve import ConfigError
 from launch_agent.model.safe_load import InputError, Limits, load_json, load_yaml
-from launch_agent.tracking import Assessment, MainContainer, TrackingPolicy, assess
+from launch_agent.tracking import (
+    Assessment,
+    MainContainer,
+    TrackingPolicy,
+    assess,
+    main_container_of,
+)
 from launch_agent.tracking.dump import (
     API_VERSIONS,
     KUEUE_GROUP,
@@ -175,7 +181,12 @@ def _run(args: argparse.Namespace) -> int:
             return _error("give NAMESPACE/NAME or -f FILE")
     except (DumpError, InputError) as exc:
         return _error(str(exc))
-    main = MainContainer(frozenset(args.main_container), args.image)
+    # The flags name the main container; else what render recorded on the workload, as the
+    # running agent reads it.
+    recorded = main_container_of(inputs.workload)
+    main = MainContainer(
+        frozenset(args.main_container) or recorded.names, args.image or recorded.image
+    )
     assessment = assess(
         inputs.workload,
         inputs.pods,

@@ -27,6 +27,10 @@ QUEUE_NAME = PREFIX + "queue-name"
 QUEUE_SPEC = PREFIX + "queue-spec"
 ENTITY = PREFIX + "entity"
 PROJECT = PREFIX + "project"
+# The run's own containers (comma-separated names, one per pod template) and its image: the
+# tracker and `diagnose` blame them before sidecars (tracking/pods.py `MainContainer`).
+MAIN_CONTAINERS = PREFIX + "main-containers"
+RUN_IMAGE = PREFIX + "image"
 
 # W&B's keys, for tools written against `wandb launch-agent`.
 WANDB_RUN_ID = "wandb.ai/run-id"

@@ -212,6 +212,7 @@ def render(
     )
 
     templates = info.pod_template_matches(manifest)
+    mains: set[str] = set()
     for index, (_path, tmpl) in enumerate(templates):
         child_map(child_map(tmpl, "metadata"), "labels").update(pod_labels)
         pod_spec = child_map(tmpl, "spec")
@@ -231,6 +232,8 @@ def render(
             continue
         if not main.get("image"):
             main["image"] = image
+        if isinstance(main.get("name"), str):
+            mains.add(main["name"])
         if info.entry_target == "containers":
             if run.entry_point:
                 main["command"] = [escape(a) for a in run.entry_point]
@@ -246,6 +249,12 @@ def render(
             primary=index == 0,
         )
         set_env(main, env)
+    # Which containers run the run itself, and its image: the tracker and `diagnose` blame them
+    # before sidecars (tracking/pods.py `main_container_of`), adopted runs included.
+    run_annotations = child_map(meta, "annotations")
+    if mains:
+        run_annotations[L.MAIN_CONTAINERS] = ",".join(sorted(mains))
+    run_annotations[L.RUN_IMAGE] = image
 
     spec_body = child_map(manifest, "spec")
     if info.env_target == "trainer":

@@ -52,6 +52,7 @@ from launch_agent.tracking import (
     TrackingPolicy,
     assess,
     assess_deleted,
+    main_container_of,
     new_warnings,
     pod_warnings,
 )
@@ -287,7 +288,13 @@ class Tracker:
             events = self.events.of(record.rqi_id)
             kueue = self.kueue_workload(record) if self.kueue_workload is not None else None
             assessment = assess(
-                workload, pods, now, self.policy, events=events, kueue_workload=kueue
+                workload,
+                pods,
+                now,
+                self.policy,
+                events=events,
+                kueue_workload=kueue,
+                main=main_container_of(workload),
             )
         state, diagnosis = assessment
         if state is not record.state:

@@ -21,7 +21,7 @@ from launch_agent.tracking.assess import (
     assess,
     assess_deleted,
 )
-from launch_agent.tracking.pods import MainContainer, summarize_pods
+from launch_agent.tracking.pods import MainContainer, main_container_of, summarize_pods
 from launch_agent.tracking.warnings import new_warnings
 
 
@@ -40,6 +40,7 @@ __all__ = [
     "TrackingPolicy",
     "assess",
     "assess_deleted",
+    "main_container_of",
     "new_warnings",
     "pod_warnings",
 ]

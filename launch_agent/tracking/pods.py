@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from launch_agent.model import labels as L
 from launch_agent.model.run_state import Diagnosis, Reason, Severity
 from launch_agent.tracking.fields import dig, mappings, name_of, optional_int, text, timestamp
 from launch_agent.tracking.views import Meta, creation_order
@@ -139,6 +140,18 @@ class MainContainer:
 
 
 NO_MAIN = MainContainer()
+
+
+def main_container_of(workload: Mapping[str, Any]) -> MainContainer:
+    """The run's main container as render recorded it on the workload (its annotations), so the
+    running agent and `diagnose` blame the same container; NO_MAIN for other objects."""
+    meta = Meta(workload)
+    names = meta.annotation(L.MAIN_CONTAINERS)
+    image = meta.annotation(L.RUN_IMAGE)
+    if names is None and image is None:
+        return NO_MAIN
+    found = frozenset(n for n in (names or "").split(",") if n)
+    return MainContainer(found, image)
 
 
 @dataclass(frozen=True, slots=True)
