@@ -27,6 +27,15 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 from blockbuster import BlockBuster, blockbuster_ctx
+from hypothesis import settings
+
+# CI (`.ci/run` sets CI=true) replays each property on the same examples every run: a property
+# that finds a new counterexample fails the developer's run that found it, where it is turned
+# into a plain regression test (tests/unit/quota has some), not a later CI run at random.
+# Developers' runs keep exploring (random examples, the local example database).
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 SLOW_CALLBACK_SECONDS = float(os.environ.get("LAUNCH_AGENT_SLOW_CALLBACK_MS", "100")) / 1000
 STALL_SECONDS = float(os.environ.get("LAUNCH_AGENT_STALL_MS", "1000")) / 1000
