@@ -3,14 +3,21 @@
 - A run fails while W&B refuses every `failRunQueueItem` with 503, and the agent stops while the
   reporter retries. Nothing reached W&B, so the Job must stay unmarked and the next start must
   report the failure (a bool once read "not sent" as "refused" and the Job was marked reported).
+- A custom kind whose `suspendPath` is `spec.control.hold`, in `quota.mode: agent`: one run
+  admitted, one held. A new agent rebuilds the quota engine from the informers' slim cache; if
+  the cache drops the flag, the held run reads as resumed by hand and is charged.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from launch_agent.quota import RunState as QState
+from launch_agent.runtime.agent import Agent
 from launch_agent.runtime.runs import REPORTED
 from launch_agent.sandbox.faults import FaultRule
-from launch_agent.sandbox.wandb import ItemState
-from tests.e2e.conftest import Env, run_spec, until
+from launch_agent.sandbox.wandb import ItemState, RunQueueItem
+from tests.e2e.conftest import Env, poll_rounds, run_spec, until
 
 
 async def test_a_failure_report_cut_by_a_shutdown_is_sent_on_the_next_start(env: Env) -> None:
@@ -31,3 +38,105 @@ async def test_a_failure_report_cut_by_a_shutdown_is_sent_on_the_next_start(env:
         await until(lambda: item.state is ItemState.FAILED, within=20, message="late report")
     assert item.failure is not None
     assert "exited with code 3" in item.failure.message
+
+
+WIDGET_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.example.com"},
+    "spec": {
+        "group": "example.com",
+        "scope": "Namespaced",
+        "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+
+# A custom kind whose suspend flag is neither `spec.suspend` nor `spec.runPolicy.suspend`.
+WIDGET_SPEC = """\
+apiVersion: launch-agent/v1
+kind: QueueSpec
+metadata:
+  name: widgets
+spec:
+  queues: [qw]
+  namespace: default
+  quota:
+    leaf: w.1
+  podTemplatePaths: [spec.replicaSpecs.*.template]
+  suspendPath: spec.control.hold
+  plural: widgets
+  template:
+    apiVersion: example.com/v1
+    kind: Widget
+    spec:
+      replicaSpecs:
+        main:
+          replicas: 1
+          template:
+            spec:
+              containers:
+                - name: main
+                  image: ${image_uri}
+                  resources:
+                    requests: {cpu: "1", memory: 1Gi}
+  overridable: [overrides.args]
+"""
+
+ONE_CPU = {"min": {"cpu": 1}, "max": {"cpu": 1}}
+WIDGET_TREE: dict[str, Any] = {
+    "root": {
+        "name": "root",
+        **ONE_CPU,
+        "children": [{"name": "w", **ONE_CPU, "children": [{"name": "w.1", **ONE_CPU}]}],
+    }
+}
+CPU = 10**9
+
+
+def widget_hold(env: Env, item: RunQueueItem) -> object:
+    for widget in env.kube.objects.list("widgets", namespace="default"):
+        if widget["metadata"]["annotations"].get("launch-agent.io/run-queue-item-id") == item.id:
+            return widget["spec"].get("control", {}).get("hold")
+    return None
+
+
+def quota_view(agent: Agent) -> tuple[dict[str, int], list[str]]:
+    assert agent.quota is not None
+    engine = agent.quota.engine
+    waiting = sorted(r.id for r in engine.runs.values() if r.state is QState.PENDING)
+    return engine.usage("root"), waiting
+
+
+async def test_a_held_custom_kind_stays_held_and_uncharged_across_a_restart(env: Env) -> None:
+    env.kube.register_crd(WIDGET_CRD)
+    (env.specs_dir / "basic.yaml").unlink()
+    (env.specs_dir / "widgets.yaml").write_text(WIDGET_SPEC)
+    env.state.add_queue("qw")
+    first, second = (env.push(run_spec(f"w{i}"), "qw") for i in range(2))
+    quota = {"mode": "agent", "tree": WIDGET_TREE, "max_pending_per_leaf": 2}
+
+    def agent() -> Agent:
+        return env.agent(env.config(queues=["qw"], quota=quota))
+
+    async with env.running(agent()) as one:
+        await until(lambda: widget_hold(env, first) is False, message="first admitted")
+        await until(lambda: widget_hold(env, second) is True, message="second held")
+        assert quota_view(one) == ({"cpu": CPU}, [second.id])
+    async with env.running(agent()) as again:
+        # Read back from the informers' slim cache: the hold flag must have survived it.
+        assert quota_view(again) == ({"cpu": CPU}, [second.id]), "the held run is not charged"
+        await poll_rounds(again)
+        assert widget_hold(env, second) is True
