@@ -17,6 +17,7 @@ from launch_agent.commands import (
     bench_quota_agent,
     bench_render,
     bench_sandbox,
+    bench_soak,
     bench_tracking,
 )
 
@@ -30,6 +31,7 @@ BENCHMARKS: tuple[BenchRegistrar, ...] = (
     bench_quota.register_bench,
     bench_quota_agent.register_bench,
     bench_build.register_bench,
+    bench_soak.register_bench,
 )
 
 
