@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from launch_agent.commands import (
     bench_build,
+    bench_chaos,
     bench_dispatch,
     bench_quota,
     bench_quota_agent,
@@ -32,6 +33,7 @@ BENCHMARKS: tuple[BenchRegistrar, ...] = (
     bench_quota_agent.register_bench,
     bench_build.register_bench,
     bench_soak.register_bench,
+    bench_chaos.register_bench,
 )
 
 
