@@ -134,10 +134,16 @@ class Finisher:
         elif state is RunState.PREEMPTED:
             sent = await self._requeue(record, diagnosis)
         elif state is RunState.STOPPED and record.stop_requested_at is None:
-            diag = diagnosis or Diagnosis(
-                Reason.DELETED, "the workload was deleted", Severity.TERMINAL
-            )
-            sent = await self.reporter.fail(record.rqi_id, diag.message, "run", diag.reason.value)
+            if await self.checks.stopped_in_wandb(record):
+                # Stopped from the UI and deleted by the replica (or process) that saw it.
+                log.info("run %s was stopped in W&B: nothing to report", record.run_id)
+            else:
+                diag = diagnosis or Diagnosis(
+                    Reason.DELETED, "the workload was deleted", Severity.TERMINAL
+                )
+                sent = await self.reporter.fail(
+                    record.rqi_id, diag.message, "run", diag.reason.value
+                )
         match sent:
             case NotSent():
                 # Stopping during a W&B outage: the workload and its record stay, unmarked, so

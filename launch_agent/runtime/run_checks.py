@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from launch_agent.adapters.wandb_client import WandbClient
+from launch_agent.adapters.wandb_client import RunRef, WandbClient
 from launch_agent.adapters.wandb_errors import WandbError
 from launch_agent.model.config import SweepsConfig
 from launch_agent.model.sweeps import NO_WANDB_INIT
@@ -49,6 +49,21 @@ class RunChecks:
         self.checked = 0  # init checks that reached a verdict (tests wait on it)
         self.done = asyncio.Event()  # set after each verdict
         self._tasks: set[asyncio.Task[None]] = set()
+
+    async def stopped_in_wandb(self, record: RunRecord) -> bool:
+        """Whether W&B says the run was stopped from its UI. A replica that did not see the stop
+        itself (a standby that took over, a start after the leader deleted the workload) must
+        not report that deletion as a failure (found by `launch-agent bench chaos`). When W&B
+        cannot answer, False: the deletion is reported, as before this check."""
+        if not (record.run_id and record.entity and record.project):
+            return False
+        ref = RunRef(record.entity, record.project, record.run_id)
+        try:
+            stopped = await self.wandb.run_stopped([ref])
+        except WandbError as exc:
+            log.warning("could not ask W&B whether run %s was stopped: %s", record.run_id, exc)
+            return False
+        return bool(stopped.get(ref))
 
     def succeeded(self, record: RunRecord) -> None:
         """Check, in its own task, that a succeeded run called wandb.init."""

@@ -140,3 +140,25 @@ async def test_a_held_custom_kind_stays_held_and_uncharged_across_a_restart(env:
         assert quota_view(again) == ({"cpu": CPU}, [second.id]), "the held run is not charged"
         await poll_rounds(again)
         assert widget_hold(env, second) is True
+
+
+async def test_a_ui_stop_seen_by_another_replica_is_not_reported_as_a_failure(env: Env) -> None:
+    """Found by `launch-agent bench chaos --runs 40 --kills 3 --replicas 2 --seed 8`: the
+    leader saw the UI stop and deleted the Job; the standby saw only the deletion and, once it
+    took over, failed the item with "deleted before it finished". Here the agent never checks
+    stops itself (an hour between checks) while the run is stopped in W&B and its Job deleted,
+    as by the replica that saw the stop."""
+    env.cluster.script("launch-agent.io/run-id=s1", "succeed after=1h")
+    item = env.push(run_spec("s1"))
+    config = env.config(tracking={"stop_check_seconds": 3600, "stop_check_old_seconds": 3600})
+    async with env.running(env.agent(config)) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+        env.state.set_run_state("ent", "proj", "s1", "running")
+        env.state.stop_run("ent", "proj", "s1")
+        (job,) = env.jobs()
+        env.kube.objects.delete("jobs", job["metadata"]["name"], namespace="default")
+        assert agent.finisher is not None
+        finisher = agent.finisher
+        await until(lambda: finisher.handled == 1, message="the deletion handled")
+    assert item.failure is None, item.failure
+    assert item.state is ItemState.CLAIMED
