@@ -162,3 +162,17 @@ async def test_a_ui_stop_seen_by_another_replica_is_not_reported_as_a_failure(en
         await until(lambda: finisher.handled == 1, message="the deletion handled")
     assert item.failure is None, item.failure
     assert item.state is ItemState.CLAIMED
+
+
+async def test_a_workload_deleted_by_someone_else_is_still_a_failure(env: Env) -> None:
+    """The other side of the check above: W&B says the run was not stopped."""
+    env.cluster.script("launch-agent.io/run-id=s2", "succeed after=1h")
+    item = env.push(run_spec("s2"))
+    async with env.running():
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+        env.state.set_run_state("ent", "proj", "s2", "running")
+        (job,) = env.jobs()
+        env.kube.objects.delete("jobs", job["metadata"]["name"], namespace="default")
+        await until(lambda: item.state is ItemState.FAILED, message="the deletion reported")
+    assert item.failure is not None
+    assert "was deleted before it finished" in item.failure.message
