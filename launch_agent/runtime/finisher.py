@@ -134,7 +134,10 @@ class Finisher:
         elif state is RunState.PREEMPTED:
             sent = await self._requeue(record, diagnosis)
         elif state is RunState.STOPPED and record.stop_requested_at is None:
-            if await self.checks.stopped_in_wandb(record):
+            stopped = await self.checks.stopped_in_wandb(record)
+            if stopped is None:
+                sent = NotSent("stopping before W&B said whether the run was stopped")
+            elif stopped:
                 # Stopped from the UI and deleted by the replica (or process) that saw it.
                 log.info("run %s was stopped in W&B: nothing to report", record.run_id)
             else:
