@@ -13,6 +13,7 @@ leaving a pod unenforced:
 | RayJob in K8sJobMode (the default), no `submitterPodTemplate` | default submitter written |
 | RayJob `SidecarMode` | refused |
 | RayJob `enableInTreeAutoscaling: true` | `autoscalerOptions.securityContext` restricted |
+| RayJob `enableInTreeAutoscaling` not a boolean | refused |
 | RayJob `clusterSelector` | refused |
 | RayJob `rayClusterSpec.historyServerOptions` | refused |
 | TrainJob `runtimeRef` not named in `security.trainingRuntimes` | refused |
@@ -125,6 +126,16 @@ def rayjob_refusals(manifest: Mapping[str, Any], sec: SecurityExceptions) -> lis
                 " with no way to set its securityContext, so it cannot be restricted",
             )
         )
+    autoscaling = get(manifest, ("spec", "rayClusterSpec", "enableInTreeAutoscaling"))
+    if autoscaling is not None and not isinstance(autoscaling, bool):
+        # Whether KubeRay adds the autoscaler container hangs on this flag: a lenient decoder
+        # reading "true" as true would add one the enforcement did not restrict.
+        problems.append(
+            Problem(
+                "spec.rayClusterSpec.enableInTreeAutoscaling",
+                f"must be a boolean, not {type(autoscaling).__name__} {autoscaling!r}",
+            )
+        )
     mode = ray_submission_mode(manifest)
     if mode == "SidecarMode":
         problems.append(
@@ -189,7 +200,7 @@ def rayjob_operator_containers(manifest: Mapping[str, Any]) -> list[tuple[str, d
 def trainjob_refusals(manifest: Mapping[str, Any], sec: SecurityExceptions) -> list[Problem]:
     ref = get(manifest, ("spec", "runtimeRef"))
     name = ref.get("name") if isinstance(ref, dict) else None
-    if name in sec.training_runtimes:
+    if isinstance(name, str) and name in sec.training_runtimes:
         return []
     return [
         Problem(

@@ -83,6 +83,9 @@ class KindInfo:
     refusals: Refusals | None = None
     materialise: Callable[[dict[str, Any]], None] | None = None
     operator_containers: OperatorContainers | None = None
+    # Workload fields an operator turns into a container (KubeRay's autoscaler, the TrainJob
+    # trainer and initializers): their shape is checked like a container's (`shape.py`).
+    container_fields: tuple[str, ...] = ()
 
     @property
     def group(self) -> str:
@@ -282,6 +285,7 @@ KINDS: tuple[KindInfo, ...] = (
         env_target="trainer",
         entry_target="trainer",
         refusals=generated.trainjob_refusals,
+        container_fields=("spec.trainer", "spec.initializer.dataset", "spec.initializer.model"),
     ),
     KindInfo(
         api_version="leaderworkerset.x-k8s.io/v1",
@@ -321,6 +325,7 @@ KINDS: tuple[KindInfo, ...] = (
         refusals=generated.rayjob_refusals,
         materialise=generated.rayjob_materialise,
         operator_containers=generated.rayjob_operator_containers,
+        container_fields=("spec.rayClusterSpec.autoscalerOptions",),
     ),
     KindInfo(
         api_version="batch.volcano.sh/v1alpha1",

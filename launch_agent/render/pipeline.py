@@ -4,7 +4,8 @@ The stages, in order (each one pure; none reaches back):
 
 1. parse the item (`model.run_item`), normalise the submitter's `resource_args.kubernetes`;
 2. merge the layer onto the template; the merge reports each change and `policy.py` checks
-   those, and `overrides`, against `overridable` (all violations at once);
+   those, and `overrides`, against `overridable` (all violations at once); `shape.py` checks
+   the merged pod templates have the pod schema's shape, naming the change that broke it;
 3. substitute allow-listed macros in the merged workload, which also makes the one deep copy
    the later stages edit in place;
 4. name, namespace, labels, annotations, image, entry point, W&B environment, kind defaults,
@@ -33,7 +34,8 @@ from typing import Any
 from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import CustomKind, InvalidInput, Problem, QueueSpec
 from launch_agent.model.run_item import RunItem, parse_run_item
-from launch_agent.render import generated, naming
+from launch_agent.model.safe_load import ITEM_LIMITS, check_value
+from launch_agent.render import generated, naming, shape
 from launch_agent.render.decisions import NO_DECISIONS, Admission, apply_decisions
 from launch_agent.render.edit import child_map, main_container
 from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, known_kinds, lookup
@@ -93,6 +95,12 @@ def render(
 ) -> RenderResult:
     """Render one popped item; raises `InvalidInput` listing every problem (and `Refused`
     when the admission decisions cannot be applied: render/decisions.py)."""
+    # Before anything walks it: the merge, the policy and the macros recurse, and an item
+    # nested deeper than the loaders allow must be refused, not crash the render.
+    whole = item.raw if isinstance(item, RunItem) else item
+    too_deep = nesting_problem(whole)
+    if too_deep is not None:
+        raise InvalidInput([too_deep])
     run = item if isinstance(item, RunItem) else parse_run_item(item)
     info = _spec_info(spec)
     problems: list[Problem] = []
@@ -136,6 +144,12 @@ def render(
     # The merge reports each change it makes and the policy decides on those: checked == applied.
     merged, changes = merge_changes(spec.template, layer) if layer else (spec.template, [])
     problems += check_changes(changes, _globs(spec), spec)
+    named = {p.path for p in problems}
+    problems += [
+        p
+        for p in shape_problems(merged, info, spec, [c.path for c in changes])
+        if p.path not in named  # the policy's grant-proof refusals saw it first
+    ]
     problems += kubelet_references(changes)
     problems += check_overrides(
         run, _globs(spec), spec.name, spec.overridable, info=info, manifest=merged
@@ -291,6 +305,33 @@ def render(
     return RenderResult([{**first, **manifest}], warnings)
 
 
+def nesting_problem(item: Any, limit: int = ITEM_LIMITS.max_depth) -> Problem | None:
+    """Where the item's runSpec nests deeper than `limit` (the loaders' bound, which W&B's
+    client and the CLI apply to the runSpec they decode), found without recursion.
+
+    Render runs on the agent's event loop, so the walk carries no paths (a 20,000-entry
+    run_config of 60,000 containers costs ~30 ms); only a refusal pays for `check_value`'s path."""
+    run_spec = item.get("runSpec") if isinstance(item, Mapping) else None
+    stack: list[tuple[Any, int]] = [(run_spec, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            found = check_value(run_spec, limit, "runSpec")
+            return (
+                Problem(*found)
+                if found
+                else Problem("runSpec", f"nested deeper than {limit} levels")
+            )
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return None
+
+
 def enforce_every_pod(
     manifest: dict[str, Any],
     info: KindInfo,
@@ -300,6 +341,11 @@ def enforce_every_pod(
     """Enforcement on every pod that will exist; raises `InvalidInput` for pods it cannot
     reach. Returns what it changed (render warnings; `validate` errors for the admin's).
     `templates` are the manifest's pod templates if the caller has them already."""
+    problems = [
+        Problem(format_path(path), reason) for path, reason in workload_shapes(manifest, info)
+    ]
+    if problems:
+        raise InvalidInput(problems)
     problems = info.refusals(manifest, spec.security) if info.refusals else []
     if info.materialise is not None:
         info.materialise(manifest)
@@ -320,6 +366,42 @@ def enforce_every_pod(
     for where, container in info.operator_containers(manifest) if info.operator_containers else ():
         changes += enforce_container(container, spec.security, where, set())
     return changes
+
+
+def workload_shapes(
+    manifest: Mapping[str, Any], info: KindInfo, *, require_containers: bool = False
+) -> list[shape.Mismatch]:
+    """Shape mismatches of every pod template and operator-built container (`shape.py`)."""
+    found = shape.pod_template_shapes(
+        manifest, info.pod_templates, require_containers=require_containers
+    )
+    for pattern in info.container_fields:
+        for path, value in find(manifest, parse_glob(pattern)):
+            if value is not None:
+                found += shape.container_shapes(value, path)
+    return found
+
+
+def shape_problems(
+    merged: Mapping[str, Any], info: KindInfo, spec: QueueSpec, changed: list[Path]
+) -> list[Problem]:
+    """The merged workload's shape mismatches, each named where it came from: the
+    submitter's layer if a change made it, else the admin's template. A pod template the
+    admin wrote without containers gets one from the pipeline; one whose containers the
+    submitter removed is refused."""
+    problems = []
+    # The kind's refusals (`generated.py`) too, so a refusal the layer caused names its path.
+    found = workload_shapes(merged, info, require_containers=True)
+    if info.refusals is not None:
+        for p in info.refusals(merged, spec.security):
+            path = tuple(s for s in parse_glob(p.path) if isinstance(s, str | Item))
+            found.append((path, p.reason))
+    for path, reason in found:
+        if shape.touches(path, changed):
+            problems.append(Problem(format_path(path, LAYER_PREFIX), reason))
+        elif path[-1] != "containers" or "containers list" not in reason:
+            problems.append(Problem(format_path(path, "spec.template"), reason))
+    return problems
 
 
 def kubelet_references(changes: list[Change]) -> list[Problem]:

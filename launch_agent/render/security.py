@@ -71,7 +71,9 @@ SAFE_SYSCTLS = frozenset(
     }
 )
 BASE_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
-SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "init_t"})
+# Pod Security admission's allowed types (pod-security-admission policy/check_seLinuxOptions.go,
+# selinuxAllowedTypes1_0); 1.31 added container_engine_t, which older clusters still refuse.
+SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t"})
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 SECCOMP_POD_ANNOTATION = "seccomp.security.alpha.kubernetes.io/pod"
 SECCOMP_CONTAINER_ANNOTATION = "container.seccomp.security.alpha.kubernetes.io/"
@@ -275,7 +277,11 @@ class _Enforcer:
         sysctls = psc.get("sysctls")
         if isinstance(sysctls, list):
             allowed = SAFE_SYSCTLS | sec.sysctls
-            kept = [s for s in sysctls if isinstance(s, dict) and s.get("name") in allowed]
+            kept = [
+                s
+                for s in sysctls
+                if isinstance(s, dict) and isinstance(s.get("name"), str) and s["name"] in allowed
+            ]
             for s in sysctls:
                 if s not in kept:
                     name = s.get("name") if isinstance(s, dict) else s
@@ -363,7 +369,14 @@ class _Enforcer:
                 del ann[key]
                 self.note(f'metadata.annotations["{key}"]', f"removed {value!r}: needs {need}")
 
-    def container(self, c: dict[str, Any], where: str, removed_volumes: set[str]) -> None:
+    def container(
+        self,
+        c: dict[str, Any],
+        where: str,
+        removed_volumes: set[str],
+        *,
+        standalone: bool = False,
+    ) -> None:
         sec = self.sec
         self.typed(c, _CONTAINER_TYPES, where)
         csc = child_map(c, "securityContext")
@@ -420,7 +433,9 @@ class _Enforcer:
                 self.note(
                     f"{where}.securityContext.runAsUser", "removed: 0 needs security.runAsRoot"
                 )
-        self.seccomp(csc, f"{where}.securityContext", default=False)
+            if standalone:
+                csc["runAsNonRoot"] = True
+        self.seccomp(csc, f"{where}.securityContext", default=standalone)
         self.apparmor(csc, f"{where}.securityContext")
         self.selinux(csc, f"{where}.securityContext")
         pm = csc.get("procMount")
@@ -461,5 +476,9 @@ def enforce_container(
     fields of the workload (KubeRay's autoscaler from `autoscalerOptions`)."""
     parent, _, last = where.rpartition(".")
     enforcer = _Enforcer(sec, parent)
-    enforcer.container(container, last, removed_volumes)
+    # Restricted on its own, not by inheritance: the operator decides which pod the container
+    # joins and may not copy that pod's securityContext (KubeRay's mergeAutoscalerOverrides in
+    # ray-operator/controllers/ray/common/pod.go copies autoscalerOptions.securityContext whole
+    # onto the container BuildAutoscalerContainer made).
+    enforcer.container(container, last, removed_volumes, standalone=True)
     return enforcer.changes

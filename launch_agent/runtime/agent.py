@@ -70,7 +70,7 @@ from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.dispatcher import Dispatcher
 from launch_agent.runtime.finisher import Finisher
 from launch_agent.runtime.health import HealthServer, Readiness
-from launch_agent.runtime.kueue_watch import KueueWatch
+from launch_agent.runtime.kueue_watch import KueueWatch, KueueWorkloads
 from launch_agent.runtime.leader import LeaderElector
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.poller import Poller
@@ -283,6 +283,8 @@ class Agent:
         )
         self.finisher = finisher
         policy = TrackingPolicy.from_config(config.tracking)
+        # quota.mode kueue: the Kueue watch (below) writes each run's Workload, the tracker reads.
+        kueue_workloads = KueueWorkloads() if config.quota.mode == "kueue" else None
         tracker = Tracker(
             kube,
             self.runs,
@@ -295,6 +297,7 @@ class Agent:
             finish=finisher.submit,
             # Inactive until `rebuild` below: the rebuild reads every adopted run at once.
             observe=self.quota.observe if self.quota is not None else None,
+            kueue_workload=kueue_workloads.of if kueue_workloads is not None else None,
             # The slim cache keeps these flags: a held run still reads as held after a restart.
             informer_settings=dataclasses.replace(
                 self.informer_settings or InformerSettings(),
@@ -304,6 +307,7 @@ class Agent:
         )
         self.tracker = tracker
         await stack.enter_async_context(tracker.informers)
+        await stack.enter_async_context(tracker.event_informers)
         await tracker.watch_specs(specs.specs, config.namespaces)
         if not await tracker.wait_synced(ADOPTION_TIMEOUT):
             log.warning("not every watch listed within %.0fs; popping anyway", ADOPTION_TIMEOUT)
@@ -342,7 +346,14 @@ class Agent:
         if config.quota.mode == "kueue":
             # Kueue admits; the agent reports its decisions and caps the runs waiting in it.
             kueue = KueueWatch(
-                kube, self.runs, reporter, specs, config, informer_settings=self.informer_settings
+                kube,
+                self.runs,
+                reporter,
+                specs,
+                config,
+                workloads=kueue_workloads,
+                on_workload=tracker.evaluate,
+                informer_settings=self.informer_settings,
             )
             await kueue.start(stack, stopping)
             self.kueue = kueue

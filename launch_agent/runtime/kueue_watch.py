@@ -25,7 +25,7 @@ import dataclasses
 import functools
 import logging
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -85,11 +85,47 @@ def local_queue_of(spec: QueueSpec | None, quota: QuotaConfig) -> LocalQueueKey 
 
 
 def slim_workload(obj: dict[str, Any]) -> dict[str, Any]:
-    """What the watch reads: metadata, the queue name and status (not the pod templates)."""
+    """What the watch and the judgement read: metadata, the queue name, whether the Workload
+    is active (Kueue deactivates it for good: `tracking/kueue.py`) and status (not the pod
+    templates)."""
     strip_managed_fields(obj)
     spec = obj.get("spec")
-    queue = spec.get("queueName") if isinstance(spec, Mapping) else None
-    return {**{k: v for k, v in obj.items() if k != "spec"}, "spec": {"queueName": queue}}
+    kept: dict[str, Any] = {}
+    if isinstance(spec, Mapping):
+        kept["queueName"] = spec.get("queueName")
+        if "active" in spec:
+            kept["active"] = spec["active"]
+    else:
+        kept["queueName"] = None
+    return {**{k: v for k, v in obj.items() if k != "spec"}, "spec": kept}
+
+
+class KueueWorkloads:
+    """Each run's Kueue Workload as last seen, by its owner (the run's workload) and uid.
+
+    Made before the tracker and the watch, which share it: the watch writes it, the tracker
+    gives the Workload to the judgement (`tracking.assess(kueue_workload=...)`), which is how a
+    deactivated Workload (its Job suspended for good) fails its run.
+    """
+
+    def __init__(self) -> None:
+        self._by_owner: dict[OwnerKey, tuple[str, Mapping[str, Any]]] = {}
+
+    def put(self, key: OwnerKey, uid: str, obj: Mapping[str, Any]) -> None:
+        self._by_owner[key] = (uid, obj)
+
+    def pop(self, key: OwnerKey) -> None:
+        self._by_owner.pop(key, None)
+
+    def of(self, record: RunRecord) -> Mapping[str, Any] | None:
+        seen = self._by_owner.get((record.namespace, record.kind, record.name))
+        if seen is None:
+            return None
+        uid, obj = seen
+        known = (record.last or {}).get("metadata") or {}
+        if uid and known.get("uid") and known.get("uid") != uid:
+            return None  # a Workload of an earlier object with the same name
+        return obj
 
 
 class KueueWatch:
@@ -103,12 +139,18 @@ class KueueWatch:
         specs: SpecStore,
         config: AgentConfig,
         *,
+        workloads: KueueWorkloads | None = None,
+        on_workload: Callable[[RunRecord], None] | None = None,
         informer_settings: InformerSettings | None = None,
     ) -> None:
         self.kube = kube
         self.runs = runs
         self.reporter = reporter
         self.specs = specs
+        self.workloads = workloads if workloads is not None else KueueWorkloads()
+        # A Workload's change can change the run's state while its Job does not (deactivation):
+        # the tracker judges the run again.
+        self.on_workload = on_workload
         self.quota = config.quota
         self.max_pending = config.quota.max_pending_per_leaf
         self.namespaces = list(config.namespaces)
@@ -202,12 +244,16 @@ class KueueWatch:
         key = (owner.namespace, owner.kind, owner.name)
         if event.type == "DELETED":
             self.statuses.pop(key, None)
+            self.workloads.pop(key)
             return
         status = workload_status(event.obj)
         self.statuses[key] = (owner.uid, status)
+        self.workloads.put(key, owner.uid, event.obj)
         record = self._record(key, owner.uid)
         if record is not None:
             self._report(record, status)
+            if self.on_workload is not None:
+                self.on_workload(record)
 
     def _record(self, key: OwnerKey, uid: str) -> RunRecord | None:
         rqi = self._index.get(key)

@@ -63,6 +63,9 @@ class RunRecord:
     gone_pods: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     # A pod is unschedulable: the run's state can change with time alone (its deadline).
     timed: bool = False
+    # Pods of the run that still exist and have not ended: they hold their node's resources
+    # (a pod deleted gracefully keeps its GPUs until its containers stop).
+    holding: int = 0
     # A failed workload whose pods do not explain it yet: wait for them until then (monotonic).
     explain_until: float | None = None
 

@@ -43,6 +43,7 @@ from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import QueueSpec
 from launch_agent.model.run_state import Reason, RunState
 from launch_agent.runtime.clock import Clock, monotonic
+from launch_agent.runtime.events import EVENT, WARNINGS, EventBook, event_view, file_event
 from launch_agent.runtime.health import Readiness
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.reporter import Reporter
@@ -84,6 +85,7 @@ class Tracker:
         now: Callable[[], datetime],
         finish: Finish,
         observe: Callable[[RunRecord], None] | None = None,
+        kueue_workload: Callable[[RunRecord], Mapping[str, Any] | None] | None = None,
         informer_settings: InformerSettings | None = None,
         clock: Clock = monotonic,
     ) -> None:
@@ -95,6 +97,8 @@ class Tracker:
         self.policy = policy
         self.now = now
         self.finish = finish
+        # quota.mode kueue: the run's Kueue Workload, for the judgement (deactivation).
+        self.kueue_workload = kueue_workload
         # Cache states, not manifests: what tracking, adoption and reports read (10,000 runs).
         # A copy: the caller's settings are shared with Kueue's informers.
         given = informer_settings or InformerSettings()
@@ -104,6 +108,18 @@ class Tracker:
             transform=functools.partial(tracking_view, suspend_paths=given.suspend_paths),
         )
         self.informers = InformerSet(kube, self.on_event, settings)
+        # Events carry no labels: one watch of Warning Events per namespace, filed per run on
+        # arrival (`runtime/events.py`); entered by the agent next to `informers`.
+        self.event_informers = InformerSet(
+            kube,
+            self.on_kube_event,
+            dataclasses.replace(
+                settings, label_selector=None, field_selector=WARNINGS, transform=event_view
+            ),
+        )
+        self.events = EventBook()
+        # (namespace, workload name) -> run-queue-item id, for filing Events.
+        self._by_workload: dict[tuple[str, str], str] = {}
         self._workloads: dict[tuple[str, str, str], Informer] = {}
         self._pods: dict[str, Informer] = {}
         # label-safe item id → the keys of its pods; entries go when their pods are deleted.
@@ -119,6 +135,7 @@ class Tracker:
     def watch_pods(self, namespace: str) -> None:
         if namespace not in self._pods:
             self._pods[namespace] = self.informers.add(POD, namespace)
+            self.event_informers.add(EVENT, namespace)
 
     def watch(self, resource: Resource, namespace: str) -> Informer:
         """The informer of a workload kind in a namespace (started on first use)."""
@@ -169,6 +186,19 @@ class Tracker:
             # A (re)list delivers thousands of events without awaiting anything: let the
             # other watches, the poller and the health probes run in between.
             await asyncio.sleep(0)
+
+    async def on_kube_event(self, event: InformerEvent) -> None:
+        """A Warning Event: filed under its run, which is assessed again."""
+        if event.type == "DELETED":
+            # Expired (the API server's --event-ttl); what it said still explains the run.
+            return
+        run = file_event(self.events, dict(event.obj), self._run_of)
+        record = None if run is None else self.runs.get(run)
+        if record is not None:
+            self.evaluate(record)
+
+    def _run_of(self, namespace: str, name: str) -> str | None:
+        return self._by_workload.get((namespace, name))
 
     def _on_pod(self, event: InformerEvent) -> None:
         meta = event.obj.get("metadata") or {}
@@ -234,6 +264,8 @@ class Tracker:
 
     def evaluate(self, record: RunRecord) -> None:
         """Assess one run from the caches and act on what changed."""
+        if not record.finishing:
+            self._by_workload[(record.namespace, record.name)] = record.rqi_id
         if record.finishing or not self.pods_synced(record.namespace):
             # Without the pods a failure cannot be explained; the first list of the pods
             # informer is awaited (`recheck` comes back to this run).
@@ -243,11 +275,22 @@ class Tracker:
             return
         record.last = workload
         pods = self.pods_of(record)
+        record.holding = sum(
+            1
+            for p in pods
+            if str((p.get("metadata") or {}).get("name")) not in record.gone_pods
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        )
         now = self.now()
+        kueue: Mapping[str, Any] | None = None
         if record.deleted:
             assessment = assess_deleted(workload, pods, now, self.policy)
         else:
-            assessment = assess(workload, pods, now, self.policy)
+            events = self.events.of(record.rqi_id)
+            kueue = self.kueue_workload(record) if self.kueue_workload is not None else None
+            assessment = assess(
+                workload, pods, now, self.policy, events=events, kueue_workload=kueue
+            )
         state, diagnosis = assessment
         if state is not record.state:
             log.info(
@@ -259,8 +302,24 @@ class Tracker:
                 f" ({diagnosis.message})" if diagnosis else "",
             )
             record.state = state
-        candidates = list(pod_warnings(pods, now, self.policy))
-        if diagnosis is not None and not diagnosis.terminal:
+        # A pod being deleted ends with 143 (SIGTERM) or 137 (SIGKILL after its grace period)
+        # because it is deleted: by its controller when Kueue or the agent's quota suspends
+        # the workload, on completion, or by the agent. That is no warning about the run; a
+        # suspended workload's pods are leftovers altogether. (Evictions and other
+        # disruptions are judged by `assess`, not warned about.)
+        live = [] if state is RunState.QUEUED else [p for p in pods if not _deleting(p)]
+        candidates = list(pod_warnings(live, now, self.policy))
+        deleting = {str((p.get("metadata") or {}).get("name")) for p in pods if _deleting(p)}
+        # Kueue's own decisions on a queued run (pending, inadmissible) are the Kueue watch's to
+        # report (runtime/kueue_watch.py, once per change and across restarts); the tracker
+        # reads the Workload for what ends a run (deactivation).
+        kueue_says = state is RunState.QUEUED and kueue is not None
+        if (
+            diagnosis is not None
+            and not diagnosis.terminal
+            and diagnosis.pod not in deleting
+            and not kueue_says
+        ):
             candidates.append(diagnosis)
         record.timed = any(d.reason is Reason.UNSCHEDULABLE for d in candidates)
         fresh, record.warned = new_warnings(candidates, record.warned)
@@ -272,7 +331,13 @@ class Tracker:
             return
         if state.terminal:
             self.runs.mark_finishing(record)
+            self._forget(record)
             self.finish(record, assessment)
+
+    def _forget(self, record: RunRecord) -> None:
+        self.events.forget(record.rqi_id)
+        if self._by_workload.get((record.namespace, record.name)) == record.rqi_id:
+            del self._by_workload[(record.namespace, record.name)]
 
     def _unexplained(self, record: RunRecord, assessment: Assessment) -> bool:
         """True while a workload failure still waits for its pods to explain it.
@@ -298,14 +363,28 @@ class Tracker:
         """Re-assess runs whose state can change with time alone (unschedulable deadlines),
         and runs not assessed yet (their pods were not listed yet)."""
         for i, record in enumerate(self.runs):
-            waiting = record.explain_until is not None or record.timed
+            # A starting run fails at its start deadline with nothing changing in the cluster.
+            waiting = (
+                record.explain_until is not None
+                or record.timed
+                or record.state is RunState.STARTING
+            )
             if everything or waiting or record.state is None:
                 self.evaluate(record)
             if i % YIELD_EVERY == YIELD_EVERY - 1:
                 await asyncio.sleep(0)
+        # Runs removed without passing through `evaluate` as terminal (a requeue, a dispatch
+        # given up) leave their Events behind: drop them.
+        for run in self.events.runs():
+            if self.runs.get(run) is None:
+                self.events.forget(run)
+        stale = [key for key, run in self._by_workload.items() if self.runs.get(run) is None]
+        for key in stale:
+            del self._by_workload[key]
 
     def publish(self) -> None:
-        for (resource, namespace), informer in self.informers.informers.items():
+        every = {**self.informers.informers, **self.event_informers.informers}
+        for (resource, namespace), informer in every.items():
             key = f"{resource.kind}.{resource.api_version} {namespace or '*'}"
             starting = not informer.synced.is_set() and informer.stats.errors == 0
             self.readiness.watch(key, informer.healthy or starting)
@@ -324,3 +403,7 @@ class Tracker:
             await wait_event(stopping, interval)
             await self.recheck()
             self.publish()
+
+
+def _deleting(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))

@@ -164,6 +164,9 @@ async def _common(
     env.kube.objects.create(
         "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KANIKO_NS}}, ""
     )
+    # The builds run as `kaniko_service_account`; the API server refuses pods naming a
+    # ServiceAccount that does not exist (the ServiceAccount admission plugin).
+    env.kube.objects.create("serviceaccounts", {"metadata": {"name": "kaniko-builder"}}, KANIKO_NS)
 
 
 @pytest.fixture

@@ -95,6 +95,11 @@ async def test_kueue_suspended_job_is_queued_until_admitted(kinds_env: Env) -> N
     env.kube.objects.create(
         "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}, ""
     )
+    # The example spec runs as this ServiceAccount; the API server refuses pods naming one
+    # that does not exist (the ServiceAccount admission plugin).
+    env.kube.objects.create(
+        "serviceaccounts", {"metadata": {"name": "training-data-reader"}}, "team-a"
+    )
     shutil.copy(EXAMPLE_SPECS / "job-kueue.yaml", env.specs_dir / "job-kueue.yaml")
     env.state.add_queue("team-a")
     spec = run_spec("kq")

@@ -15,7 +15,7 @@ import pytest
 
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 from tests.e2e.conftest import CRDS, EXAMPLE_SPECS, Env, run_spec, until
-from tests.e2e.test_quota_kueue import KUEUE_SPEC, install_kueue, job_of
+from tests.e2e.test_quota_kueue import KUEUE_SPEC, install_kueue
 
 NS = "ml-training"
 
@@ -225,8 +225,14 @@ async def test_kueue_deactivation_fails_the_run_with_its_reason(env: Env) -> Non
             message="deactivation reported as a failure",
         )
         assert item.failure is not None
-        assert "The workload is deactivated" in item.failure.message
-        assert job_of(env, item)["spec"]["suspend"] is True
+        # The admin's `spec.active: false` is final on its own: the run may fail before Kueue
+        # writes its Evicted condition ("The workload is deactivated"), with the field's words.
+        message = item.failure.message
+        assert "(Deactivated)" in message, message
+        assert "The workload is deactivated" in message or "spec.active: false" in message
+        # (That the Job is stopped for good is the sandbox's Kueue, tested in
+        # tests/integration/sandbox_kube/test_kueue_deactivation.py; the failed run's Job is
+        # the agent's to clean up.)
         await until(lambda: agent.runs.get(item.id) is None, message="record released")
 
 

@@ -124,3 +124,12 @@ def test_launch_agent_run_exits_with_the_missing_tool(tmp_path: Path) -> None:
     )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "`git` is not installed (not on PATH): builder.type kaniko" in result.stderr
+
+
+def test_the_image_installs_the_schemas_queue_specs_are_checked_against() -> None:
+    # render/kind_schema.py checks a core kind's template against kubernetes-validate's
+    # schemas at load, and only where that package is installed: the image must have it.
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "pip install --no-cache-dir '.[validate]'" in dockerfile
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'validate = ["kubernetes-validate' in pyproject

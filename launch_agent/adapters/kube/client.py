@@ -400,6 +400,8 @@ class KubeClient:
         label_selector: str | None = None,
         page_size: int = 500,
         transform: Callable[[Obj], Obj] | None = None,
+        *,
+        field_selector: str | None = None,
     ) -> Listed:
         """Every object matching the selector, paged; with the list's resourceVersion.
 
@@ -413,6 +415,8 @@ class KubeClient:
             query = [("limit", str(page_size))]
             if label_selector:
                 query.append(("labelSelector", label_selector))
+            if field_selector:
+                query.append(("fieldSelector", field_selector))
             if token:
                 query.append(("continue", token))
             page = await self.request("GET", resource.path(namespace), query=query)
@@ -474,6 +478,7 @@ class KubeClient:
         label_selector: str | None = None,
         timeout_seconds: int = 300,
         silence_timeout: float | None = None,
+        field_selector: str | None = None,
     ) -> AsyncGenerator[Obj, None]:
         """One watch request from `resource_version`, with bookmarks; raw event dicts.
 
@@ -488,6 +493,8 @@ class KubeClient:
         ]
         if label_selector:
             query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         # No total timeout: a watch is long by design. A stream silent (no event, no bookmark)
         # for `silence_timeout` (default: the server's own timeout plus a margin) is a dead
         # connection, e.g. half-open TCP after a node or load balancer went away.

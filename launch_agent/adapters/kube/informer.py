@@ -79,6 +79,8 @@ class InformerStats:
 @dataclass
 class InformerSettings:
     label_selector: str | None = None
+    # Server-side, e.g. `type=Warning` for the Events informer (`runtime/events.py`).
+    field_selector: str | None = None
     # Applied to every object before it is cached and delivered. `cache.tracking_view` keeps
     # only what tracking reads, for agents that watch many runs.
     transform: Callable[[Obj], Obj] = strip_managed_fields
@@ -176,6 +178,7 @@ class Informer:
             self.namespace,
             label_selector=self.settings.label_selector,
             transform=self.settings.transform,
+            field_selector=self.settings.field_selector,
         )
         self.stats.lists += 1
         self.resource_version = listed.resource_version
@@ -194,6 +197,7 @@ class Informer:
             label_selector=self.settings.label_selector,
             timeout_seconds=self.settings.watch_timeout,
             silence_timeout=self.settings.silence_timeout,
+            field_selector=self.settings.field_selector,
         )
         # aclosing: leaving the loop early (an ERROR event, a cancel) closes the HTTP stream now.
         async with contextlib.aclosing(stream):

@@ -302,7 +302,9 @@ class QuotaAdmission:
             self.forget(record.rqi_id)
         elif state is RunState.RUNNING and run.state is QState.ADMITTED:
             self.engine.mark_ready(run.id)
-        elif state is RunState.QUEUED and run.state is QState.EVICTING:
+        elif state is RunState.QUEUED and run.state is QState.EVICTING and not record.holding:
+            # Suspended, and its pods are gone: only now are their resources free (a pod
+            # deleted gracefully keeps them through its grace period).
             self.engine.terminated(run.id)
             self.check_failed(run.id)
         else:

@@ -10,6 +10,7 @@ The context collects the next instant at which a controller wants to run again
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
@@ -18,6 +19,12 @@ from launch_agent.sandbox.cluster.clock import Clock
 from launch_agent.sandbox.kube.store import Obj, Store, timestamp
 
 Conditions = list[dict[str, Any]]
+# store -> Event identity -> the name of the stored Event it aggregates into.
+_AGGREGATED: weakref.WeakKeyDictionary[Store, dict[tuple[str, ...], str]] = (
+    weakref.WeakKeyDictionary()
+)
+_SIMILAR: weakref.WeakKeyDictionary[Store, dict[tuple[str, ...], int]] = weakref.WeakKeyDictionary()
+AGGREGATE_MAX_EVENTS = 10
 
 
 class Ctx:
@@ -85,12 +92,58 @@ class Ctx:
         self.writes += 1
         self.store.delete(rt, meta.get("namespace", ""), meta["name"], propagation=propagation)
 
+    def confirm_deleted(self, pod: Obj) -> None:
+        """The kubelet's final delete of a pod whose containers stopped (grace period 0)."""
+        rt = self.store.rt("pods")
+        meta = pod["metadata"]
+        current = self.store.find(rt, meta["namespace"], meta["name"])
+        if current is None or current["metadata"].get("deletionGracePeriodSeconds") == 0:
+            return
+        self.writes += 1
+        self.store.delete(rt, meta["namespace"], meta["name"], grace_period=0)
+
     def event(self, involved: Obj, kind: str, reason: str, message: str, source: str) -> None:
-        """Record a core/v1 Event about `involved` (what `kubectl describe` shows)."""
+        """Record a core/v1 Event about `involved` (what `kubectl describe` shows).
+
+        Repeats are correlated as client-go's recorder does
+        (`staging/src/k8s.io/client-go/tools/record/events_cache.go`): the same Event (object,
+        type, reason, message, source) updates the stored one, `count` + 1 and a new
+        `lastTimestamp` (`eventLogger.eventObserve`); from the 10th similar one (same but the
+        message, `EventAggregator`, `defaultAggregateMaxEvents`) on, they go into one Event whose
+        message is `(combined from similar events): <latest message>`. So a controller retrying a
+        refused create leaves a handful of Events, not thousands. (The aggregator's 10-minute
+        window is not modelled: similar Events are combined for the life of the store.)
+        """
         meta = involved["metadata"]
         namespace = meta.get("namespace") or "default"
         now = self.ts()
-        self.create(
+        rt = self.store.rt("events")
+        similar = (namespace, str(meta["uid"]), kind, reason, source)
+        counts = _SIMILAR.setdefault(self.store, {})
+        counts[similar] = counts.get(similar, 0) + 1
+        combined = counts[similar] >= AGGREGATE_MAX_EVENTS
+        if combined:
+            message = f"(combined from similar events): {message}"
+        key = (*similar, "" if combined else message)
+        seen = _AGGREGATED.setdefault(self.store, {})
+        previous = seen.get(key)
+        current = self.store.find(rt, namespace, previous) if previous else None
+        if current is not None:
+            self.writes += 1
+            updated = self.store.update(
+                rt,
+                namespace,
+                current["metadata"]["name"],
+                {
+                    **current,
+                    "message": message,
+                    "count": int(current.get("count") or 1) + 1,
+                    "lastTimestamp": now,
+                },
+            )
+            self._mirror(updated)
+            return
+        created = self.create(
             "events",
             namespace,
             {
@@ -112,6 +165,37 @@ class Ctx:
                 "count": 1,
             },
         )
+        seen[key] = created["metadata"]["name"]
+        self._mirror(created)
+
+    def _mirror(self, event: Obj) -> None:
+        """The events.k8s.io/v1 view of a core/v1 Event, as `pkg/apis/events/v1/conversion.go`
+        maps it: `regarding`, `note`, `reportingController`, `deprecatedCount`,
+        `deprecatedFirstTimestamp` / `deprecatedLastTimestamp`, `deprecatedSource`."""
+        rt = self.store.rt("events.events.k8s.io")
+        meta = event["metadata"]
+        body = {
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "eventTime": None,
+            "reportingController": event.get("reportingComponent") or "",
+            "reportingInstance": "",
+            "action": "",
+            "reason": event.get("reason"),
+            "regarding": event.get("involvedObject"),
+            "note": event.get("message"),
+            "type": event.get("type"),
+            "deprecatedSource": event.get("source"),
+            "deprecatedFirstTimestamp": event.get("firstTimestamp"),
+            "deprecatedLastTimestamp": event.get("lastTimestamp"),
+            "deprecatedCount": event.get("count"),
+        }
+        current = self.store.find(rt, meta["namespace"], meta["name"])
+        if current is None:
+            self.store.create(rt, meta["namespace"], body)
+        else:
+            self.store.update(
+                rt, meta["namespace"], meta["name"], {**body, "metadata": current["metadata"]}
+            )
 
     def children(self, owner: Obj, kind: str) -> list[Obj]:
         return [

@@ -6,9 +6,16 @@ Per Job: create pods from the template (named `<job>-<suffix>`, labelled `job-na
 it was deleted); count `active`, `ready`, `succeeded`, `failed`, `terminating`; recreate
 failed pods after the 10 s doubling back-off until `backoffLimit` (for `restartPolicy:
 OnFailure`, container restarts count instead); finish with `SuccessCriteriaMet` + `Complete`
-or `FailureTarget` + `Failed` (reasons `BackoffLimitExceeded`, `DeadlineExceeded`), as
-Kubernetes 1.31+ does; honour `suspend` (active pods are deleted, condition `Suspended`) and
-`activeDeadlineSeconds`; delete a finished Job `ttlSecondsAfterFinished` later.
+or `FailureTarget` + `Failed` (reasons `BackoffLimitExceeded`, `DeadlineExceeded`); honour
+`suspend` (active pods are deleted, condition `Suspended`) and `activeDeadlineSeconds`;
+delete a finished Job `ttlSecondsAfterFinished` later.
+
+Versions (`pkg/controller/job/job_controller.go`, `delayTerminalCondition`, true from 1.31 with
+the `JobManagedBy` / `JobPodReplacementPolicy` feature gates): on 1.31+ a Job that meets its
+failure or success criteria gets the interim `FailureTarget` / `SuccessCriteriaMet` condition
+first, and `Failed` / `Complete` (and `completionTime`) only once none of its pods is still
+terminating (`enactJobFinished`); pods deleted gracefully take their grace period to end. On
+1.30 `Failed` / `Complete` come at once, while the pods may still be running.
 """
 
 from __future__ import annotations
@@ -24,9 +31,13 @@ from launch_agent.sandbox.cluster.common import (
     merge_conditions,
     pod_from_template,
 )
+from launch_agent.sandbox.kube.errors import ApiError
 from launch_agent.sandbox.kube.store import Obj
 
 TRACKING = "batch.kubernetes.io/job-tracking"
+# job_controller.go: `DefaultJobApiBackOff` and `MaxJobApiBackOff`, the re-sync delays after a
+# failed API call (a refused pod create).
+API_BACKOFF, MAX_API_BACKOFF = 1.0, 60.0
 
 
 def _seconds(ctx: Ctx, stamp: str | None) -> float | None:
@@ -43,9 +54,22 @@ def _finished(job: Obj) -> str | None:
     return None
 
 
+def _version(text: str) -> tuple[int, int]:
+    major, _, minor = text.partition(".")
+    try:
+        return int(major), int(minor.split(".")[0] or 0)
+    except ValueError:
+        raise ValueError(f"kubernetes version {text!r}: expected MAJOR.MINOR like 1.31") from None
+
+
 class JobController:
-    def __init__(self, on_pod_created: Callable[[Obj, Obj], None] | None = None) -> None:
+    def __init__(
+        self, on_pod_created: Callable[[Obj, Obj], None] | None = None, version: str = "1.31"
+    ) -> None:
+        self.delay_terminal = _version(version) >= (1, 31)
         self._last_failure: dict[str, float] = {}
+        # Job uid -> (refused creates in a row, when to try again).
+        self._refused: dict[str, tuple[int, float]] = {}
         self._on_pod_created = on_pod_created
 
     def reconcile(self, ctx: Ctx) -> None:
@@ -107,7 +131,10 @@ class JobController:
         )
         conditions = list(status.get("conditions") or [])
         if spec.get("suspend"):
+            # `manageJob` -> `deleteJobPods`: the tracking finalizer goes first, so pods
+            # removed by a suspension are not counted as failed.
             for pod in active:
+                self._untrack(ctx, pod)
                 ctx.delete(pod)
             conditions = merge_conditions(
                 conditions,
@@ -117,7 +144,12 @@ class JobController:
                     )
                 ],
             )
-            status.update(active=0, ready=0, conditions=conditions)
+            status.update(
+                active=0,
+                ready=0,
+                terminating=len(active) + _terminating(pods),
+                conditions=conditions,
+            )
             status.pop("startTime", None)
             ctx.set_status(job, {k: v for k, v in status.items() if v is not None})
             return
@@ -151,54 +183,21 @@ class JobController:
             if completions is not None
             else (succeeded >= 1 and not active)
         )
-        if failure or complete:
-            for pod in active:
-                ctx.delete(pod)
-            if failure:
-                reason, message = failure
-                conditions = merge_conditions(
-                    conditions,
-                    [
-                        condition("FailureTarget", True, reason, message, now, lastProbeTime=now),
-                        condition("Failed", True, reason, message, now, lastProbeTime=now),
-                    ],
-                )
-                ctx.event(job, "Warning", reason, message, "job-controller")
-            else:
-                conditions = merge_conditions(
-                    conditions,
-                    [
-                        condition(
-                            "SuccessCriteriaMet",
-                            True,
-                            "CompletionsReached",
-                            "Reached expected number of succeeded pods",
-                            now,
-                            lastProbeTime=now,
-                        ),
-                        condition(
-                            "Complete",
-                            True,
-                            "CompletionsReached",
-                            "Reached expected number of succeeded pods",
-                            now,
-                            lastProbeTime=now,
-                        ),
-                    ],
-                )
-                status["completionTime"] = now
-                ctx.event(job, "Normal", "Completed", "Job completed", "job-controller")
-            status.update(
-                active=0,
-                ready=0,
-                succeeded=succeeded,
-                failed=failed,
-                terminating=0,
+        target = _interim(job)
+        if failure or complete or target is not None:
+            self._finish(
+                ctx,
+                job,
+                status=status,
                 conditions=conditions,
+                pods=pods,
+                active=active,
+                failure=failure,
+                target=target,
             )
-            status["uncountedTerminatedPods"] = {}
+            status.update(succeeded=succeeded, failed=failed)
             ctx.set_status(job, status)
-            if spec.get("ttlSecondsAfterFinished") is not None:
+            if spec.get("ttlSecondsAfterFinished") is not None and _finished_in(status):
                 ctx.wake_at(ctx.t + float(spec["ttlSecondsAfterFinished"]))
             return
         wanted = parallelism if completions is None else min(parallelism, completions - succeeded)
@@ -207,36 +206,112 @@ class JobController:
         missing, created = wanted - len(active), 0
         if missing > 0:
             retry_at = self._retry_at(uid, failed)
+            refused = self._refused.get(uid)
+            if refused is not None and (retry_at is None or refused[1] > retry_at):
+                retry_at = refused[1]
             if retry_at is not None and ctx.t < retry_at:
                 ctx.wake_at(retry_at)
             else:
                 for i in range(missing):
-                    self._create_pod(ctx, job, len(pods) + i)
-                created = missing
+                    if not self._create_pod(ctx, job, len(pods) + i):
+                        break
+                    created += 1
         status.update(
             active=len(active) + created,
             ready=sum(1 for p in active if _ready(p)),
             succeeded=succeeded,
             failed=failed,
-            terminating=sum(1 for p in pods if p["metadata"].get("deletionTimestamp")),
+            terminating=_terminating(pods),
             uncountedTerminatedPods={},
         )
         if conditions:
             status["conditions"] = conditions
         ctx.set_status(job, status)
 
+    def _finish(
+        self,
+        ctx: Ctx,
+        job: Obj,
+        *,
+        status: dict[str, Any],
+        conditions: list[dict[str, Any]],
+        pods: list[Obj],
+        active: list[Obj],
+        failure: tuple[str, str] | None,
+        target: dict[str, Any] | None,
+    ) -> None:
+        """`syncJob` once the Job met its criteria: delete the active pods (`deleteActivePods`),
+        record the interim condition, and the terminal one when `enactJobFinished` allows."""
+        now = ctx.ts()
+        for pod in active:
+            ctx.delete(pod)
+        if target is not None:
+            failing = target["type"] == "FailureTarget"
+            reason, message = str(target.get("reason") or ""), str(target.get("message") or "")
+        elif failure is not None:
+            failing, (reason, message) = True, failure
+        else:
+            failing = False
+            reason, message = "CompletionsReached", "Reached expected number of succeeded pods"
+        interim, final = (
+            ("FailureTarget", "Failed") if failing else ("SuccessCriteriaMet", "Complete")
+        )
+        # The pods just deleted, and earlier ones still in their grace period.
+        terminating = len(active) + _terminating(pods)
+        if not any(c.get("type") == interim for c in conditions):
+            conditions = merge_conditions(
+                conditions, [condition(interim, True, reason, message, now, lastProbeTime=now)]
+            )
+        if not self.delay_terminal or terminating == 0:
+            conditions = merge_conditions(
+                conditions, [condition(final, True, reason, message, now, lastProbeTime=now)]
+            )
+            if failing:
+                ctx.event(job, "Warning", reason, message, "job-controller")
+            else:
+                status["completionTime"] = now
+                ctx.event(job, "Normal", "Completed", "Job completed", "job-controller")
+        status.update(
+            active=0,
+            ready=0,
+            terminating=terminating if self.delay_terminal else 0,
+            conditions=conditions,
+            uncountedTerminatedPods={},
+        )
+
     def _retry_at(self, uid: str, failed: int) -> float | None:
         if not failed or uid not in self._last_failure:
             return None
         return float(self._last_failure[uid] + min(10.0 * 2 ** (failed - 1), 360.0))
 
-    def _create_pod(self, ctx: Ctx, job: Obj, index: int) -> None:
+    def _create_pod(self, ctx: Ctx, job: Obj, index: int) -> bool:
+        """Create one pod; False when the API server refused it.
+
+        A refusal (admission: quota, service account, PodSecurity; or validation) leaves only a
+        Warning Event `FailedCreate` on the Job, worded as `pkg/controller/controller_utils.go`
+        (`RealPodControl.createPods`) writes it: `Error creating: <the API server's message>`.
+        The Job stays active without pods and `manageJob` is retried after the API back-off
+        (`job_controller.go`, `syncJob` returning the error, requeued rate-limited), so the
+        refusal repeats (one Event, its `count` rising) until the cause is removed.
+        """
         template = job["spec"]["template"]
+        uid = job["metadata"]["uid"]
         annotations = {}
         if job["spec"].get("completionMode") == "Indexed":
             annotations["batch.kubernetes.io/job-completion-index"] = str(index)
         pod = pod_from_template(template, job, annotations=annotations, finalizers=[TRACKING])
-        created = ctx.create("pods", job["metadata"]["namespace"], pod)
+        try:
+            created = ctx.create("pods", job["metadata"]["namespace"], pod)
+        except ApiError as exc:
+            ctx.event(
+                job, "Warning", "FailedCreate", f"Error creating: {exc.message}", "job-controller"
+            )
+            count = self._refused.get(uid, (0, 0.0))[0] + 1
+            delay = min(API_BACKOFF * 2 ** (count - 1), MAX_API_BACKOFF)
+            self._refused[uid] = (count, ctx.t + delay)
+            ctx.wake_at(ctx.t + delay)
+            return False
+        self._refused.pop(uid, None)
         ctx.event(
             job,
             "Normal",
@@ -246,6 +321,7 @@ class JobController:
         )
         if self._on_pod_created is not None:
             self._on_pod_created(job, created)
+        return True
 
     def _ttl(self, ctx: Ctx, job: Obj, spec: dict[str, Any]) -> None:
         ttl = spec.get("ttlSecondsAfterFinished")
@@ -263,6 +339,31 @@ class JobController:
             ctx.delete(job, propagation="Foreground")
         else:
             ctx.wake_at(finished_at + float(ttl))
+
+
+def _interim(job: Obj) -> dict[str, Any] | None:
+    """The Job's `FailureTarget` or `SuccessCriteriaMet` condition, if it has one."""
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("type") in ("FailureTarget", "SuccessCriteriaMet") and c.get("status") == "True":
+            return dict(c)
+    return None
+
+
+def _terminating(pods: list[Obj]) -> int:
+    """`controller.CountTerminatingPods`: deleted, not yet in a terminal phase."""
+    return sum(
+        1
+        for p in pods
+        if p["metadata"].get("deletionTimestamp")
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    )
+
+
+def _finished_in(status: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
 
 
 def _ready(pod: Obj) -> bool:

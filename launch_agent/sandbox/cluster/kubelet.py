@@ -21,12 +21,21 @@ from typing import Any
 
 from launch_agent.sandbox.cluster.common import Ctx, condition, merge_conditions
 from launch_agent.sandbox.cluster.nodes import Node, fit, pod_requests
+from launch_agent.sandbox.cluster.nodes import quantity as nodes_quantity
 from launch_agent.sandbox.cluster.outcomes import Outcome
 from launch_agent.sandbox.cluster.processes import ProcessRunner, wants_process
 from launch_agent.sandbox.kube.store import Obj
 
 DEFAULT_NODE = "sandbox-node"
 FAILING = ("fail", "exit", "oomkilled")
+# The kubelet refuses the pod at admission (`pkg/kubelet/lifecycle/predicate.go`).
+REJECTED = ("outofresource", "admissionerror")
+# DisruptionTarget conditions in the words of the components that write them.
+EVICTION_API = "Eviction API: evicting"  # pkg/registry/core/pod/storage/eviction.go
+TAINT_MANAGER = "Taint manager: deleting due to NoExecute taint"  # tainteviction
+POD_GC = "PodGC: node no longer exists"  # pkg/controller/podgc/gc_controller.go
+# pkg/kubelet/nodeshutdown/nodeshutdown_manager_linux.go, nodeShutdownReason / Message.
+NODE_SHUTDOWN = ("Terminated", "Pod was terminated in response to imminent node shutdown.")
 WAITING = {
     "invalidimagename": (
         "InvalidImageName",
@@ -48,6 +57,15 @@ class PodSim:
     logged: int = 0
     seen: set[str] = field(default_factory=set)  # event signatures already recorded
     deleted: bool = False
+    # When the pod's volumes were set up and its containers' config resolved (None: not yet).
+    mounted_at: float | None = None
+    # Failed volume set-ups so far and when the volume manager tries again.
+    mount_failures: int = 0
+    mount_retry_at: float = 0.0
+    # When the kubelet saw the pod's deletionTimestamp (SIGTERM sent).
+    term_at: float | None = None
+    # The node is gone (`nodelost`): no kubelet answers for the pod any more.
+    unreachable: bool = False
 
 
 def _crash_cycles(o: Outcome, run_from: float, t: float) -> tuple[int, float, float | None]:
@@ -71,15 +89,40 @@ def timeline(o: Outcome, restart_policy: str, b: float, t: float) -> dict[str, A
         kind = "crashloop"  # kubelet restarts a failing container in place
     if t < ready_at:
         return {"phase": "Pending", "waiting": "ContainerCreating", "next": ready_at}
-    if kind in ("imagepullbackoff", "errimagepull"):
-        backoff_at = ready_at + o.after
-        if kind == "errimagepull" or t < backoff_at:
-            return {
-                "phase": "Pending",
-                "waiting": "ErrImagePull",
-                "next": backoff_at if kind != "errimagepull" else None,
-            }
-        return {"phase": "Pending", "waiting": "ImagePullBackOff", "next": None}
+    if kind in ("imagepullbackoff", "pullerror"):
+        # `pkg/kubelet/images/image_manager.go` (`EnsureImageExists`): a failed pull is
+        # ErrImagePull and starts the image back-off (10 s doubling to 300 s, the kubelet's
+        # `backOffPeriod` / `MaxContainerBackOff`); inside it the container waits
+        # ImagePullBackOff `Back-off pulling image "..."`; after it the kubelet pulls again.
+        # `imagepullbackoff` never recovers; `pullerror pulls=N` succeeds at attempt N + 1.
+        failures = o.pulls if kind == "pullerror" else None
+        attempt, at = 0, ready_at
+        while True:
+            gap = min(10.0 * 2**attempt, 300.0)
+            if failures is not None and attempt >= failures:
+                break  # this pull succeeds
+            if t < at + gap:
+                error_for = o.after if (attempt == 0 and kind == "imagepullbackoff") else 1.0
+                if t < at + min(error_for, gap):
+                    return {
+                        "phase": "Pending",
+                        "waiting": "ErrImagePull",
+                        "pull": attempt,
+                        "next": at + min(error_for, gap),
+                    }
+                return {
+                    "phase": "Pending",
+                    "waiting": "ImagePullBackOff",
+                    "pull": attempt,
+                    "next": at + gap,
+                }
+            attempt, at = attempt + 1, at + gap
+        end = at + o.after
+        if t < end:
+            return {"phase": "Running", "running": at, "next": end}
+        return {"phase": "Succeeded", "terminated": (at, end), "next": None}
+    if kind == "errimagepull":
+        return {"phase": "Pending", "waiting": "ErrImagePull", "next": None}
     if kind in WAITING:
         return {"phase": "Pending", "waiting": WAITING[kind][0], "next": None}
     if kind == "run":
@@ -105,6 +148,9 @@ def timeline(o: Outcome, restart_policy: str, b: float, t: float) -> dict[str, A
     end = ready_at + o.after
     if t < end:
         return {"phase": "Running", "running": ready_at, "next": end}
+    if kind in ("drained", "nodelost"):
+        # Still running when the disruption starts; the deletion that follows ends it.
+        return {"phase": "Running", "running": ready_at, "next": None, "disrupt": kind}
     phase = "Succeeded" if kind == "succeed" else "Failed"
     return {
         "phase": phase,
@@ -112,6 +158,7 @@ def timeline(o: Outcome, restart_policy: str, b: float, t: float) -> dict[str, A
         "next": None,
         "evicted": kind == "evicted",
         "preempted": kind == "preempted",
+        "disrupt": kind if kind in ("nodeshutdown", "podgc") else None,
     }
 
 
@@ -168,6 +215,7 @@ class Kubelet:
             if pod["metadata"].get("deletionTimestamp"):
                 if self.processes is not None:
                     self.processes.deleting(uid)
+                self._terminate(ctx, pod, sim)
                 continue
             if sim.bound_at is None and not self._schedule(ctx, pod, sim):
                 continue
@@ -221,8 +269,259 @@ class Kubelet:
         )
         return True
 
+    def _terminate(self, ctx: Ctx, pod: Obj, sim: PodSim) -> None:
+        """Stop a pod being deleted gracefully, then delete it for good.
+
+        `pkg/kubelet/kuberuntime/kuberuntime_container.go` (`killContainer`): SIGTERM, then
+        SIGKILL once the pod's grace period (`deletionGracePeriodSeconds`) is over. A process
+        that exits on SIGTERM ends with 143 (128 + 15), one killed with 137 (128 + 9), both with
+        reason `Error`; the pod ends `Failed`. A container that never started is reported as
+        `pkg/kubelet/kubelet_pods.go` (`generateAPIPodStatus`) does: exit code 137, reason
+        `ContainerStatusUnknown`. Then the status manager (`pkg/kubelet/status/
+        status_manager.go`, `syncPod` once `canBeDeleted`) deletes the pod with grace 0; its
+        finalizers (the Job controller's) may keep it a little longer.
+        """
+        meta, status = pod["metadata"], pod.get("status") or {}
+        if meta.get("deletionGracePeriodSeconds") == 0:
+            return
+        if status.get("phase") in ("Succeeded", "Failed") or sim.bound_at is None:
+            ctx.confirm_deleted(pod)
+            return
+        if sim.term_at is None:
+            sim.term_at = ctx.t
+        grace = float(meta.get("deletionGracePeriodSeconds") or 0)
+        if sim.unreachable:
+            # No kubelet: the pod stays as it was until the pod GC
+            # (`gc_controller.go`, `gcTerminating` / `markFailedAndDeletePod`) marks it Failed
+            # and deletes it with grace 0, once its grace period is over.
+            if ctx.t < sim.term_at + grace:
+                ctx.wake_at(sim.term_at + grace)
+                return
+            updated = ctx.set_status(pod, {**status, "phase": "Failed"})
+            ctx.confirm_deleted(updated)
+            return
+        o = sim.outcome
+        running = False
+        if sim.mounted_at is not None:
+            state = timeline(
+                o, pod["spec"].get("restartPolicy", "Always"), sim.mounted_at, sim.term_at
+            )
+            running = "running" in state
+        if running:
+            stop_at = sim.term_at + min(o.stop, grace)
+            code = 143 if o.stop < grace else 137
+        else:
+            stop_at, code = sim.term_at, 137
+        if ctx.t < stop_at:
+            ctx.wake_at(stop_at)
+            return
+        statuses = []
+        for c in pod["spec"].get("containers") or []:
+            previous: dict[str, Any] = next(
+                (s for s in status.get("containerStatuses") or [] if s.get("name") == c["name"]),
+                {},
+            )
+            started = ((previous.get("state") or {}).get("running") or {}).get("startedAt")
+            terminated: dict[str, Any] = {
+                "exitCode": code,
+                "reason": "Error" if running else "ContainerStatusUnknown",
+                "finishedAt": ctx.ts(stop_at),
+            }
+            if running and started:
+                terminated.update(startedAt=started, containerID="sandbox://0")
+            else:
+                terminated["message"] = (
+                    "The container could not be located when the pod was terminated"
+                )
+            statuses.append(
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "restartCount": previous.get("restartCount", 0),
+                    "started": False,
+                    "ready": False,
+                    "state": {"terminated": terminated},
+                }
+            )
+        now = ctx.ts()
+        new_status = {**status, "phase": "Failed", "containerStatuses": statuses}
+        new_status["conditions"] = merge_conditions(
+            status.get("conditions"),
+            [
+                condition("Ready", False, "PodCompleted", "", now),
+                condition("ContainersReady", False, "PodCompleted", "", now),
+            ],
+        )
+        for cond in new_status["conditions"]:
+            if not cond.get("message"):
+                cond.pop("message", None)
+        if running:
+            for c in pod["spec"].get("containers") or []:
+                ctx.event(pod, "Normal", "Killing", f"Stopping container {c['name']}", "kubelet")
+        updated = ctx.set_status(pod, new_status)
+        ctx.confirm_deleted(updated)
+
+    def _config_error(self, ctx: Ctx, pod: Obj, sim: PodSim, missing: dict[str, str]) -> bool:
+        """A container's env names a Secret or ConfigMap (or key) that does not exist.
+
+        `pkg/kubelet/kuberuntime/kuberuntime_container.go` (`startContainer`) fails
+        `generateContainerConfig` (`kubelet_pods.go`, `makeEnvironmentVariables`): the
+        container waits `CreateContainerConfigError` with the lookup's words (`secret "x" not
+        found`, `couldn't find key K in Secret NS/x`), a Warning `Failed` Event `Error: ...`,
+        and the pod worker tries again; it clears once the object syncs.
+        """
+        sim.mount_failures += 1
+        sim.mount_retry_at = ctx.t + min(10.0 * 2 ** (sim.mount_failures - 1), 300.0)
+        ctx.wake_at(sim.mount_retry_at)
+        statuses = []
+        for c in pod["spec"].get("containers") or []:
+            problem = missing.get(c["name"])
+            state: dict[str, Any] = (
+                {"waiting": {"reason": "CreateContainerConfigError", "message": problem}}
+                if problem
+                else {"waiting": {"reason": "ContainerCreating"}}
+            )
+            if problem:
+                ctx.event(pod, "Warning", "Failed", f"Error: {problem}", "kubelet")
+            statuses.append(
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "restartCount": 0,
+                    "started": False,
+                    "ready": False,
+                    "state": state,
+                }
+            )
+        ctx.set_status(
+            pod,
+            {
+                **(pod.get("status") or {}),
+                "phase": "Pending",
+                "hostIP": "10.0.0.1",
+                "startTime": ctx.ts(sim.bound_at),
+                "containerStatuses": statuses,
+            },
+        )
+        return False
+
+    def _mount(self, ctx: Ctx, pod: Obj, sim: PodSim) -> bool:
+        """Set up the pod's Secret and ConfigMap volumes; False while one is missing.
+
+        `pkg/kubelet/volumemanager/reconciler` mounts each volume through
+        `operationexecutor/operation_generator.go` (`GenerateMountVolumeFunc`): a Secret
+        volume whose Secret does not exist fails in `pkg/volume/secret/secret.go` (`SetUpAt`,
+        the API's `secret "x" not found`), recorded as a Warning `FailedMount` Event
+        `MountVolume.SetUp failed for volume "v" : secret "x" not found`, retried on the
+        exponential back-off of `nestedpendingoperations` (500 ms doubling to 2 min 2 s). The
+        pod stays Pending in ContainerCreating until the object appears; `optional: true`
+        sources are skipped.
+        """
+        if sim.mounted_at is not None:
+            return True
+        if ctx.t < sim.mount_retry_at:
+            ctx.wake_at(sim.mount_retry_at)
+            return False
+        missing = missing_volumes(ctx, pod)
+        if not missing:
+            config = missing_env(ctx, pod)
+            if not config:
+                sim.mounted_at = ctx.t
+                return True
+            return self._config_error(ctx, pod, sim, config)
+        for volume, what in missing:
+            ctx.event(
+                pod,
+                "Warning",
+                "FailedMount",
+                f'MountVolume.SetUp failed for volume "{volume}" : {what} not found',
+                "kubelet",
+            )
+        sim.mount_failures += 1
+        sim.mount_retry_at = ctx.t + min(0.5 * 2 ** (sim.mount_failures - 1), 122.0)
+        ctx.wake_at(sim.mount_retry_at)
+        statuses = [
+            {
+                "name": c["name"],
+                "image": c.get("image", ""),
+                "imageID": "",
+                "restartCount": 0,
+                "started": False,
+                "ready": False,
+                "state": {"waiting": {"reason": "ContainerCreating"}},
+            }
+            for c in pod["spec"].get("containers") or []
+        ]
+        status = {
+            **(pod.get("status") or {}),
+            "phase": "Pending",
+            "hostIP": "10.0.0.1",
+            "startTime": ctx.ts(sim.bound_at),
+            "containerStatuses": statuses,
+        }
+        status["conditions"] = merge_conditions(
+            status.get("conditions"),
+            [
+                condition("PodReadyToStartContainers", False, "", "", ctx.ts(sim.bound_at)),
+                condition("PodScheduled", True, "", "", ctx.ts(sim.bound_at)),
+            ],
+        )
+        for c in status["conditions"]:
+            for key in ("reason", "message"):
+                if not c.get(key):
+                    c.pop(key, None)
+        ctx.set_status(pod, status)
+        return False
+
+    def _reject(self, ctx: Ctx, pod: Obj, sim: PodSim) -> None:
+        """The kubelet's admission refuses the pod (`pkg/kubelet/kubelet.go`, `rejectPod`;
+        reasons from `pkg/kubelet/lifecycle/predicate.go`): phase Failed, `reason`, `message`
+        `Pod was rejected: ...`, no container ever created (no containerStatuses), a Warning
+        Event with the same reason."""
+        o = sim.outcome
+        if o.kind == "outofresource":
+            requested = (
+                sum(
+                    int(nodes_quantity(v))
+                    for c in pod["spec"].get("containers") or []
+                    for k, v in ((c.get("resources") or {}).get("limits") or {}).items()
+                    if k == o.resource
+                )
+                or 1
+            )
+            reason = f"OutOf{o.resource}"
+            detail = o.message or (
+                f"Node didn't have enough resource: {o.resource}, requested: {requested},"
+                f" used: 0, capacity: 0"
+            )
+        else:
+            reason = "UnexpectedAdmissionError"
+            detail = o.message or (
+                "Allocate failed due to requested number of devices unavailable for"
+                f" {o.resource}. Requested: 1, Available: 0, which is unexpected"
+            )
+        message = f"Pod was rejected: {detail}"
+        status = {
+            **(pod.get("status") or {}),
+            "phase": "Failed",
+            "reason": reason,
+            "message": message,
+            "startTime": ctx.ts(sim.bound_at),
+        }
+        if "rejected" not in sim.seen:
+            sim.seen.add("rejected")
+            ctx.event(pod, "Warning", reason, detail, "kubelet")
+        ctx.set_status(pod, status)
+
     def _play(self, ctx: Ctx, pod: Obj, sim: PodSim) -> None:
-        o, b = sim.outcome, sim.bound_at
+        if sim.outcome.kind in REJECTED:
+            self._reject(ctx, pod, sim)
+            return
+        if not self._mount(ctx, pod, sim):
+            return
+        o, b = sim.outcome, sim.mounted_at
         assert b is not None
         spec = pod["spec"]
         containers = [c["name"] for c in spec.get("containers") or []]
@@ -288,6 +587,22 @@ class Kubelet:
                 o.message or "default-scheduler: preempting to accommodate a higher priority pod"
             )
             conds.append(condition("DisruptionTarget", True, "PreemptionByScheduler", message, now))
+        disrupt = state.get("disrupt")
+        if disrupt == "drained":
+            conds.append(
+                condition("DisruptionTarget", True, "EvictionByEvictionAPI", EVICTION_API, now)
+            )
+        elif disrupt == "nodelost":
+            conds.append(
+                condition("DisruptionTarget", True, "DeletionByTaintManager", TAINT_MANAGER, now)
+            )
+        elif disrupt == "podgc":
+            conds.append(condition("DisruptionTarget", True, "DeletionByPodGC", POD_GC, now))
+        elif disrupt == "nodeshutdown":
+            status.update(reason=NODE_SHUTDOWN[0], message=NODE_SHUTDOWN[1])
+            conds.append(
+                condition("DisruptionTarget", True, "TerminationByKubelet", NODE_SHUTDOWN[1], now)
+            )
         status["conditions"] = merge_conditions(status.get("conditions"), conds)
         self._events(ctx, pod, sim, state=state, o=o, target=target)
         self._print(ctx, pod, sim, state=state, o=o, target=target)
@@ -295,6 +610,15 @@ class Kubelet:
         if state.get("preempted") and not sim.deleted:
             sim.deleted = True
             ctx.delete(updated)
+        if disrupt in ("drained", "nodelost") and not sim.deleted:
+            # A drain's Eviction API call and the taint manager delete the pod gracefully.
+            sim.deleted = True
+            sim.unreachable = disrupt == "nodelost"
+            ctx.delete(updated)
+        if disrupt == "podgc" and not sim.deleted:
+            # The pod GC marks the orphaned pod Failed and deletes it at once (grace 0).
+            sim.deleted = True
+            ctx.confirm_deleted(updated)
 
     def _container_status(
         self,
@@ -356,10 +680,7 @@ class Kubelet:
         if o.message:
             return o.message
         if reason == "ErrImagePull":
-            return (
-                f'failed to pull and unpack image "{image}": failed to resolve reference "{image}":'
-                f" {image}: not found"
-            )
+            return pull_error(o, image)
         if reason == "ImagePullBackOff":
             return f'Back-off pulling image "{image}"'
         if reason == "CrashLoopBackOff":
@@ -380,7 +701,26 @@ class Kubelet:
                 ctx.event(pod, kind, reason, message, "kubelet")
 
         waiting = state.get("waiting")
-        if waiting in (
+        image = next(
+            (c.get("image", "") for c in pod["spec"]["containers"] if c["name"] == target), ""
+        )
+        if "pull" in state:
+            # One round of the image manager's Events per pull attempt (correlated into
+            # `count` by the recorder): Failed `Failed to pull image`, `Error: ErrImagePull`,
+            # then BackOff `Back-off pulling image` and `Error: ImagePullBackOff`.
+            attempt = state["pull"]
+            if waiting == "ErrImagePull":
+                once(
+                    f"pull{attempt}",
+                    "Warning",
+                    "Failed",
+                    f'Failed to pull image "{image}": {pull_error(o, image)}',
+                )
+                once(f"pullerr{attempt}", "Warning", "Failed", "Error: ErrImagePull")
+            else:
+                once(f"backoff{attempt}", "Normal", "BackOff", f'Back-off pulling image "{image}"')
+                once(f"backofferr{attempt}", "Warning", "Failed", "Error: ImagePullBackOff")
+        elif waiting in (
             "ErrImagePull",
             "ImagePullBackOff",
             "InvalidImageName",
@@ -420,7 +760,7 @@ class Kubelet:
         self, ctx: Ctx, pod: Obj, sim: PodSim, *, state: dict[str, Any], o: Outcome, target: str
     ) -> None:
         """Append the lines the target container has printed by now."""
-        b = sim.bound_at
+        b = sim.mounted_at
         assert b is not None
         if "running" not in state and "terminated" not in state and "last" not in state:
             return
@@ -445,6 +785,94 @@ class Kubelet:
         for when, line in lines[sim.logged :]:
             out.append((ctx.ts(when).replace("Z", ".000000000Z"), line))
         sim.logged = max(sim.logged, len(lines))
+
+
+def missing_env(ctx: Ctx, pod: Obj) -> dict[str, str]:
+    """Container name -> the first missing Secret / ConfigMap (or key) its env refers to."""
+    namespace = pod["metadata"]["namespace"]
+    out: dict[str, str] = {}
+
+    def find(kind: str, name: str) -> Obj | None:
+        resource = "secrets" if kind == "Secret" else "configmaps"
+        return ctx.store.find(ctx.store.rt(resource), namespace, name)
+
+    for c in pod["spec"].get("containers") or []:
+        refs: list[tuple[str, dict[str, Any], str | None]] = []
+        for env in c.get("env") or []:
+            source = env.get("valueFrom") or {}
+            if isinstance(source.get("secretKeyRef"), dict):
+                refs.append(("Secret", source["secretKeyRef"], source["secretKeyRef"].get("key")))
+            if isinstance(source.get("configMapKeyRef"), dict):
+                ref = source["configMapKeyRef"]
+                refs.append(("ConfigMap", ref, ref.get("key")))
+        for env_from in c.get("envFrom") or []:
+            if isinstance(env_from.get("secretRef"), dict):
+                refs.append(("Secret", env_from["secretRef"], None))
+            if isinstance(env_from.get("configMapRef"), dict):
+                refs.append(("ConfigMap", env_from["configMapRef"], None))
+        for kind, ref, key in refs:
+            name = str(ref.get("name") or "")
+            if not name or ref.get("optional"):
+                continue
+            obj = find(kind, name)
+            if obj is None:
+                out[c["name"]] = f'{kind.lower()} "{name}" not found'
+                break
+            if (
+                key is not None
+                and key not in (obj.get("data") or {})
+                and key not in (obj.get("stringData") or {})
+            ):
+                out[c["name"]] = f"couldn't find key {key} in {kind} {namespace}/{name}"
+                break
+    return out
+
+
+def pull_error(o: Outcome, image: str) -> str:
+    """The runtime's words for a failed pull: `message=`, else a permanent "not found" for
+    `imagepullbackoff` and a registry's 429 for the transient `pullerror`."""
+    if o.message:
+        return o.message
+    if o.kind == "pullerror":
+        registry, _, rest = image.partition("/")
+        repo, _, tag = rest.rpartition(":")
+        return (
+            f'failed to pull and unpack image "{image}": failed to resolve reference "{image}":'
+            f" unexpected status from HEAD request to https://{registry}/v2/{repo or rest}"
+            f"/manifests/{tag or 'latest'}: 429 Too Many Requests"
+        )
+    return (
+        f'failed to pull and unpack image "{image}": failed to resolve reference "{image}":'
+        f" {image}: not found"
+    )
+
+
+def missing_volumes(ctx: Ctx, pod: Obj) -> list[tuple[str, str]]:
+    """(volume name, `secret "x"` / `configmap "x"`) for each non-optional Secret or
+    ConfigMap volume (or projected source) whose object is not in the pod's namespace."""
+    namespace = pod["metadata"]["namespace"]
+    out: list[tuple[str, str]] = []
+    for volume in pod["spec"].get("volumes") or []:
+        sources: list[tuple[str, dict[str, Any]]] = []
+        if isinstance(volume.get("secret"), dict):
+            sources.append(("secret", volume["secret"]))
+        if isinstance(volume.get("configMap"), dict):
+            sources.append(("configmap", volume["configMap"]))
+        for source in (volume.get("projected") or {}).get("sources") or []:
+            if isinstance(source.get("secret"), dict):
+                sources.append(("secret", source["secret"]))
+            if isinstance(source.get("configMap"), dict):
+                sources.append(("configmap", source["configMap"]))
+        for kind, source in sources:
+            name = source.get("secretName") if kind == "secret" else None
+            name = name or source.get("name")
+            if not name or source.get("optional"):
+                continue
+            resource = "secrets" if kind == "secret" else "configmaps"
+            if ctx.store.find(ctx.store.rt(resource), namespace, str(name)) is None:
+                out.append((str(volume.get("name")), f'{kind} "{name}"'))
+                break
+    return out
 
 
 def pod_start(state: dict[str, Any], ctx: Ctx) -> float:

@@ -8,13 +8,18 @@ a Job or a custom resource) or passed to `SimulatedCluster.script(selector, outc
     attempt  := KIND (KEY "=" VALUE)*           values may be quoted: message="no GPU left"
     KIND     := succeed | fail | exit | oomkilled | crashloop | imagepullbackoff | errimagepull
               | invalidimagename | createcontainerconfigerror | unschedulable | evicted
-              | preempted | run
+              | preempted | run | pullerror | drained | nodelost | podgc | nodeshutdown
+              | outofresource | admissionerror
     KEY      := after (seconds the container runs, default 5; "30s", "2m", "500ms")
               | start (seconds in ContainerCreating, default 1)
               | code (exit code; fail/exit/crashloop default 1)
               | message (the reason's message; defaults are kube's wording)
               | container (which container the outcome applies to; default the first)
               | log (a line the container prints; repeatable)
+              | pulls (pullerror: failed pulls before one succeeds, default 3)
+              | resource (outofresource: the resource the node lacks, default nvidia.com/gpu)
+              | stop (seconds the container takes to exit after SIGTERM, default 1; longer
+                than the grace period: SIGKILL at its end, exit code 137)
 
 Examples: `succeed after=30s`, `exit code=3 after=10s`, `oomkilled`, `fail; succeed` (first pod
 fails, the retry succeeds), `unschedulable message="0/3 nodes are available: 3 Insufficient
@@ -43,6 +48,13 @@ KINDS = frozenset(
         "evicted",
         "preempted",
         "run",
+        "pullerror",
+        "drained",
+        "nodelost",
+        "podgc",
+        "nodeshutdown",
+        "outofresource",
+        "admissionerror",
     }
 )
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
@@ -62,11 +74,16 @@ class Outcome:
     message: str = ""
     container: str | None = None
     logs: tuple[str, ...] = field(default=())
+    stop: float = 1.0
+    resource: str = "nvidia.com/gpu"
+    pulls: int = 3
 
     @property
     def exit_code(self) -> int:
-        if self.kind in ("oomkilled", "evicted", "preempted"):
+        if self.kind in ("oomkilled", "evicted", "preempted", "podgc"):
             return 137
+        if self.kind == "nodeshutdown":
+            return 143
         return self.code
 
 
@@ -101,20 +118,24 @@ def parse_attempt(text: str) -> Outcome:
         where = f"outcome {text!r}, {key}"
         if not eq:
             raise OutcomeError(f"outcome {text!r}: expected KEY=VALUE, got {word!r}")
-        if key in ("after", "start"):
+        if key in ("after", "start", "stop"):
             values[key] = parse_duration(value, where)
+        elif key == "pulls":
+            if not value.isdigit():
+                raise OutcomeError(f"{where}: must be a whole number, got {value!r}")
+            values["pulls"] = int(value)
         elif key == "code":
             if not value.isdigit() or not 0 <= int(value) <= 255:
                 raise OutcomeError(f"{where}: exit code must be 0..255, got {value!r}")
             values["code"] = int(value)
-        elif key in ("message", "container"):
+        elif key in ("message", "container", "resource"):
             values[key] = value
         elif key == "log":
             logs.append(value)
         else:
             raise OutcomeError(
                 f"outcome {text!r}: unknown key {key!r}"
-                " (after, start, code, message, container, log)"
+                " (after, start, code, message, container, log, stop, resource, pulls)"
             )
     if kind == "exit" and values.get("code") == 0:
         values["kind"] = "succeed"

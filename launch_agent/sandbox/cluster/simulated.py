@@ -59,9 +59,11 @@ class SimulatedCluster:
         kueue: bool = False,
         processes: Path | None = None,
         process_time_limit: float = 120.0,
+        kubernetes_version: str = "1.31",
     ) -> None:
         """`processes`: a directory under which opted-in pods run as local processes
-        (`cluster/processes.py`); None runs every pod as scripted."""
+        (`cluster/processes.py`); None runs every pod as scripted. `kubernetes_version` selects
+        the Job controller's behaviour ("1.30" or "1.31"+: see `JobController`)."""
         self.store = kube.store if isinstance(kube, KubeApiServer) else kube
         self.clock: Clock = clock or ManualClock()
         self.nodes = list(nodes or [])
@@ -70,7 +72,7 @@ class SimulatedCluster:
         self.problems: list[str] = []
         self._scripts: list[tuple[LabelSelector, tuple[Outcome, ...]]] = []
         self._attempts: dict[str, int] = {}
-        self.jobs = JobController()
+        self.jobs = JobController(version=kubernetes_version)
         # Kueue (`cluster/kueue.py`): opt-in, and only once its Workload CRD is registered, so
         # tests that load every CRD and play Kueue by hand keep doing so.
         self.kueue = KueueController(enabled=kueue)

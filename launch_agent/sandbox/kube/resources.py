@@ -71,11 +71,16 @@ BUILTIN: tuple[ResourceType, ...] = (
     _core("configmaps", "ConfigMap", True, ("cm",)),
     _core("events", "Event", True, ("ev",)),
     _core("serviceaccounts", "ServiceAccount", True, ("sa",)),
+    _core("resourcequotas", "ResourceQuota", True, ("quota",), "status"),
+    _core("limitranges", "LimitRange", True, ("limits",)),
     _core("namespaces", "Namespace", False, ("ns",), "status"),
     _core("nodes", "Node", False, ("no",), "status"),
     ResourceType("batch", "v1", "jobs", "Job", True, "job", (), frozenset({"status"}), ("all",)),
     # Leader election: updates conditional on resourceVersion, 409 Conflict otherwise (store.py).
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, "lease"),
+    # The same Events in the newer API; the sandbox's components write both views
+    # (`cluster/common.py`, `Ctx.event`), as kube-apiserver serves one object at both.
+    ResourceType("events.k8s.io", "v1", "events", "Event", True, "event"),
     ResourceType(
         "apiextensions.k8s.io",
         "v1",

@@ -389,6 +389,7 @@ class KubeApp:
             propagation=policy,
             preconditions=options.get("preconditions"),
             dry_run=dry,
+            grace_period=_grace(request, options),
         )
         if code == 202 or t.rt.is_custom or t.rt.plural in RETURNS_DELETED:
             return json_response(out(t.rt, obj), code)
@@ -404,3 +405,14 @@ class KubeApp:
                 "details": details,
             }
         )
+
+
+def _grace(request: web.Request, options: dict[str, Any]) -> int | None:
+    """DeleteOptions' `gracePeriodSeconds` (query or body); 400 if not an integer."""
+    raw = request.query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise errors.bad_request(f"invalid gracePeriodSeconds {raw!r}") from None

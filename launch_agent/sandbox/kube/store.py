@@ -19,7 +19,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from launch_agent.sandbox.kube import errors
+from launch_agent.sandbox.kube.admission import admit_pod
 from launch_agent.sandbox.kube.defaults import ADMISSION
+from launch_agent.sandbox.kube.objectmeta import validate_meta
 from launch_agent.sandbox.kube.resources import CrdError, Registry, ResourceType, crd_resource_types
 from launch_agent.sandbox.kube.selectors import FieldSelector, LabelSelector
 from launch_agent.sandbox.kube.watch import EventLog, Watcher, WatchEvent
@@ -38,6 +40,15 @@ _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what kube-apiserver's generate
 
 def timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _pod_grace(pod: Obj, requested: int | None) -> int:
+    """`CheckGracefulDelete` for pods: the grace period this delete gets."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    if not spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
+        return 0
+    grace = requested if requested is not None else spec.get("terminationGracePeriodSeconds", 30)
+    return max(int(grace or 0), 0)
 
 
 def _spec_part(obj: Obj) -> Obj:
@@ -264,6 +275,9 @@ class Store:
                 )
             name = prefix + "".join(self._rng.choice(_NAME_ALPHABET) for _ in range(5))
             meta["name"] = name
+        causes = validate_meta(rt.kind, meta)
+        if causes:
+            raise errors.invalid(rt, str(name), causes)
         key = (namespace if rt.namespaced else "", str(name))
         if key in self._table(rt):
             raise errors.already_exists(rt, str(name))
@@ -282,6 +296,8 @@ class Store:
             causes = admit(obj)
             if causes:
                 raise errors.invalid(rt, str(name), causes)
+        if rt.storage == "pods":
+            self._admit_pod(obj, namespace)
         if rt.storage == CRD_STORAGE:
             self._check_crd(obj)
         if dry_run:
@@ -294,6 +310,19 @@ class Store:
             self._establish_crd(obj)
             return self.get(rt, "", str(name))
         return obj
+
+    def _admit_pod(self, pod: Obj, namespace: str) -> None:
+        """The validating admission chain for a new pod (`admission.py`)."""
+        admit_pod(
+            pod,
+            namespace=self.find(self.rt("namespaces"), "", namespace),
+            has_account=lambda name: (
+                self.find(self.rt("serviceaccounts"), namespace, name) is not None
+            ),
+            quotas=self.list(self.rt("resourcequotas"), namespace),
+            pods=lambda: self.list(self.rt("pods"), namespace),
+            limit_ranges=self.list(self.rt("limitranges"), namespace),
+        )
 
     def update(
         self,
@@ -369,6 +398,10 @@ class Store:
                         f" object is being deleted, found new finalizers {sorted(added)}",
                     )
         new["apiVersion"], new["kind"] = old["apiVersion"], old["kind"]
+        if subresource != "status":
+            causes = validate_meta(rt.kind, new["metadata"], check_name=False)
+            if causes:
+                raise errors.invalid(rt, name, causes)
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if new == old:
             return old  # a no-op write: no new resourceVersion, no event
@@ -377,7 +410,9 @@ class Store:
         if dry_run:
             return new
         deleting = new["metadata"].get("deletionTimestamp")
-        if deleting and not new["metadata"].get("finalizers"):
+        # A pod in its grace period stays until its kubelet's final delete, finalizers or not.
+        graceful = rt.storage == "pods" and new["metadata"].get("deletionGracePeriodSeconds")
+        if deleting and not graceful and not new["metadata"].get("finalizers"):
             return self._remove(rt, new, old)
         new["metadata"]["resourceVersion"] = self._next_rv()
         self._put(rt, (old["metadata"].get("namespace", ""), name), new, old)
@@ -393,8 +428,18 @@ class Store:
         propagation: str | None = None,
         preconditions: dict[str, Any] | None = None,
         dry_run: bool = False,
+        grace_period: int | None = None,
     ) -> tuple[Obj, int]:
-        """Delete with finalizers and GC; returns (object, HTTP status: 200 gone, 202 pending)."""
+        """Delete with finalizers and GC; returns (object, HTTP status: 200 gone, 202 pending).
+
+        A pod is deleted gracefully, as `pkg/registry/core/pod/strategy.go`
+        (`CheckGracefulDelete`) and `staging/src/k8s.io/apiserver/pkg/registry/rest/delete.go`
+        (`BeforeDelete`) do: with a grace period (the request's `gracePeriodSeconds`, else
+        `spec.terminationGracePeriodSeconds`) it gets `deletionTimestamp` = now + grace and
+        `deletionGracePeriodSeconds`, and stays until its kubelet, once the containers have
+        stopped, deletes it again with grace 0. A pod on no node or already terminal goes at
+        once; a later delete may only shorten the grace period.
+        """
         obj = self.get(rt, namespace, name)
         meta = obj["metadata"]
         for field in ("uid", "resourceVersion"):
@@ -424,6 +469,20 @@ class Store:
             finalizers.append("foregroundDeletion")
         if rt.storage == "namespaces":
             self._delete_namespace_contents(name)
+        if rt.storage == "pods":
+            grace = _pod_grace(obj, grace_period)
+            if grace > 0:
+                return self._graceful(rt, obj, grace), 200
+            if meta.get("deletionGracePeriodSeconds"):
+                # The kubelet's final delete: the grace period is over.
+                new = copy.deepcopy(obj)
+                new["metadata"]["deletionGracePeriodSeconds"] = 0
+                if not finalizers:
+                    return self._remove(rt, new, obj), 200
+                new["metadata"]["resourceVersion"] = self._next_rv()
+                self._put(rt, (meta.get("namespace", ""), name), new, obj)
+                self._emit(rt, "MODIFIED", new, obj)
+                return new, 202
         if not finalizers:
             return self._remove(rt, obj, obj), 200
         if not meta.get("deletionTimestamp") or finalizers != meta.get("finalizers"):
@@ -450,6 +509,20 @@ class Store:
                 return obj, 200
             obj = current
         return obj, 202
+
+    def _graceful(self, rt: ResourceType, obj: Obj, grace: int) -> Obj:
+        meta = obj["metadata"]
+        deadline = timestamp(self.now() + timedelta(seconds=grace))
+        current = meta.get("deletionTimestamp")
+        if current and current <= deadline:
+            return obj
+        new = copy.deepcopy(obj)
+        new["metadata"]["deletionTimestamp"] = deadline
+        new["metadata"]["deletionGracePeriodSeconds"] = grace
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        self._put(rt, (meta.get("namespace", ""), meta["name"]), new, obj)
+        self._emit(rt, "MODIFIED", new, obj)
+        return new
 
     def _remove(self, rt: ResourceType, obj: Obj, old: Obj) -> Obj:
         meta = obj["metadata"]

@@ -328,8 +328,9 @@ async def test_script_and_annotation_precedence_and_errors(
     assert pods(kube, "bad")[0]["status"]["phase"] == "Succeeded"  # the default outcome
     assert cluster.problems == [
         "Job default/bad: annotation sandbox.launch-agent.io/outcome: outcome 'explode loudly':"
-        " unknown kind 'explode' (one of crashloop, createcontainerconfigerror, errimagepull,"
-        " evicted, exit, fail, imagepullbackoff, invalidimagename, oomkilled, preempted, run,"
+        " unknown kind 'explode' (one of admissionerror, crashloop, createcontainerconfigerror,"
+        " drained, errimagepull, evicted, exit, fail, imagepullbackoff, invalidimagename,"
+        " nodelost, nodeshutdown, oomkilled, outofresource, podgc, preempted, pullerror, run,"
         " succeed, unschedulable)"
     ]
     assert "InvalidOutcome" in {e["reason"] for e in kube.objects.list("events")}

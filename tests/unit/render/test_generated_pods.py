@@ -148,9 +148,12 @@ def test_rayjob_autoscaler_container_is_restricted() -> None:
     }
     out = render(spec, make_item(layer), None, SETTINGS)
     sc = out.workload["spec"]["rayClusterSpec"]["autoscalerOptions"]["securityContext"]
+    # Restricted on its own (container-level runAsNonRoot and seccomp), not through the pod.
     assert sc == {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
     assert {w.path for w in out.warnings} >= {
         "spec.rayClusterSpec.autoscalerOptions.securityContext.privileged",

@@ -64,11 +64,15 @@ def test_host_path_prefix_is_matched_on_normalised_components(path: Any, kept: b
         assert any("is not under security.hostPaths" in w.reason for w in out.warnings)
 
 
-def test_host_path_given_as_a_string_is_removed_not_crashed_on() -> None:
+def test_host_path_given_as_a_string_is_refused_not_crashed_on() -> None:
+    # A volume source is an object (core/v1 VolumeSource): a string is refused, not guessed at.
     spec = make_spec(job_template(image="i"), overridable=["**"], security={"hostPaths": ["/"]})
     layer = _layer({"volumes": [{"name": "h", "hostPath": "/etc"}]})
-    out = render(spec, make_item(layer), None, SETTINGS)
-    assert _pod(out.workload)["spec"]["volumes"] == []
+    with pytest.raises(InvalidInput) as exc:
+        render(spec, make_item(layer), None, SETTINGS)
+    assert [p.path for p in exc.value.problems] == [
+        "runSpec.resource_args.kubernetes.spec.template.spec.volumes[h].hostPath"
+    ]
 
 
 def test_a_dot_dot_host_path_prefix_is_refused_by_the_schema() -> None:
@@ -161,8 +165,6 @@ def test_confined_legacy_seccomp_annotations_are_kept(value: str) -> None:
         ({"capabilities": {"add": "SYS_ADMIN"}}, None, "capabilities.add"),
         ({"capabilities": {"add": [{"SYS_ADMIN": 1}]}}, None, "capabilities.add"),
         ({"capabilities": {"drop": "ALL"}}, None, "capabilities.drop"),
-        ({"capabilities": "ALL"}, None, "securityContext.capabilities"),
-        ({"seccompProfile": "Unconfined"}, None, "securityContext.seccompProfile"),
         ({"procMount": 1}, None, "securityContext.procMount"),
         (None, {"runAsUser": "0"}, "spec.securityContext.runAsUser"),
         (None, {"runAsNonRoot": "false"}, "spec.securityContext.runAsNonRoot"),
@@ -232,12 +234,25 @@ def test_admin_template_with_a_nested_namespace_is_refused_at_load() -> None:
         ({"volumes": {"name": "h", "hostPath": {"path": "/"}}}, {}, "spec.volumes"),
         ({}, {"ports": {"containerPort": 1, "hostPort": 1}}, "containers[main].ports"),
         ({}, {"securityContext": "privileged"}, "containers[main].securityContext"),
+        ({}, {"securityContext": {"capabilities": "ALL"}}, "securityContext.capabilities"),
+        (
+            {},
+            {"securityContext": {"seccompProfile": "Unconfined"}},
+            "securityContext.seccompProfile",
+        ),
+        ({"ephemeralContainers": [{"name": "e"}, "x"]}, {}, "spec.ephemeralContainers[1]"),
+        ({"volumes": [{"name": "s", "secret": 0}]}, {}, "spec.volumes[s].secret"),
+        ({}, {"env": [{"name": "A", "valueFrom": []}]}, "env[A].valueFrom"),
     ],
 )
-def test_wrong_typed_pod_lists_are_removed(
+def test_wrong_typed_pod_lists_and_mappings_are_refused_with_the_runspec_path(
     pod_spec: dict[str, Any], container: dict[str, Any], where: str
 ) -> None:
+    # Where the pod schema wants a mapping or a list of mappings, anything else is refused
+    # (render/shape.py): enforcement skips what is not a mapping, so it must never pass on.
     spec = make_spec(job_template(image="i"), overridable=["**"])
-    out = render(spec, make_item(_layer(pod_spec, **container)), None, SETTINGS)
-    assert any(w.path.endswith(where) and "removed: must be" in w.reason for w in out.warnings)
-    assert restricted_violations(_pod(out.workload)) == []
+    with pytest.raises(InvalidInput) as exc:
+        render(spec, make_item(_layer(pod_spec, **container)), None, SETTINGS)
+    paths = [p.path for p in exc.value.problems]
+    assert len(paths) == 1 and paths[0].startswith("runSpec.resource_args.kubernetes.spec."), paths
+    assert paths[0].endswith(where) and "must be a" in exc.value.problems[0].reason
