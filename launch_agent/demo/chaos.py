@@ -440,11 +440,11 @@ class Chaos:
             meta = job["metadata"]
             item = (meta.get("annotations") or {}).get(ITEM_ID)
             job_items.add(item)
-            if item in self.stop_items:
-                # Stopped from the UI: the agent deletes the workload; one left ran on.
-                out.append(f"job {meta['name']} of stopped item {item} not deleted")
-            elif item in ended and _job_active(job) and "deletionTimestamp" not in meta:
-                out.append(f"job {meta['name']} still active for ended item {item}")
+            if item in ended and _job_active(job) and "deletionTimestamp" not in meta:
+                # A UI-stopped run's Job that ended first is kept like any finished Job (the
+                # agent deletes it "unless it ends first"); one still running is left behind.
+                what = "stopped" if item in self.stop_items else "ended"
+                out.append(f"job {meta['name']} still active for {what} item {item}")
         for secret in self.world.kube.objects.list("secrets", namespace="default"):
             meta = secret["metadata"]
             item = (meta.get("annotations") or {}).get(ITEM_ID)
