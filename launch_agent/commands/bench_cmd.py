@@ -12,11 +12,13 @@ from collections.abc import Callable
 
 from launch_agent.commands import (
     bench_build,
+    bench_chaos,
     bench_dispatch,
     bench_quota,
     bench_quota_agent,
     bench_render,
     bench_sandbox,
+    bench_soak,
     bench_tracking,
 )
 
@@ -30,6 +32,8 @@ BENCHMARKS: tuple[BenchRegistrar, ...] = (
     bench_quota.register_bench,
     bench_quota_agent.register_bench,
     bench_build.register_bench,
+    bench_soak.register_bench,
+    bench_chaos.register_bench,
 )
 
 

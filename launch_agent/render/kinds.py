@@ -22,11 +22,11 @@ labels (≤ 63 characters), so each row leaves room for its suffixes:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from launch_agent.model.queue_spec import CustomKind, Problem, SecurityExceptions
+from launch_agent.model.queue_spec import CustomKind, Problem, QueueSpec, SecurityExceptions
 from launch_agent.render import generated
 from launch_agent.render.paths import (
     AnyItem,
@@ -376,3 +376,20 @@ def custom_kind_info(api_version: str, kind: str, custom: CustomKind) -> KindInf
         suspend_path=suspend,
         kueue="suspend" if suspend else None,
     )
+
+
+def suspend_paths(specs: Iterable[QueueSpec]) -> tuple[tuple[str, ...], ...]:
+    """Every suspend flag the agent's workloads carry: the built-in kinds' and each loaded
+    spec's custom `suspendPath`, in a stable order. The informers' slim cache keeps exactly
+    these (`adapters/kube/cache.tracking_view`)."""
+    paths: dict[tuple[str, ...], None] = {}
+    for info in KINDS:
+        if info.suspend_path is not None:
+            paths[info.suspend_path] = None
+    for spec in specs:
+        if spec.custom_kind is None:
+            continue
+        custom = custom_kind_info(spec.api_version, spec.kind, spec.custom_kind)
+        if custom.suspend_path is not None:
+            paths[custom.suspend_path] = None
+    return tuple(paths)

@@ -37,6 +37,7 @@ clock (`clock`, runtime/clock.py) is given to every part that measures time.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import platform
@@ -56,6 +57,7 @@ from launch_agent.adapters.tls import CABundleError
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.model.config import AgentConfig
 from launch_agent.model.lease import LeaseTiming
+from launch_agent.render.kinds import suspend_paths
 from launch_agent.render.settings import RenderSettings
 from launch_agent.runtime.admission.kueue import KueueAdmission
 from launch_agent.runtime.admission.quota import QuotaAdmission
@@ -296,7 +298,11 @@ class Agent:
             # Inactive until `rebuild` below: the rebuild reads every adopted run at once.
             observe=self.quota.observe if self.quota is not None else None,
             kueue_workload=kueue_workloads.of if kueue_workloads is not None else None,
-            informer_settings=self.informer_settings,
+            # The slim cache keeps these flags: a held run still reads as held after a restart.
+            informer_settings=dataclasses.replace(
+                self.informer_settings or InformerSettings(),
+                suspend_paths=suspend_paths(specs.specs),
+            ),
             clock=self.clock,
         )
         self.tracker = tracker

@@ -68,7 +68,7 @@ from launch_agent.runtime.admission.stage import AdmissionStage
 from launch_agent.runtime.builds import BuildService
 from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.reporter import Reporter
+from launch_agent.runtime.reporter import Delivery, Reporter
 from launch_agent.runtime.runs import RUN_SPEC, RunRecord, RunTable
 from launch_agent.runtime.specs import SpecStore
 from launch_agent.runtime.tracker import Tracker
@@ -130,8 +130,10 @@ class Dispatcher:
 
     async def _fail(
         self, item: RunQueueItem, message: str, reason: str, stage: str = "agent"
-    ) -> None:
-        await self.reporter.fail(item.id, message, stage, reason)
+    ) -> Delivery[None]:
+        # Whatever W&B made of it, the item is done here: unacked, W&B offers it again after
+        # its lease (NotSent), and a refusal is final.
+        return await self.reporter.fail(item.id, message, stage, reason)
 
     async def dispatch(self, item: RunQueueItem, popped_at: float | None = None) -> None:
         """Handle one popped item to the end of its ack (or its failure)."""

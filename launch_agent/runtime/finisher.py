@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, assert_never
 
 from launch_agent.adapters.kube import KubeClient, KubeError, KubeForbidden
 from launch_agent.aio import wait_event
@@ -37,7 +37,7 @@ from launch_agent.model.config import TrackingConfig
 from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
 from launch_agent.model.safe_load import load_json
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.reporter import Reporter
+from launch_agent.runtime.reporter import Delivery, NotSent, Refused, Reporter, Sent
 from launch_agent.runtime.run_checks import RunChecks
 from launch_agent.runtime.runs import REPORTED, RUN_SPEC, RunRecord, RunTable
 from launch_agent.tracking import Assessment
@@ -120,26 +120,42 @@ class Finisher:
         self.metrics.outcomes.labels(state=state.value).inc()
         # An adopted run was never popped by this process: its failure still counts for its queue.
         self.metrics.activity.remember(record.rqi_id, record.queue)
-        sent: bool | None = True
+        sent: Delivery[object] = Sent(None)
         if state is RunState.FAILED:
             diag = diagnosis or Diagnosis(
                 Reason.WORKLOAD_FAILED, "the workload failed", Severity.TERMINAL
             )
             message = await self._failure_message(record, diag)
             sent = await self.reporter.fail(record.rqi_id, message, "run", diag.reason.value)
-            if sent and record.scheduler:
+            if isinstance(sent, Sent) and record.scheduler:
                 await self.checks.scheduler_failed(record)
         elif state is RunState.SUCCEEDED and record.stop_requested_at is None:
             self.checks.succeeded(record)
         elif state is RunState.PREEMPTED:
             sent = await self._requeue(record, diagnosis)
         elif state is RunState.STOPPED and record.stop_requested_at is None:
-            diag = diagnosis or Diagnosis(
-                Reason.DELETED, "the workload was deleted", Severity.TERMINAL
-            )
-            sent = await self.reporter.fail(record.rqi_id, diag.message, "run", diag.reason.value)
-        if sent is None:
-            return  # stopping during a W&B outage: the next start reports it
+            stopped = await self.checks.stopped_in_wandb(record)
+            if stopped is None:
+                sent = NotSent("stopping before W&B said whether the run was stopped")
+            elif stopped:
+                # Stopped from the UI and deleted by the replica (or process) that saw it.
+                log.info("run %s was stopped in W&B: nothing to report", record.run_id)
+            else:
+                diag = diagnosis or Diagnosis(
+                    Reason.DELETED, "the workload was deleted", Severity.TERMINAL
+                )
+                sent = await self.reporter.fail(
+                    record.rqi_id, diag.message, "run", diag.reason.value
+                )
+        match sent:
+            case NotSent():
+                # Stopping during a W&B outage: the workload and its record stay, unmarked, so
+                # the next start adopts the run and reports it then.
+                return
+            case Sent() | Refused():
+                pass  # W&B answered; a refusal is final, asking again gets the same answer
+            case _:
+                assert_never(sent)
         await self._clean_up(record, state)
         self.runs.remove(record)
         self.handled += 1
@@ -163,7 +179,7 @@ class Finisher:
         where = f"container {diag.container} of pod {diag.pod}" if diag.container else diag.pod
         return f"{message}\n\nlast {len(tail.splitlines())} log lines of {where}:\n{tail}"
 
-    async def _requeue(self, record: RunRecord, diag: Diagnosis | None) -> bool | None:
+    async def _requeue(self, record: RunRecord, diag: Diagnosis | None) -> Delivery[object]:
         reason = diag.message if diag else "the run was preempted"
         spec = _run_spec(record)
         if spec is None:
@@ -186,9 +202,14 @@ class Finisher:
             )
         again = {**spec, "_resume_count": resumes + 1, "run_id": record.run_id}
         again.pop("sweep_id", None)  # as W&B's agent: the sweep does not own the resumed run
-        new_id = await self.reporter.requeue(self.queue_entity, record.queue, again, record.rqi_id)
-        if new_id is None:
-            return None if self.reporter.stopping.is_set() else False
+        pushed = await self.reporter.requeue(self.queue_entity, record.queue, again, record.rqi_id)
+        match pushed:
+            case Sent(value=new_id):
+                pass
+            case Refused() | NotSent():
+                return pushed
+            case _:
+                assert_never(pushed)
         log.info(
             "run %s was preempted (%s); requeued on %r as item %s (resume %d of %d)",
             record.run_id,
@@ -198,7 +219,7 @@ class Finisher:
             resumes + 1,
             self.tracking.max_requeues,
         )
-        return True
+        return pushed
 
     async def _clean_up(self, record: RunRecord, state: RunState) -> None:
         if record.deleted:

@@ -6,6 +6,7 @@ the `Diagnosis` enum, stages), never run ids: a metric label per run would grow 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,6 +98,12 @@ class Metrics:
             "Unix time of the last successful W&B poll (0: none yet)",
             registry=r,
         )
+        # Read when scraped (the handler runs on the agent's loop): a leak of tasks shows as a
+        # slope in `launch-agent bench soak`.
+        self.asyncio_tasks = Gauge(
+            "launch_agent_asyncio_tasks", "asyncio tasks alive in the agent's loop", registry=r
+        )
+        self.asyncio_tasks.set_function(_tasks_alive)
         self.runs_by_state = Gauge(
             "launch_agent_runs", "Runs the agent tracks, by state", ["state"], registry=r
         )
@@ -195,3 +202,10 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _tasks_alive() -> float:
+    try:
+        return float(len(asyncio.all_tasks()))
+    except RuntimeError:
+        return 0.0  # scraped outside a running loop (a test's registry read)

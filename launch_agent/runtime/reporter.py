@@ -7,6 +7,12 @@ only once W&B knows. Warnings are not worth holding a task for: `warn` queues th
 (deduplicated per run by the tracker) and one worker sends them in order, pausing while W&B is
 unavailable.
 
+Every report says what became of it with a `Delivery`: `Sent` (W&B accepted it), `Refused`
+(W&B answered no for good: retrying gives the same answer) or `NotSent` (the agent is stopping
+during an outage: nothing reached W&B, so the run must stay recorded for the next start to
+report). Callers match it exhaustively (`assert_never`): a bool once merged "not sent" into
+"refused" and a failure cut by a shutdown was cleaned up as if W&B knew (issue 16).
+
 Messages are written for the person reading the W&B UI and are cut to `MAX_MESSAGE` characters:
 a log tail must not make the mutation itself fail.
 """
@@ -19,7 +25,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar, assert_never
 
 from launch_agent.adapters.retry import GaveUp, Retryable, RetryPolicy, call_with_retries
 from launch_agent.adapters.wandb_client import WandbClient
@@ -32,6 +38,31 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE = 16_000
 MAX_PENDING_WARNINGS = 10_000
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Sent(Generic[T_co]):
+    """W&B accepted the report; `value` is its answer (the new item's id for a requeue)."""
+
+    value: T_co
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """W&B answered no for good (an error, `success: false`): the same call gets the same no."""
+
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class NotSent:
+    """The agent stopped during a W&B outage: nothing reached W&B; the next start reports it."""
+
+    last_error: str
+
+
+Delivery: TypeAlias = Sent[T_co] | Refused | NotSent
 
 
 def clip(message: str, limit: int = MAX_MESSAGE) -> str:
@@ -73,7 +104,7 @@ class Reporter:
         self.dropped_warnings = 0
         self.sent = {"fail": 0, "warn": 0, "requeue": 0}
 
-    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T | None:
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> Delivery[T]:
         async def attempt() -> T:
             try:
                 return await call()
@@ -84,45 +115,53 @@ class Reporter:
             log.warning("%s: W&B unavailable (%s); retrying in %.1fs", what, failure, delay)
 
         try:
-            return await call_with_retries(
+            value = await call_with_retries(
                 attempt, self.policy, stop=self.stopping, on_retry=on_retry
             )
         except GaveUp as gave_up:
             log.warning("%s not sent, the agent is stopping: %s", what, gave_up.last)
-            return None
+            return NotSent(str(gave_up.last))
+        except WandbError as exc:
+            log.error("W&B refused %s: %s", what, exc)
+            return Refused(str(exc))
+        return Sent(value)
 
-    async def fail(self, item_id: str, message: str, stage: str, reason: str) -> bool:
-        """`failRunQueueItem`; True once W&B accepted it."""
+    async def fail(self, item_id: str, message: str, stage: str, reason: str) -> Delivery[None]:
+        """`failRunQueueItem`."""
         self.metrics.failed(item_id, stage, reason, message)
         log.info("failing item %s (stage %s, %s): %s", item_id, stage, reason, message[:500])
         text = clip(message)
-        try:
-            ok = await self._retrying(
-                f"failRunQueueItem {item_id}", lambda: self.wandb.fail(item_id, text, stage)
-            )
-        except WandbError as exc:
-            log.error("W&B refused failRunQueueItem for %s: %s", item_id, exc)
-            return False
-        if ok:
-            self.sent["fail"] += 1
-        return bool(ok)
+        outcome = await self._retrying(
+            f"failRunQueueItem {item_id}", lambda: self.wandb.fail(item_id, text, stage)
+        )
+        match outcome:
+            case Sent(value=True):
+                self.sent["fail"] += 1
+                return Sent(None)
+            case Sent():
+                log.error("W&B answered success: false to failRunQueueItem for %s", item_id)
+                return Refused("failRunQueueItem answered success: false")
+            case Refused() | NotSent():
+                return outcome
+            case _:
+                assert_never(outcome)
 
     async def requeue(
         self, entity: str, queue: str, run_spec: Mapping[str, Any], item_id: str
-    ) -> str | None:
-        """`pushToRunQueueByName`; the new item's id, or None if it could not be pushed."""
-        try:
-            pushed = await self._retrying(
-                f"requeue of {item_id}",
-                lambda: self.wandb.push_to_run_queue_by_name(entity, queue, run_spec),
-            )
-        except WandbError as exc:
-            log.error("W&B refused to requeue item %s onto %r: %s", item_id, queue, exc)
-            return None
-        if pushed is None:
-            return None
-        self.sent["requeue"] += 1
-        return pushed.id
+    ) -> Delivery[str]:
+        """`pushToRunQueueByName`; `Sent` carries the new item's id."""
+        outcome = await self._retrying(
+            f"requeue of {item_id} onto {queue!r}",
+            lambda: self.wandb.push_to_run_queue_by_name(entity, queue, run_spec),
+        )
+        match outcome:
+            case Sent(value=pushed):
+                self.sent["requeue"] += 1
+                return Sent(pushed.id)
+            case Refused() | NotSent():
+                return outcome
+            case _:
+                assert_never(outcome)
 
     def warn(self, item_id: str, message: str, stage: str) -> None:
         """Queue a warning; the worker sends it."""
@@ -143,18 +182,19 @@ class Reporter:
         while True:
             while self._warnings:
                 warning = self._warnings[0]
-                try:
-                    ok = await self._retrying(
-                        f"warning for {warning.item_id}",
-                        functools.partial(
-                            self.wandb.warn, warning.item_id, warning.message, warning.stage
-                        ),
-                    )
-                except WandbError as exc:
-                    log.error("W&B refused a warning for %s: %s", warning.item_id, exc)
-                    ok = True  # refused for good: retrying gives the same answer
-                if ok is None:
-                    return  # stopping during an outage
+                outcome = await self._retrying(
+                    f"warning for {warning.item_id}",
+                    functools.partial(
+                        self.wandb.warn, warning.item_id, warning.message, warning.stage
+                    ),
+                )
+                match outcome:
+                    case NotSent():
+                        return  # stopping during an outage
+                    case Sent() | Refused():
+                        pass  # refused for good: retrying gives the same answer
+                    case _:
+                        assert_never(outcome)
                 self._warnings.popleft()
                 self.sent["warn"] += 1
             if stopping.is_set():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -101,10 +102,11 @@ class Tracker:
         self.kueue_workload = kueue_workload
         # Cache states, not manifests: what tracking, adoption and reports read (10,000 runs).
         # A copy: the caller's settings are shared with Kueue's informers.
+        given = informer_settings or InformerSettings()
         settings = dataclasses.replace(
-            informer_settings or InformerSettings(),
+            given,
             label_selector=f"{L.AGENT}={agent_name}",
-            transform=tracking_view,
+            transform=functools.partial(tracking_view, suspend_paths=given.suspend_paths),
         )
         self.informers = InformerSet(kube, self.on_event, settings)
         # Events carry no labels: one watch of Warning Events per namespace, filed per run on

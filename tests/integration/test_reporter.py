@@ -15,7 +15,7 @@ import pytest
 from launch_agent.adapters.retry import RetryPolicy
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.reporter import Reporter
+from launch_agent.runtime.reporter import NotSent, Refused, Reporter, Sent
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState, LaunchState, WandbServer
 
@@ -57,7 +57,8 @@ async def test_a_failure_report_outlasts_several_client_budgets(
     # Three whole client budgets (2 attempts each) fail before W&B answers.
     wb.faults.add(FaultRule("failRunQueueItem", status=503, times=6))
     reporter = Reporter(client, Metrics(), asyncio.Event(), retry_base=0.01, retry_cap=0.02)
-    assert await reporter.fail(item, "OOMKilled in container main", "run", "OOMKilled") is True
+    sent = await reporter.fail(item, "OOMKilled in container main", "run", "OOMKilled")
+    assert sent == Sent(None)
     assert wb.log.count("failRunQueueItem") == 7
     assert reporter.sent["fail"] == 1
     assert wb.state.items[item].state is ItemState.FAILED
@@ -83,9 +84,20 @@ async def test_stopping_wakes_the_wait_and_gives_up_after_one_last_try(wb: Wandb
             report = asyncio.create_task(reporter.fail(item, "lost", "run", "ExitCode"))
             await budget_spent.wait()  # the first try (a whole client budget) failed
             stopping.set()
-            assert await report is False
+            # Not "refused": the caller must keep the run for the next start to report.
+            assert isinstance(await report, NotSent)
     # One more budget after the wake-up, then nothing: the next start reports the run.
     assert tries == [503] * (2 * ATTEMPTS)
     assert wb.log.count("failRunQueueItem") == 2 * ATTEMPTS
     assert reporter.sent["fail"] == 0
     assert wb.state.items[item].state is not ItemState.FAILED
+
+
+async def test_a_refusal_is_told_apart_from_not_sent(wb: WandbServer, client: WandbClient) -> None:
+    item = await popped_item(wb, client)
+    wb.faults.add(FaultRule("failRunQueueItem", graphql_error=True, message="no such item"))
+    reporter = Reporter(client, Metrics(), asyncio.Event(), retry_base=0.01, retry_cap=0.02)
+    refused = await reporter.fail(item, "lost", "run", "ExitCode")
+    assert isinstance(refused, Refused)
+    assert "no such item" in refused.error
+    assert reporter.sent["fail"] == 0

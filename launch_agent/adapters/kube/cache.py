@@ -92,16 +92,20 @@ def strip_managed_fields(obj: Obj) -> Obj:
     return obj
 
 
-# The spec fields `launch_agent.tracking` reads from a workload (suspension).
-_TRACKED_SPEC = ("suspend", "runPolicy")
+# A dotted path into an object, split: ("spec", "runPolicy", "suspend").
+Path = tuple[str, ...]
+# The suspend flags of the built-in kinds (`render/kinds.py`), kept whatever the caller passes.
+BUILTIN_SUSPEND_PATHS: tuple[Path, ...] = (("spec", "suspend"), ("spec", "runPolicy", "suspend"))
 
 
-def tracking_view(obj: Obj) -> Obj:
+def tracking_view(obj: Obj, suspend_paths: Iterable[Path] = BUILTIN_SUSPEND_PATHS) -> Obj:
     """Only what tracking and adoption read: kind, metadata, status and the suspend flags.
 
     A pod's spec (containers, volumes, env) or a JobSet's templates are most of their size and
     tracking reads none of it; at 10,000 runs this is the difference between caching the
-    cluster's manifests and caching their states.
+    cluster's manifests and caching their states. `suspend_paths` are the flags to keep: the
+    built-in kinds' and every custom kind's `suspendPath` (a held run whose flag is dropped
+    reads as resumed by hand after a restart, and the quota engine charges it).
     """
     strip_managed_fields(obj)
     spec = obj.get("spec")
@@ -109,11 +113,30 @@ def tracking_view(obj: Obj) -> Obj:
     if isinstance(spec, dict) and obj.get("kind") == "Pod":
         slim["spec"] = _pod_spec_view(spec)
     elif isinstance(spec, dict):
-        kept = {k: spec[k] for k in _TRACKED_SPEC if k in spec}
-        if isinstance(kept.get("runPolicy"), dict):
-            kept["runPolicy"] = {"suspend": kept["runPolicy"].get("suspend")}
+        kept: Obj = {}
+        for path in (*BUILTIN_SUSPEND_PATHS, *suspend_paths):
+            if len(path) >= 2 and path[0] == "spec":  # metadata and status are kept whole
+                _copy_path(spec, kept, path[1:])
         slim["spec"] = kept
     return slim
+
+
+def _copy_path(source: Obj, target: Obj, path: Path) -> None:
+    """Copy the leaf at `path` from `source` into `target`, creating the mappings on the way."""
+    node: Any = source
+    for key in path[:-1]:
+        node = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            return
+    if path[-1] not in node:
+        return
+    dest = target
+    for key in path[:-1]:
+        child = dest.get(key)
+        if not isinstance(child, dict):
+            child = dest[key] = {}
+        dest = child
+    dest[path[-1]] = node[path[-1]]
 
 
 def _pod_spec_view(spec: Obj) -> Obj:

@@ -84,6 +84,9 @@ class InformerSettings:
     # Applied to every object before it is cached and delivered. `cache.tracking_view` keeps
     # only what tracking reads, for agents that watch many runs.
     transform: Callable[[Obj], Obj] = strip_managed_fields
+    # The suspend flags (`cache.tracking_view`) of every kind the agent runs beyond the built-in
+    # ones: the custom kinds' `suspendPath` of the queue specs loaded at start.
+    suspend_paths: tuple[tuple[str, ...], ...] = ()
     # Server-side timeout of one watch request; the informer reconnects from its
     # resourceVersion when it ends, which also proves the connection is alive.
     watch_timeout: int = 300

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, assert_never
 
 from launch_agent.adapters.kube import KubeClient, KubeError, KubeNotFound
 from launch_agent.aio import wait_event
@@ -38,7 +38,7 @@ from launch_agent.quota.requests import ADMITTED
 from launch_agent.render.pipeline import suspend, unsuspend
 from launch_agent.runtime.admission.quota import QuotaAdmission
 from launch_agent.runtime.clock import Clock, monotonic
-from launch_agent.runtime.reporter import Reporter
+from launch_agent.runtime.reporter import NotSent, Refused, Reporter, Sent
 from launch_agent.runtime.runs import RunRecord, RunTable
 from launch_agent.runtime.specs import SpecStore
 
@@ -186,8 +186,13 @@ class QuotaDriver:
                 continue
             self.runs.mark_finishing(record)
             sent = await self.reporter.fail(rqi_id, message, "agent", "quota")
-            if not sent and self.reporter.stopping.is_set():
-                continue  # the next start adopts the run and refuses it again
+            match sent:
+                case NotSent():
+                    continue  # the next start adopts the run and refuses it again
+                case Sent() | Refused():
+                    pass
+                case _:
+                    assert_never(sent)
             try:
                 resource = await self.kube.resolve(record.api_version, record.kind)
                 await self.kube.delete(resource, record.namespace, record.name)

@@ -176,3 +176,15 @@ def test_tracking_view_does_not_change_any_assessment(
     slim_pods = [tracking_view(copy.deepcopy(p)) for p in pods]
     slim = tracking_view(copy.deepcopy(workload))
     assert assess(slim, slim_pods, NOW) == assess(workload, pods, NOW)
+
+
+def test_tracking_view_keeps_a_custom_kinds_suspend_path_and_nothing_else_of_its_spec() -> None:
+    widget = {
+        "kind": "Widget",
+        "metadata": {"name": "w"},
+        "spec": {"control": {"hold": True, "image": "x" * 1000}, "replicaSpecs": {"a": {}}},
+    }
+    paths = [("spec", "control", "hold"), ("spec", "absent", "flag"), ("metadata", "name")]
+    assert tracking_view(copy.deepcopy(widget), paths)["spec"] == {"control": {"hold": True}}
+    # Without the path (the old view), the held flag is gone: the run reads as resumed.
+    assert tracking_view(copy.deepcopy(widget))["spec"] == {}
