@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -115,32 +116,27 @@ def container_environment(
     return environ
 
 
-async def test_the_charts_deployment_runs_the_agent(env: Env, tmp_path: Path) -> None:
-    port = free_port()
-    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values(env, port)))
-    helm = Helm(binary=await asyncio.to_thread(install_helm), home=tmp_path / "helm-home")
-    manifests = await asyncio.to_thread(
-        helm.template, [tmp_path / "values.yaml"], namespace="default"
-    )
-
-    # What `helm install` would have created that the agent itself reads.
-    for secret in find(manifests, "Secret"):
-        env.kube.objects.create("secrets", secret, namespace=secret["metadata"]["namespace"])
-    pod, container = container_of(manifests)
-    assert container["args"] == ["run"], "the image's ENTRYPOINT is launch-agent"
-    root = tmp_path / "container"
+def deployment_environment(env: Env, manifests: list[Manifest], root: Path) -> dict[str, str]:
+    """The agent container's environment, its mounts laid out under `root`, pointed at the
+    sandbox: what the kubelet would give the chart's Deployment."""
     mounts = lay_out_mounts(manifests, root)
     environ = container_environment(manifests, mounts, root)
     environ.update(
         PATH=os.environ.get("PATH", "/usr/bin:/bin"),
         KUBECONFIG=str(env.kubeconfig),
         NETRC=os.devnull,
+        # This checkout's code, not the virtualenv's copy (a worktree shares the virtualenv).
+        PYTHONPATH=str(Path(__file__).resolve().parents[2]),
     )
-    if os.environ.get("PYTHONPATH"):  # a checkout's own code, not the virtualenv's copy
-        environ["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return environ
 
-    env.cluster.script("launch-agent.io/run-id=chart1", "succeed after=5s")
-    item = env.push(run_spec("chart1"))
+
+@contextlib.asynccontextmanager
+async def running_container(
+    container: dict[str, Any], environ: dict[str, str], name: str
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, list[str]]]:
+    """The container's command as a process (the image's ENTRYPOINT is launch-agent), with
+    the lines it prints on stderr; stopped (SIGTERM, then SIGKILL) when the block ends."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -159,8 +155,39 @@ async def test_the_charts_deployment_runs_the_agent(env: Env, tmp_path: Path) ->
         async for raw in process.stderr:
             lines.append(raw.decode(errors="replace").rstrip())
 
-    reader = asyncio.create_task(drain(), name="chart-agent-stderr")
+    reader = asyncio.create_task(drain(), name=f"{name}-stderr")
     try:
+        yield process, lines
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(process.wait(), 30)
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(reader, 10)
+
+
+async def test_the_charts_deployment_runs_the_agent(env: Env, tmp_path: Path) -> None:
+    port = free_port()
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values(env, port)))
+    helm = Helm(binary=await asyncio.to_thread(install_helm), home=tmp_path / "helm-home")
+    manifests = await asyncio.to_thread(
+        helm.template, [tmp_path / "values.yaml"], namespace="default"
+    )
+
+    # What `helm install` would have created that the agent itself reads.
+    for secret in find(manifests, "Secret"):
+        env.kube.objects.create("secrets", secret, namespace=secret["metadata"]["namespace"])
+    pod, container = container_of(manifests)
+    assert container["args"] == ["run"], "the image's ENTRYPOINT is launch-agent"
+    environ = deployment_environment(env, manifests, tmp_path / "container")
+
+    env.cluster.script("launch-agent.io/run-id=chart1", "succeed after=5s")
+    item = env.push(run_spec("chart1"))
+    async with running_container(container, environ, "chart-agent") as (process, lines):
         await until(lambda: item.state is ItemState.CLAIMED, within=START_TIMEOUT, message="ack")
         (job,) = env.jobs()
         # The chart's identity and Secret reach the workload.
@@ -203,9 +230,3 @@ async def test_the_charts_deployment_runs_the_agent(env: Env, tmp_path: Path) ->
         # The chart sets the JSON log format; every line the agent printed parses.
         assert lines
         assert all(line.startswith("{") for line in lines), lines[:3]
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(reader, 10)

@@ -11,7 +11,6 @@ value, runs to completion.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import sys
@@ -26,10 +25,10 @@ from tests.chart.helm import CHART, RELEASE, Helm, HelmError, find, install_helm
 from tests.e2e.conftest import Env, run_spec, until
 from tests.e2e.test_chart_install import (
     START_TIMEOUT,
-    container_environment,
     container_of,
+    deployment_environment,
     free_port,
-    lay_out_mounts,
+    running_container,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,40 +152,13 @@ async def test_a_wandb_chart_user_migrates_a_queue_and_a_run_succeeds(
             env.kube.objects.create("namespaces", ns, "")
     for secret in find(manifests, "Secret"):
         env.kube.objects.create("secrets", secret, namespace=secret["metadata"]["namespace"])
-    root = tmp_path / "container"
-    mounts = lay_out_mounts(manifests, root)
-    environ = container_environment(manifests, mounts, root)
-    environ.update(
-        PATH=os.environ.get("PATH", "/usr/bin:/bin"),
-        KUBECONFIG=str(env.kubeconfig),
-        NETRC=os.devnull,
-        PYTHONPATH=str(ROOT),
-    )
+    environ = deployment_environment(env, manifests, tmp_path / "container")
 
     # Step 5: a run of the queue, with a template variable value as W&B's UI sends it.
     env.cluster.script("launch-agent.io/run-id=mig1", "succeed after=5s")
     queue = env.state.queue("ent", "model-registry", QUEUE)
     item = env.state.push(queue, run_spec("mig1"), template_values={"cpu": "2"})
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "launch_agent",
-        *container["args"],
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        env=environ,
-        cwd=environ["HOME"],
-    )
-    lines: list[str] = []
-
-    async def drain() -> None:
-        assert process.stderr is not None
-        async for raw in process.stderr:
-            lines.append(raw.decode(errors="replace").rstrip())
-
-    reader = asyncio.create_task(drain(), name="migrated-agent-stderr")
-    try:
+    async with running_container(container, environ, "migrated-agent") as (_process, lines):
         await until(
             lambda: item.state in (ItemState.CLAIMED, ItemState.FAILED),
             within=START_TIMEOUT,
@@ -205,13 +177,3 @@ async def test_a_wandb_chart_user_migrates_a_queue_and_a_run_succeeds(
 
         await until(complete, within=START_TIMEOUT, advance=lambda: env.advance(1), message="done")
         assert item.failure is None
-    finally:
-        if process.returncode is None:
-            process.terminate()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(process.wait(), 30)
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(reader, 10)
