@@ -42,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from launch_agent.demo.launchers import job_queue_spec
 from launch_agent.demo.world import SandboxWorld, WorldSettings
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
@@ -53,28 +54,6 @@ LEASE_NAME = "chaos-agent"
 RUN_ID = "launch-agent.io/run-id"
 ITEM_ID = "launch-agent.io/run-queue-item-id"
 Say = Callable[[str], None]
-
-SPEC = """\
-apiVersion: launch-agent/v1
-kind: QueueSpec
-metadata:
-  name: {name}
-spec:
-  queues: [{queue}]
-  namespace: default
-  template:
-    apiVersion: batch/v1
-    kind: Job
-    spec:
-      template:
-        spec:
-          containers:
-            - name: main
-              image: ${{image_uri}}
-              resources:
-                requests: {{cpu: 100m, memory: 64Mi}}
-  overridable: [overrides.args]
-"""
 
 
 @dataclass(frozen=True)
@@ -273,7 +252,9 @@ class Chaos:
         specs = self.scratch / "queue-specs"
         specs.mkdir(exist_ok=True)
         for n, queue in enumerate(QUEUES):
-            (specs / f"{queue}.yaml").write_text(SPEC.format(name=f"spec-{n}", queue=queue))
+            (specs / f"{queue}.yaml").write_text(
+                job_queue_spec(f"spec-{n}", queue, ["overrides.args"])
+            )
         for n in range(self.result.replicas):
             identity = f"agent-{n}"
             config = self.scratch / f"{identity}.yaml"

@@ -47,13 +47,17 @@ JOB = {
     },
 }
 
-QUEUE_SPEC = f"""\
+
+def job_queue_spec(name: str, queue: str, overridable: list[str]) -> str:
+    """A queue spec serving `queue` with small Jobs: what the benchmarks' agents run."""
+    granted = "".join(f"\n    - {path}" for path in overridable)
+    return f"""\
 apiVersion: launch-agent/v1
 kind: QueueSpec
 metadata:
-  name: bench
+  name: {name}
 spec:
-  queues: [{QUEUE}]
+  queues: [{queue}]
   namespace: default
   template:
     apiVersion: batch/v1
@@ -66,10 +70,11 @@ spec:
               image: ${{image_uri}}
               resources:
                 requests: {{cpu: 100m, memory: 64Mi}}
-  overridable:
-    - overrides.args
-    - overrides.run_config
+  overridable:{granted}
 """
+
+
+QUEUE_SPEC = job_queue_spec("bench", QUEUE, ["overrides.args", "overrides.run_config"])
 
 
 def reference_spec() -> dict[str, Any]:
