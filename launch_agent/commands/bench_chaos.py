@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -57,6 +58,9 @@ def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="seconds for every item to end (default: 120 + outage + runs)",
     )
     parser.add_argument("--json", metavar="FILE", help="also write the results here as JSON")
+    parser.add_argument(
+        "--logs", metavar="DIR", help="keep the agents' logs here (one file per replica)"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -65,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         print("bench chaos: --runs and --replicas must be >= 1, --kills >= 0", file=sys.stderr)
         return 2
     deadline = args.deadline or 120 + args.outage_seconds + args.runs
+    # A kill in flight cuts requests mid-body; aiohttp logs each with a traceback, which is
+    # the point of the kill, not news.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     result = asyncio.run(
         chaos(
             seed=args.seed,
@@ -74,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
             outage_seconds=args.outage_seconds,
             deadline=deadline,
             say=_say,
+            logs=Path(args.logs) if args.logs else None,
         )
     )
     print(render(result))
@@ -96,6 +104,7 @@ def render(result: ChaosResult) -> str:
         f"{'kills by phase':<18}{by_phase}",
         f"{'requeued':<18}{result.requeued:>6}",
         f"{'quota evictions':<18}{result.quota_evictions:>6}",
+        f"{'Kaniko builds':<18}{result.builds:>6}",
         f"{'lost':<18}{result.lost:>6}",
         f"{'duplicated':<18}{result.duplicated:>6}",
         f"{'orphaned':<18}{result.orphaned:>6}",

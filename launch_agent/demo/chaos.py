@@ -38,6 +38,7 @@ import asyncio
 import contextlib
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -50,6 +51,7 @@ from typing import Any
 
 import yaml
 
+from launch_agent.demo.chaos_builds import IMAGE_TAG, KANIKO_NS, BuildWorld, build_world
 from launch_agent.demo.chaos_kills import FALLBACK_SECONDS, RANDOM, Kill, phase_of, schedule
 from launch_agent.demo.chaos_specs import (
     JOB_QUEUES,
@@ -71,6 +73,8 @@ RUN_ID = "launch-agent.io/run-id"
 RUN_QUEUE_ITEM = "launch-agent.io/run-queue-item"
 ITEM_ID = "launch-agent.io/run-queue-item-id"
 OUTCOMES = ("succeed", "fail", "stop", "preempt")
+# A restarted agent gets this long (the Lease duration) before the next kill is armed.
+RESTART_SETTLE_SECONDS = 3.0
 Say = Callable[[str], None]
 
 
@@ -82,6 +86,7 @@ class Plan:
     queue: str
     outcome: str  # one of OUTCOMES
     seconds: int
+    build: int = -1  # the job artifact (`chaos_builds`) it names instead of an image; -1: none
 
     @property
     def script(self) -> str:
@@ -95,8 +100,14 @@ class Plan:
         return 1 if self.outcome == "preempt" else 0
 
 
+def build_jobs(runs: int) -> int:
+    """How many job artifacts the plan's builds use: a few builds, most runs hit the registry."""
+    return max(1, runs // 20)
+
+
 def plans(runs: int, rng: random.Random) -> list[Plan]:
     out = []
+    jobs = build_jobs(runs)
     for n in range(runs):
         # Jobs take most items: their two small quota leaves are where runs wait and are
         # evicted; the custom resources share one roomy leaf.
@@ -107,7 +118,10 @@ def plans(runs: int, rng: random.Random) -> list[Plan]:
             outcome = "preempt"
         # A stopped run must still be running when the UI stops it.
         seconds = rng.randint(20, 30) if outcome == "stop" else rng.randint(1, 6)
-        out.append(Plan(f"chaos-{n:04d}", queue, outcome, seconds))
+        # One Job run in five needs its image built (a preempted run is requeued with the
+        # image its first item was built with, so it gets one too but builds nothing more).
+        build = rng.randrange(jobs) if queue in JOB_QUEUES and rng.random() < 0.2 else -1
+        out.append(Plan(f"chaos-{n:04d}", queue, outcome, seconds, build))
     return out
 
 
@@ -130,6 +144,8 @@ class ChaosResult:
     kinds: dict[str, int] = field(default_factory=dict)
     requeued: int = 0
     quota_evictions: int = 0
+    builds: int = 0  # Kaniko Jobs ever created
+    kill_aims: list[str] = field(default_factory=list)  # the phase each kill was aimed at
 
     @property
     def kills_by_phase(self) -> dict[str, int]:
@@ -150,10 +166,12 @@ class ChaosResult:
             "seconds_total": round(self.seconds_total, 2),
             "kill_times": [round(t, 2) for t in self.kill_times],
             "kill_phases": self.kill_phases,
+            "kill_aims": self.kill_aims,
             "outcomes": self.outcomes,
             "kinds": self.kinds,
             "requeued": self.requeued,
             "quota_evictions": self.quota_evictions,
+            "builds": self.builds,
             "problems": self.problems,
         }
 
@@ -166,6 +184,11 @@ class Replica:
     process: asyncio.subprocess.Process | None = None
     starts: int = 0
     restart_at: float = 0.0
+    killed: bool = False  # SIGKILLed and not restarted yet (it may not be reaped yet)
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.returncode is None and not self.killed
 
 
 @dataclass
@@ -181,12 +204,14 @@ class Creations:
             return
         meta = obj.get("metadata") or {}
         item = (meta.get("annotations") or {}).get(ITEM_ID)
+        if IMAGE_TAG in (meta.get("labels") or {}):
+            return  # a Kaniko Job: the build of a run, not its workload
         if item and not meta.get("ownerReferences"):
             self.names.setdefault(str(item), set()).add(f"{storage}/{meta.get('name')}")
 
 
-def _config(world: SandboxWorld, specs: Path, identity: str) -> dict[str, Any]:
-    return {
+def _config(world: SandboxWorld, builds: BuildWorld, specs: Path, identity: str) -> dict[str, Any]:
+    return builds.agent_config() | {
         "queues": list(QUEUES),
         "entity": ENTITY,
         "base_url": world.wandb.url,
@@ -213,8 +238,9 @@ def _config(world: SandboxWorld, specs: Path, identity: str) -> dict[str, Any]:
     }
 
 
-async def _start(replica: Replica, world: SandboxWorld) -> None:
+async def _start(replica: Replica, world: SandboxWorld, builds: BuildWorld) -> None:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "LAUNCH_AGENT_"))}
+    environ |= builds.environment()
     environ["WANDB_API_KEY"] = world.wandb.api_key
     environ["NETRC"] = os.devnull
 
@@ -290,6 +316,7 @@ class Chaos:
         self,
         world: SandboxWorld,
         scratch: Path,
+        builds: BuildWorld,
         *,
         seed: int,
         runs: int,
@@ -298,9 +325,12 @@ class Chaos:
         outage_seconds: float,
         deadline: float,
         say: Say,
+        logs: Path | None = None,
     ) -> None:
+        self.logs = logs
         self.world = world
         self.scratch = scratch
+        self.builds = builds
         self.rng = random.Random(seed)
         self.result = ChaosResult(seed, runs, replicas)
         self.outage_seconds = outage_seconds
@@ -314,6 +344,7 @@ class Chaos:
         self.stopped: set[str] = set()
         self.started = 0.0
         self._armed: Kill | None = None
+        self._last_restart = 0.0
         self._observers = [
             (self.world.wandb.faults, self._observer("wandb")),
             (self.world.kube.faults, self._observer("kube")),
@@ -329,7 +360,7 @@ class Chaos:
         for n in range(self.result.replicas):
             identity = f"agent-{n}"
             config = self.scratch / f"{identity}.yaml"
-            config.write_text(yaml.safe_dump(_config(self.world, specs, identity)))
+            config.write_text(yaml.safe_dump(_config(self.world, self.builds, specs, identity)))
             self.replicas.append(Replica(identity, config, self.scratch / f"{identity}.log"))
 
     def _faults(self) -> None:
@@ -357,12 +388,13 @@ class Chaos:
         self.started = time.monotonic()
         await asyncio.to_thread(self._prepare)
         self.world.kube.store.listeners.append(self.creations.listener)
+        self.world.kube.store.listeners.append(self.builds.listener)
         for faults, observer in self._observers:
             faults.observers.append(observer)
         self._faults()
         try:
             for replica in self.replicas:
-                await _start(replica, self.world)
+                await _start(replica, self.world, self.builds)
             for plan in self.plans:
                 spec = {
                     "entity": ENTITY,
@@ -372,9 +404,16 @@ class Chaos:
                     "docker": {"docker_image": "registry.example/train:1"},
                     "overrides": {"args": ["--epochs", "1"]},
                 }
+                if plan.build >= 0:
+                    del spec["docker"]
+                    spec["job"] = self.builds.jobs[plan.build]
                 item = self.world.state.push_by_name(ENTITY, "model-registry", plan.queue, spec)
                 self.items[plan.run_id] = item
                 self._script(plan, item)
+            # Kaniko's pods carry the run id of the run they build for: the last script wins,
+            # so builds succeed whatever the run is scripted to do.
+            assert self.world.cluster is not None
+            self.world.cluster.script(IMAGE_TAG, "succeed after=2s")
             chaos = asyncio.create_task(self._chaos(), name="chaos")
             try:
                 await self._until_ended()
@@ -388,10 +427,19 @@ class Chaos:
             for faults, observer in self._observers:
                 faults.observers.remove(observer)
             await self._stop_all()
+            if self.logs is not None:
+                await asyncio.to_thread(self._keep_logs, self.logs)
             self.world.kube.store.listeners.remove(self.creations.listener)
+            self.world.kube.store.listeners.remove(self.builds.listener)
         self._check()
         self.result.seconds_total = time.monotonic() - self.started
         return self.result
+
+    def _keep_logs(self, into: Path) -> None:
+        into.mkdir(parents=True, exist_ok=True)
+        for replica in self.replicas:
+            if replica.log.exists():
+                shutil.copy(replica.log, into / replica.log.name)
 
     def _now(self) -> float:
         return time.monotonic() - self.started
@@ -410,7 +458,7 @@ class Chaos:
             armed = self._armed
             if armed is not None and armed.fired:
                 self._armed = armed = None
-            if armed is None and pending and now >= pending[0].at and self._all_alive():
+            if armed is None and pending and now >= pending[0].at and self._settled_since(now):
                 self._armed = armed = pending.pop(0)
                 armed.at = now  # its fallback counts from here
             if armed is not None:
@@ -427,14 +475,14 @@ class Chaos:
             await self._restart_dead()
             await asyncio.sleep(0.05)
 
-    def _observer(self, server: str) -> Callable[[str, FaultRule | None], None]:
-        def observe(key: str, rule: FaultRule | None) -> None:
+    def _observer(self, server: str) -> Callable[[str, str, FaultRule | None], None]:
+        def observe(key: str, path: str, rule: FaultRule | None) -> None:
             armed = self._armed
             if armed is None or armed.fired:
                 return
             if rule is not None and (rule.status or rule.drop):
                 return  # refused by a fault: the request never reached its handler
-            if phase_of(server, key) != armed.phase:
+            if phase_of(server, key, path) != armed.phase:
                 return
             if armed.phase == "pop" and not self._pending_items():
                 return  # an idle poll: nothing to pop
@@ -451,7 +499,7 @@ class Chaos:
         """SIGKILL the leader now (synchronously, so a request it sent is still in flight)."""
         kill.fired = phase
         holder = _holder(self.world)
-        alive = [r for r in self.replicas if r.process and r.process.returncode is None]
+        alive = [r for r in self.replicas if r.alive]
         victims = [r for r in alive if r.identity == holder] or alive
         if not victims:
             kill.fired = ""  # nobody to kill yet: stays armed
@@ -459,6 +507,7 @@ class Chaos:
         victim = self.rng.choice(victims)
         assert victim.process is not None
         victim.process.send_signal(signal.SIGKILL)
+        victim.killed = True
         at = self._now()
         kill.fired_at, kill.victim = at, victim.identity
         # The kubelet's restart delay.
@@ -466,10 +515,16 @@ class Chaos:
         self.result.kills += 1
         self.result.kill_times.append(at)
         self.result.kill_phases.append(phase)
-        self.say(f"t={at:.1f}s SIGKILL {victim.identity} in phase {phase} (leader: {holder})")
+        self.result.kill_aims.append(kill.phase)
+        aim = "" if phase == kill.phase else f", aimed at {kill.phase}"
+        self.say(f"t={at:.1f}s SIGKILL {victim.identity} in phase {phase}{aim} (leader: {holder})")
 
-    def _all_alive(self) -> bool:
-        return all(r.process is not None and r.process.returncode is None for r in self.replicas)
+    def _settled_since(self, now: float) -> bool:
+        """Every replica up, the last restart a Lease duration ago: kills are spread, not a
+        crash loop of one replica (which a real kubelet would back off from anyway)."""
+        if not all(r.alive for r in self.replicas):
+            return False
+        return now >= self._last_restart + RESTART_SETTLE_SECONDS
 
     def _pending_items(self) -> bool:
         return any(i.state is ItemState.PENDING for i in self.world.state.items.values())
@@ -486,7 +541,9 @@ class Chaos:
             if process is None or process.returncode is None:
                 continue
             if time.monotonic() >= replica.restart_at:
-                await _start(replica, self.world)
+                await _start(replica, self.world, self.builds)
+                replica.killed = False
+                self._last_restart = self._now()
 
     def _stop_from_ui(self) -> None:
         for plan in self.plans:
@@ -582,11 +639,20 @@ class Chaos:
                         continue
                     what = "stopped" if item in stopped else "ended"
                     out.append(f"{plural} {meta['name']} still there for {what} item {item}")
+        kaniko_uids = {j["metadata"]["uid"] for j in store.list("jobs", namespace=KANIKO_NS)}
+        for pod in store.list("pods", namespace=KANIKO_NS):
+            meta = pod["metadata"]
+            if not any(o.get("uid") in kaniko_uids for o in meta.get("ownerReferences") or []):
+                out.append(f"Kaniko pod {meta['name']} left behind by its deleted Job")
         for pod in store.list("pods", namespace="default"):
             meta = pod["metadata"]
             owners = meta.get("ownerReferences") or []
             if owners and not any(o.get("uid") in uids for o in owners):
                 out.append(f"pod {meta['name']} left behind by its deleted owner")
+        for job in store.list("jobs", namespace=KANIKO_NS):
+            if "deletionTimestamp" not in job["metadata"]:
+                out.append(f"Kaniko Job {job['metadata']['name']} left with no build running")
+        out += [f"build context {name} left in the claim" for name in self.builds.contexts_left()]
         for secret in store.list("secrets", namespace="default"):
             meta = secret["metadata"]
             item = (meta.get("annotations") or {}).get(ITEM_ID)
@@ -629,6 +695,7 @@ class Chaos:
             result.quota_evictions += sum(
                 1 for w in item.warnings if w.message.startswith("evicted by the quota tree")
             )
+        result.builds = len(self.builds.kaniko_jobs)
         orphans = self._orphans()
         result.orphaned = len(orphans)
         result.problems += [f"orphaned: {o}" for o in orphans]
@@ -637,7 +704,9 @@ class Chaos:
 
 
 @contextlib.asynccontextmanager
-async def chaos_world(lease_seconds: float) -> AsyncIterator[tuple[SandboxWorld, Path]]:
+async def chaos_world(
+    lease_seconds: float, runs: int
+) -> AsyncIterator[tuple[SandboxWorld, Path, BuildWorld]]:
     scratch = await asyncio.to_thread(tempfile.TemporaryDirectory, prefix="launch-chaos-")
     try:
         settings = WorldSettings(
@@ -646,8 +715,19 @@ async def chaos_world(lease_seconds: float) -> AsyncIterator[tuple[SandboxWorld,
             crds="auto",
             default_outcome="succeed after=2s",
         )
-        async with SandboxWorld(settings, Path(scratch.name)) as world:
-            yield world, Path(scratch.name)
+        root = Path(scratch.name)
+        async with (
+            SandboxWorld(settings, root) as world,
+            build_world(
+                root,
+                world.state,
+                world.kube.objects,
+                entity=ENTITY,
+                project=PROJECT,
+                jobs=build_jobs(runs),
+            ) as builds,
+        ):
+            yield world, root, builds
     finally:
         await asyncio.to_thread(scratch.cleanup)
 
@@ -661,11 +741,13 @@ async def chaos(
     outage_seconds: float,
     deadline: float,
     say: Say,
+    logs: Path | None = None,
 ) -> ChaosResult:
-    async with chaos_world(lease_seconds=5.0) as (world, scratch):
+    async with chaos_world(lease_seconds=5.0, runs=runs) as (world, scratch, builds):
         harness = Chaos(
             world,
             scratch,
+            builds,
             seed=seed,
             runs=runs,
             replicas=replicas,
@@ -673,5 +755,6 @@ async def chaos(
             outage_seconds=outage_seconds,
             deadline=deadline,
             say=say,
+            logs=logs,
         )
         return await harness.run()

@@ -14,7 +14,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-PHASES = ("pop", "create", "ack", "tracking", "report", "clean-up")
+from launch_agent.demo.chaos_builds import KANIKO_NS
+
+PHASES = ("pop", "build", "create", "ack", "tracking", "report", "clean-up")
 RANDOM = "random"
 FALLBACK_SECONDS = 15.0
 
@@ -39,9 +41,13 @@ _KUBE = {
 }
 
 
-def phase_of(server: str, key: str) -> str | None:
+def phase_of(server: str, key: str, path: str) -> str | None:
     """The phase a request belongs to, if it marks one."""
-    return (_WANDB if server == "wandb" else _KUBE).get(key)
+    if server == "wandb":
+        return _WANDB.get(key)
+    if key == "POST jobs" and f"/namespaces/{KANIKO_NS}/" in path:
+        return "build"  # a Kaniko Job
+    return _KUBE.get(key)
 
 
 @dataclass
@@ -58,7 +64,7 @@ class Kill:
 
 def schedule(kills: int, rng: random.Random, window: float) -> list[Kill]:
     """`kills` kills over `window` seconds after a 3 s start, spread over every phase: the
-    phases are dealt in a shuffled round so K >= 6 kills cover each at least once."""
+    phases are dealt in a shuffled round so K >= 7 kills cover each at least once."""
     order: list[str] = []
     while len(order) < kills:
         deal = list(PHASES)
