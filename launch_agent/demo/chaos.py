@@ -207,7 +207,9 @@ class Creations:
         if IMAGE_TAG in (meta.get("labels") or {}):
             return  # a Kaniko Job: the build of a run, not its workload
         if item and not meta.get("ownerReferences"):
-            self.names.setdefault(str(item), set()).add(f"{storage}/{meta.get('name')}")
+            # By uid: a workload deleted and created again under the same name is two.
+            name = f"{storage}/{meta.get('name')} (uid {meta.get('uid')})"
+            self.names.setdefault(str(item), set()).add(name)
 
 
 def _config(world: SandboxWorld, builds: BuildWorld, specs: Path, identity: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from launch_agent.demo.chaos_builds import KANIKO_NS
 
 PHASES = ("pop", "build", "create", "ack", "tracking", "report", "clean-up")
 RANDOM = "random"
-FALLBACK_SECONDS = 15.0
+FALLBACK_SECONDS = 10.0
 
 # (server, route key) -> phase. Kubernetes keys are "VERB plural" (`sandbox/kube`), W&B keys
 # the GraphQL operation (`sandbox/wandb`).
