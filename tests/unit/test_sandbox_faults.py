@@ -69,8 +69,10 @@ def test_observers_see_every_request_with_the_rule_picked_for_it() -> None:
     faults.outage(60)
     outage = faults.pick("popFromRunQueue", "/graphql")
     assert outage is not None and outage.status == 503
-    assert seen == [("POST jobs", path, refused), ("POST jobs", path, None)] + [
-        ("popFromRunQueue", "/graphql", outage)
+    assert seen == [
+        ("POST jobs", path, refused),
+        ("POST jobs", path, None),
+        ("popFromRunQueue", "/graphql", outage),
     ]
     faults.clear()  # the fault script goes; observers stay until their owner removes them
     assert faults.observers
