@@ -227,7 +227,7 @@ def _config(world: SandboxWorld, builds: BuildWorld, specs: Path, identity: str)
         "shutdown_grace_seconds": 3,
         # A stopped run's workload goes at once: the sandbox's runs never exit on their own.
         "stopped_run_timeout": 0,
-        "quota": {"mode": "agent", "tree": TREE, "max_pending_per_leaf": 4},
+        "quota": {"mode": "agent", "tree": TREE, "max_pending_per_leaf": 6},
         "leader_election": {
             "enabled": True,
             "namespace": "default",
@@ -339,7 +339,9 @@ class Chaos:
         self.deadline = deadline
         self.say = say
         self.plans = plans(runs, self.rng)
-        self.kill_plan = schedule(kills, self.rng, window=3.0 * kills)
+        # Spread over the outage too: W&B's phases resume after it, and a kill armed in it
+        # falls back to a random moment rather than wait.
+        self.kill_plan = schedule(kills, self.rng, window=3.0 * kills + outage_seconds)
         self.items: dict[str, RunQueueItem] = {}
         self.creations = Creations()
         self.replicas: list[Replica] = []

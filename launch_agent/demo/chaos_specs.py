@@ -1,7 +1,7 @@
 """The chaos bench's queues: queue specs of three kinds and the quota tree they share.
 
 - `chaos-a`, `chaos-b`: batch/v1 Jobs, each on its own small leaf (`team-a`, `team-b`) of one
-  1-CPU subtree: a team is guaranteed 500m (five 100m runs) and may borrow the rest, so runs
+  2-CPU subtree: a team is guaranteed 1 CPU (ten 100m runs) and may borrow the rest, so runs
   wait for quota and a team's borrowed runs are evicted (suspended) when the other reclaims;
 - `chaos-jobset`: a JobSet (driver and workers), `chaos-pytorch`: a PyTorchJob (master and
   workers), both on one roomy leaf (`crs`): custom resources with children of their own.
@@ -31,14 +31,14 @@ TREE: dict[str, Any] = {
         "children": [
             {
                 "name": "teams",
-                "min": {"cpu": 1},
-                "max": {"cpu": 1},
+                "min": {"cpu": 2},
+                "max": {"cpu": 2},
                 "children": [
-                    {"name": "team-a", "min": {"cpu": "500m"}, "max": {"cpu": 1}},
-                    {"name": "team-b", "min": {"cpu": "500m"}, "max": {"cpu": 1}},
+                    {"name": "team-a", "min": {"cpu": 1}, "max": {"cpu": 2}},
+                    {"name": "team-b", "min": {"cpu": 1}, "max": {"cpu": 2}},
                 ],
             },
-            {"name": "crs", "min": {"cpu": 99}, "max": {"cpu": 99}},
+            {"name": "crs", "min": {"cpu": 98}, "max": {"cpu": 98}},
         ],
     }
 }
