@@ -20,8 +20,10 @@ from launch_agent.demo.chaos_kills import PHASES, RANDOM
 
 LAUNCH_AGENT = Path(sys.executable).parent / "launch-agent"
 # All ended after 30–60 s on the shared 2-core machine; an item lost waits out the deadline.
-ARGS = ("--runs", "40", "--kills", "3", "--replicas", "2", "--outage-seconds", "5")
-ARGS += ("--deadline", "100")
+ARGS = (
+    *("--runs", "40", "--kills", "3", "--replicas", "2"),
+    *("--outage-seconds", "5", "--deadline", "100"),
+)
 
 
 async def test_chaos_short_ends_with_nothing_lost_duplicated_orphaned_or_reported_twice(
