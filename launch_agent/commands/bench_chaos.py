@@ -22,9 +22,9 @@ failing (exit code 3), stopped from the W&B UI, Jobs preempted by the cluster on
 agent must requeue them once, with _resume_count 1), and Jobs that name a job artifact and
 no image (git source over HTTP, context in a PVC, a Kaniko Job, the sandbox registry).
 --replicas `launch-agent run` processes with leader election; --kills SIGKILLs of the
-leader, each aimed at one phase of a run (pop, build, create, ack, tracking, report, clean-
-up) and fired when the next request of that phase reaches the W&B or Kubernetes server (a
-phase that does not occur within 10 s: a kill at that moment, shown as "random"); each
+leader, each aimed at one phase of a run (pop, build, create, ack, tracking, report,
+clean-up) and fired when the next request of that phase reaches the W&B or Kubernetes server
+(a phase that does not occur within 10 s: a kill at that moment, shown as "random"); each
 killed agent is restarted after about a second. Faults the whole time: Kubernetes 5xx, 429,
 connection resets, latency, dropped watches and forced 410s; W&B 5xx and one outage of
 --outage-seconds. At the end, from the W&B and Kubernetes servers' own records: lost,
