@@ -465,6 +465,14 @@ class Chaos:
             if armed is None and pending and now >= pending[0].at and self._settled_since(now):
                 self._armed = armed = pending.pop(0)
                 armed.at = now  # its fallback counts from here
+            if (
+                armed is not None
+                and armed.phase != "tracking"
+                and self.world.wandb.faults.in_outage
+            ):
+                # Every other phase waits on W&B (a pop starts a run, a report ends one): the
+                # fallback counts from the end of the outage, so the kill stays aimed.
+                armed.at = now
             if armed is not None:
                 if armed.phase == "tracking" and self._running_workload():
                     self._fire(armed, "tracking")

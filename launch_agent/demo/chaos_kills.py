@@ -5,8 +5,9 @@ next request of that phase reaches a sandbox server (seen through `Faults.observ
 process that sent it is killed while the request is in flight; some after a short delay, so
 the server has answered and the agent has not acted on the answer yet). "tracking" has no
 request of its own: it fires at the first moment a workload is running. A phase that does not
-occur within `FALLBACK_SECONDS` of arming (W&B in its outage, nothing left to clean up) gives
-way to a kill at that moment, recorded as `random`.
+occur within `FALLBACK_SECONDS` of arming (quota full so nothing is popped, nothing left to
+clean up) gives way to a kill at that moment, recorded as `random`; during the W&B outage the
+wait does not count for the phases that need W&B (all but tracking).
 """
 
 from __future__ import annotations
