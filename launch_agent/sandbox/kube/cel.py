@@ -90,6 +90,7 @@ RESERVED = frozenset(
     ]
 )
 _EXPAND = re.compile(r"(__|[-./]|[^a-zA-Z0-9\-./_])")
+_NO_MEMBER = re.compile(r"no such member in mapping: '(.*)'")
 _PLAIN = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 # Macros celpy expands itself; everything else must be in its function table.
 _MACROS = frozenset({"has", "all", "exists", "exists_one", "map", "filter", "dyn"})
@@ -485,7 +486,10 @@ class _Walk:
 
 
 def _eval_error(path: str, schema: Mapping[str, Any], exc: CELEvalError, rule: Rule) -> FieldError:
-    reason = exc.args[0] if exc.args else str(exc)
+    reason = str(exc.args[0] if exc.args else exc)
+    missing = _NO_MEMBER.fullmatch(reason)
+    if missing:
+        reason = f"no such key: {missing.group(1)}"  # cel-go's wording (types/err.go)
     if str(reason).startswith("no such overload"):
         detail = (
             f"'{reason}': call arguments did not match a supported operator, function or macro"
