@@ -12,7 +12,6 @@ and ownerReference garbage collection.
 from __future__ import annotations
 
 import copy
-import functools
 import logging
 import random
 import types
@@ -45,10 +44,7 @@ def timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@functools.cache
-def cel_rules() -> types.ModuleType | None:
-    """`cel.py`, or None (logged once) without cel-python: the sandbox then runs no CRD rule,
-    as a cluster whose CRDs had none, rather than refusing every custom resource."""
+def _load_cel() -> types.ModuleType | None:
     try:
         from launch_agent.sandbox.kube import cel
     except ModuleNotFoundError as exc:
@@ -57,6 +53,17 @@ def cel_rules() -> types.ModuleType | None:
         )
         return None
     return cel
+
+
+# Imported with this module, never on a running event loop: cel-python's imports read
+# time-zone files and build its parser (about 100 ms).
+_CEL = _load_cel()
+
+
+def cel_rules() -> types.ModuleType | None:
+    """`cel.py`, or None (logged once) without cel-python: the sandbox then runs no CRD rule,
+    as a cluster whose CRDs had none, rather than refusing every custom resource."""
+    return _CEL
 
 
 def _pod_grace(pod: Obj, requested: int | None) -> int:
