@@ -142,14 +142,12 @@ class Rule:
     message_expression: str
 
 
-_ENV_LOCK = threading.Lock()
 # Built at import (about 70 ms: celpy's Lark parser), so no event-loop callback pays for it.
+# One parser serves the executor threads that prepare CRD files and the loop thread compiling
+# a CRD POSTed over HTTP, so compiles take turns.
 _ENV = celpy.Environment()
+_ENV_LOCK = threading.Lock()
 _PROGRAMS: dict[str, tuple[celpy.Runner, bool]] = {}
-
-
-def _environment() -> celpy.Environment:
-    return _ENV
 
 
 def _compile(text: str) -> tuple[celpy.Runner, bool]:
@@ -157,10 +155,9 @@ def _compile(text: str) -> tuple[celpy.Runner, bool]:
     cached = _PROGRAMS.get(text)
     if cached is not None:
         return cached
-    env = _environment()
-    with _ENV_LOCK:  # Lark's parser is not thread-safe
+    with _ENV_LOCK:
         try:
-            ast = env.compile(text)
+            ast = _ENV.compile(text)
         except CELParseError as exc:
             raise RuleError(f"compilation failed: {exc}") from None
     uses_old = False
@@ -174,7 +171,7 @@ def _compile(text: str) -> tuple[celpy.Runner, bool]:
             name = str(tree.children[1])
         if name is not None and name not in _KNOWN:
             raise RuleError(f"undeclared reference to {name!r} (not in this model's CEL library)")
-    program = env.program(ast, functions=K8S_FUNCTIONS or None)
+    program = _ENV.program(ast, functions=K8S_FUNCTIONS or None)
     _PROGRAMS[text] = (program, uses_old)
     return program, uses_old
 
@@ -368,13 +365,6 @@ class FieldError:
 
     def __str__(self) -> str:
         return f"{self.path}: {self.body}"
-
-
-_REASON_TYPES = {
-    "FieldValueForbidden": "Forbidden",
-    "FieldValueRequired": "Required value",
-    "FieldValueDuplicate": "Duplicate value",
-}
 
 
 def _bad_value(value: Any, schema: Mapping[str, Any]) -> str | None:
