@@ -403,5 +403,8 @@ class Dispatcher:
                 f"{what}: {exc.message} (the agent's service account may not create"
                 f" {record.kind} in namespace {record.namespace}: check its RBAC)"
             )
-        causes = "; ".join(f"{f}: {m}" if f else m for f, m in exc.causes)
+        # kube-apiserver's Invalid message already lists its causes (`NewInvalid` joins them);
+        # repeat only those it does not, so W&B does not show the same sentence twice.
+        rendered = (f"{f}: {m}" if f else m for f, m in exc.causes)
+        causes = "; ".join(c for c in rendered if c not in exc.message)
         return f"{what}: {exc.reason}: {exc.message}" + (f" ({causes})" if causes else "")

@@ -69,6 +69,8 @@ async def test_a_cr_breaking_a_crd_rule_fails_the_run_with_the_api_servers_messa
             "storageUri may be empty, or it must be a valid URI (scheme://...)",
         ):
             assert fragment in message, message
+        # Said once: the API server's message already lists its causes.
+        assert message.count("storageUri may be empty") == 1, message
         # The next run of the queue, with the admin's default model, goes through.
         await until(lambda: good.state is ItemState.CLAIMED, message="next item claimed")
         assert good.failure is None, good.failure
