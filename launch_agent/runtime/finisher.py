@@ -22,22 +22,36 @@ logs help a person diagnose) and, if it failed or was preempted, is annotated
 report and log tail reached W&B. Every other workload (custom resources, and Jobs the agent gives up
 on: stuck pulls, unschedulable) is deleted with `propagationPolicy: Background`, so no pod is
 left behind. The record is removed last; if the agent stops before W&B confirmed a report, the
-record stays and the next start adopts the run and reports it then.
+record stays and the next start adopts the run and reports it then. When the annotation (or the
+delete) fails for good the record stays too and only the clean-up is tried again, with a
+growing delay: the report is not sent twice by the process that sent it.
+
+Reported exactly once: a run this process did not see end while leading (`RunRecord.adopted`:
+adopted on start, or tracked while standing by) may have been reported by the replica that led
+before, which could be killed after W&B accepted the report and before its annotation (or whose
+annotation failed). Before reporting such a run the finisher asks W&B (`Reporter.fail` and
+`Reporter.requeue` with `verify`): an item already `FAILED` is not failed again, a requeue
+already pushed is not pushed again. W&B's record is the only one the kill cannot split from the
+report itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
 from typing import Any, assert_never
 
-from launch_agent.adapters.kube import KubeClient, KubeError, KubeForbidden
+from launch_agent.adapters.kube import KubeClient, KubeError, KubeForbidden, KubeNotFound
+from launch_agent.adapters.retry import backoff_delay
 from launch_agent.aio import wait_event
 from launch_agent.model.config import TrackingConfig
 from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
 from launch_agent.model.safe_load import load_json
+from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.reporter import Delivery, NotSent, Refused, Reporter, Sent
+from launch_agent.runtime.reporter import Delivery, ItemRef, NotSent, Refused, Reporter, Sent
 from launch_agent.runtime.run_checks import RunChecks
 from launch_agent.runtime.runs import REPORTED, RUN_SPEC, RunRecord, RunTable
 from launch_agent.tracking import Assessment
@@ -70,6 +84,9 @@ class Finisher:
         checks: RunChecks,
         queue_entity: str,
         workers: int = 4,
+        clock: Clock = monotonic,
+        clean_up_retry_base: float = 1.0,
+        clean_up_retry_cap: float = 60.0,
     ) -> None:
         self.kube = kube
         self.runs = runs
@@ -83,6 +100,16 @@ class Finisher:
         self.handled = 0
         # False once the API server refused a patch (RBAC): reported Jobs are deleted instead.
         self.may_patch = True
+        self.clock = clock
+        self.clean_up_retry_base = clean_up_retry_base
+        self.clean_up_retry_cap = clean_up_retry_cap
+        # Runs reported whose clean-up (annotation or delete) failed: item id -> (state, tries).
+        # Their next `handle` only cleans up.
+        self._reported: dict[str, tuple[RunState, int]] = {}
+        # (due on `clock`, tie-breaker, record, assessment) of those clean-ups.
+        self._later: list[tuple[float, int, RunRecord, Assessment]] = []
+        self._seq = itertools.count()
+        self.clean_up_retries = 0
 
     def submit(self, record: RunRecord, assessment: Assessment) -> None:
         self._queue.put_nowait((record, assessment))
@@ -99,8 +126,15 @@ class Finisher:
         finally:
             await self.checks.close()
 
+    def _due(self) -> None:
+        now = self.clock()
+        while self._later and self._later[0][0] <= now:
+            _, _, record, assessment = heapq.heappop(self._later)
+            self._queue.put_nowait((record, assessment))
+
     async def _worker(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
+            self._due()
             try:
                 record, assessment = self._queue.get_nowait()
             except asyncio.QueueEmpty:
@@ -115,8 +149,21 @@ class Finisher:
                     "finishing %s failed; it is retried on the next start", record.workload
                 )
 
+    def _verify(self, record: RunRecord) -> ItemRef | None:
+        """Where to ask W&B whether the run's outcome is already there: for a run another
+        process (or this one, standing by) may have reported; None for a run this process
+        dispatched and saw end, whose report nobody else sends."""
+        if not record.adopted:
+            return None
+        return ItemRef(self.queue_entity, record.queue, record.rqi_id)
+
     async def handle(self, record: RunRecord, assessment: Assessment) -> None:
         state, diagnosis = assessment
+        done = self._reported.get(record.rqi_id)
+        if done is not None:
+            # Reported already; only the clean-up failed.
+            await self._finish(record, done[0])
+            return
         self.metrics.outcomes.labels(state=state.value).inc()
         # An adopted run was never popped by this process: its failure still counts for its queue.
         self.metrics.activity.remember(record.rqi_id, record.queue)
@@ -126,7 +173,9 @@ class Finisher:
                 Reason.WORKLOAD_FAILED, "the workload failed", Severity.TERMINAL
             )
             message = await self._failure_message(record, diag)
-            sent = await self.reporter.fail(record.rqi_id, message, "run", diag.reason.value)
+            sent = await self.reporter.fail(
+                record.rqi_id, message, "run", diag.reason.value, verify=self._verify(record)
+            )
             if isinstance(sent, Sent) and record.scheduler:
                 await self.checks.scheduler_failed(record)
         elif state is RunState.SUCCEEDED and record.stop_requested_at is None:
@@ -145,7 +194,11 @@ class Finisher:
                     Reason.DELETED, "the workload was deleted", Severity.TERMINAL
                 )
                 sent = await self.reporter.fail(
-                    record.rqi_id, diag.message, "run", diag.reason.value
+                    record.rqi_id,
+                    diag.message,
+                    "run",
+                    diag.reason.value,
+                    verify=self._verify(record),
                 )
         match sent:
             case NotSent():
@@ -156,7 +209,22 @@ class Finisher:
                 pass  # W&B answered; a refusal is final, asking again gets the same answer
             case _:
                 assert_never(sent)
-        await self._clean_up(record, state)
+        await self._finish(record, state)
+
+    async def _finish(self, record: RunRecord, state: RunState) -> None:
+        """Clean up and remove the record; if the clean-up failed, try it again later."""
+        if not await self._clean_up(record, state):
+            tries = self._reported.get(record.rqi_id, (state, 0))[1]
+            self._reported[record.rqi_id] = (state, tries + 1)
+            delay = backoff_delay(
+                self.clean_up_retry_base, self.clean_up_retry_cap, tries, 0.0, jitter=0.0
+            )
+            log.info("clean-up of %s is tried again in %.1fs", record.workload, delay)
+            self.clean_up_retries += 1
+            entry = (self.clock() + delay, next(self._seq), record, Assessment(state, None))
+            heapq.heappush(self._later, entry)
+            return
+        self._reported.pop(record.rqi_id, None)
         self.runs.remove(record)
         self.handled += 1
 
@@ -189,6 +257,7 @@ class Finisher:
                 " recorded on the workload: resubmit it",
                 "run",
                 Reason.PREEMPTED.value,
+                verify=self._verify(record),
             )
         resumes = spec.get("_resume_count", 0)
         resumes = resumes if isinstance(resumes, int) else 0
@@ -199,10 +268,13 @@ class Finisher:
                 f" limit (tracking.max_requeues) is {self.tracking.max_requeues}",
                 "run",
                 Reason.PREEMPTED.value,
+                verify=self._verify(record),
             )
         again = {**spec, "_resume_count": resumes + 1, "run_id": record.run_id}
         again.pop("sweep_id", None)  # as W&B's agent: the sweep does not own the resumed run
-        pushed = await self.reporter.requeue(self.queue_entity, record.queue, again, record.rqi_id)
+        pushed = await self.reporter.requeue(
+            self.queue_entity, record.queue, again, record.rqi_id, verify=self._verify(record)
+        )
         match pushed:
             case Sent(value=new_id):
                 pass
@@ -221,9 +293,11 @@ class Finisher:
         )
         return pushed
 
-    async def _clean_up(self, record: RunRecord, state: RunState) -> None:
+    async def _clean_up(self, record: RunRecord, state: RunState) -> bool:
+        """False when the workload could not be marked or deleted (a restart would report it
+        again without the W&B check; this process retries)."""
         if record.deleted:
-            return
+            return True
         obj = record.last or {}
         try:
             resource = await self.kube.resolve(record.api_version, record.kind)
@@ -235,14 +309,14 @@ class Finisher:
                 and not record.scheduler
             ):
                 if state is RunState.SUCCEEDED:
-                    return  # kept for its TTL; adopting it again after a restart reports nothing
+                    return True  # kept for its TTL; adopting it again reports nothing
                 if self.may_patch:
                     # Kept for its TTL (its pods help a person); marked so a restart does not
                     # report it again.
                     patch = {"metadata": {"annotations": {REPORTED: state.value}}}
                     try:
                         await self.kube.patch(resource, record.namespace, record.name, patch)
-                        return
+                        return True
                     except KubeForbidden:
                         # Least-privilege RBAC (the Helm chart's) grants no patch: delete
                         # instead, so a restart cannot report or requeue the run twice.
@@ -250,8 +324,12 @@ class Finisher:
                         self.may_patch = False
             await self.kube.delete(resource, record.namespace, record.name)
             record.deleting = True
+        except KubeNotFound:
+            return True  # gone already: nothing left to mark
         except KubeError as exc:
             log.warning("cleaning up %s failed: %s", record.workload, exc)
+            return False
+        return True
 
 
 def _run_spec(record: RunRecord) -> dict[str, Any] | None:
