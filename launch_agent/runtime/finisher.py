@@ -29,10 +29,10 @@ growing delay: the report is not sent twice by the process that sent it.
 Reported exactly once: a run this process did not see end while leading (`RunRecord.adopted`:
 adopted on start, or tracked while standing by) may have been reported by the replica that led
 before, which could be killed after W&B accepted the report and before its annotation (or whose
-annotation failed). Before reporting such a run the finisher asks W&B (`Reporter.fail` and
-`Reporter.requeue` with `verify`): an item already `FAILED` is not failed again, a requeue
-already pushed is not pushed again. W&B's record is the only one the kill cannot split from the
-report itself.
+annotation failed). Before reporting such a run the finisher asks W&B (`_reported_before`): an
+item already `FAILED` is not failed again, an item already requeued (an item of its queue with
+its run id and the next resume count) is neither requeued nor failed. W&B's record is the only
+one a kill cannot split from the report itself.
 """
 
 from __future__ import annotations
@@ -149,13 +149,71 @@ class Finisher:
                     "finishing %s failed; it is retried on the next start", record.workload
                 )
 
-    def _verify(self, record: RunRecord) -> ItemRef | None:
-        """Where to ask W&B whether the run's outcome is already there: for a run another
-        process (or this one, standing by) may have reported; None for a run this process
-        dispatched and saw end, whose report nobody else sends."""
-        if not record.adopted:
-            return None
-        return ItemRef(self.queue_entity, record.queue, record.rqi_id)
+    async def _reported_before(self, record: RunRecord) -> Delivery[str | None]:
+        """What W&B already has of this run's outcome, for a run another process may have
+        reported (`RunRecord.adopted`: adopted on start, or tracked while standing by): the
+        replica that led before could be killed after W&B accepted its report and before its
+        annotation, or its annotation failed. `Sent(what)` when W&B has an outcome (the item
+        `FAILED`, or the requeue's item pushed), `Sent(None)` when it has none; `NotSent` when
+        the agent stops during an outage (the next start asks again).
+
+        Both are asked whatever this process now reads the run as: an adopted Job whose
+        preempted pod is gone reads as a plain failure, and failing the item the previous
+        leader requeued would end it twice.
+        """
+        ref = ItemRef(self.queue_entity, record.queue, record.rqi_id)
+        failed = await self.reporter.already_failed(ref)
+        match failed:
+            case Sent(value=True):
+                return Sent("the item is FAILED")
+            case Sent() | Refused():
+                pass  # a refusal cannot tell: the report must not be lost, W&B judges it
+            case NotSent():
+                return failed
+            case _:
+                assert_never(failed)
+        spec = _run_spec(record)
+        if spec is None:
+            return Sent(None)  # no run spec, no requeue: nothing else W&B could have
+        resumes = spec.get("_resume_count", 0)
+        resumes = resumes if isinstance(resumes, int) else 0
+        pushed = await self.reporter.requeued_as(
+            ref, {"run_id": record.run_id, "_resume_count": resumes + 1}
+        )
+        match pushed:
+            case Sent(value=str(new_id)):
+                return Sent(f"it was requeued as item {new_id}")
+            case Sent() | Refused():
+                return Sent(None)
+            case NotSent():
+                return pushed
+            case _:
+                assert_never(pushed)
+
+    async def _already_there(self, record: RunRecord, state: RunState) -> bool | None:
+        """True when W&B has the outcome of an adopted run already; None: stopping first."""
+        if not record.adopted or state is RunState.SUCCEEDED:
+            return False
+        if state is RunState.STOPPED and record.stop_requested_at is not None:
+            return False
+        known = await self._reported_before(record)
+        match known:
+            case Sent(value=str(what)):
+                log.info(
+                    "run %s (%s) was reported already: %s", record.run_id, record.workload, what
+                )
+                if state is RunState.FAILED and record.scheduler:
+                    # The kill may have fallen between the failure and the sweep's cancel.
+                    await self.checks.scheduler_failed(record)
+                return True
+            case Sent():
+                return False
+            case NotSent():
+                return None
+            case Refused():
+                return False
+            case _:
+                assert_never(known)
 
     async def handle(self, record: RunRecord, assessment: Assessment) -> None:
         state, diagnosis = assessment
@@ -163,6 +221,12 @@ class Finisher:
         if done is not None:
             # Reported already; only the clean-up failed.
             await self._finish(record, done[0])
+            return
+        there = await self._already_there(record, state)
+        if there is None:
+            return  # stopping during a W&B outage: the next start asks again
+        if there:
+            await self._finish(record, state)
             return
         self.metrics.outcomes.labels(state=state.value).inc()
         # An adopted run was never popped by this process: its failure still counts for its queue.
@@ -173,9 +237,7 @@ class Finisher:
                 Reason.WORKLOAD_FAILED, "the workload failed", Severity.TERMINAL
             )
             message = await self._failure_message(record, diag)
-            sent = await self.reporter.fail(
-                record.rqi_id, message, "run", diag.reason.value, verify=self._verify(record)
-            )
+            sent = await self.reporter.fail(record.rqi_id, message, "run", diag.reason.value)
             if isinstance(sent, Sent) and record.scheduler:
                 await self.checks.scheduler_failed(record)
         elif state is RunState.SUCCEEDED and record.stop_requested_at is None:
@@ -198,7 +260,6 @@ class Finisher:
                     diag.message,
                     "run",
                     diag.reason.value,
-                    verify=self._verify(record),
                 )
         match sent:
             case NotSent():
@@ -257,7 +318,6 @@ class Finisher:
                 " recorded on the workload: resubmit it",
                 "run",
                 Reason.PREEMPTED.value,
-                verify=self._verify(record),
             )
         resumes = spec.get("_resume_count", 0)
         resumes = resumes if isinstance(resumes, int) else 0
@@ -268,13 +328,10 @@ class Finisher:
                 f" limit (tracking.max_requeues) is {self.tracking.max_requeues}",
                 "run",
                 Reason.PREEMPTED.value,
-                verify=self._verify(record),
             )
         again = {**spec, "_resume_count": resumes + 1, "run_id": record.run_id}
         again.pop("sweep_id", None)  # as W&B's agent: the sweep does not own the resumed run
-        pushed = await self.reporter.requeue(
-            self.queue_entity, record.queue, again, record.rqi_id, verify=self._verify(record)
-        )
+        pushed = await self.reporter.requeue(self.queue_entity, record.queue, again, record.rqi_id)
         match pushed:
             case Sent(value=new_id):
                 pass

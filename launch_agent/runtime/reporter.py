@@ -207,7 +207,7 @@ class Reporter:
         can only be this push landing earlier (before a kill, or before a clean-up that
         failed). `None`: W&B's listing has no such item. If the listing is a full page
         (`RUN_QUEUE_ITEMS_PAGE`, wandb's own bound) the item may be past it; that is logged and
-        the push goes ahead, as a requeue must not be lost.
+        the answer is `None`, as a report must not be lost.
         """
         outcome = await self._retrying(
             f"items of queue {ref.queue!r}",
@@ -222,19 +222,13 @@ class Reporter:
                 assert_never(outcome)
         key = (run_spec.get("run_id"), run_spec.get("_resume_count"))
         for item in items:
-            if (
-                item.id != ref.item_id
-                and (
-                    item.run_spec.get("run_id"),
-                    item.run_spec.get("_resume_count"),
-                )
-                == key
-            ):
+            found = (item.run_spec.get("run_id"), item.run_spec.get("_resume_count"))
+            if item.id != ref.item_id and found == key:
                 return Sent(item.id)
         if len(items) >= RUN_QUEUE_ITEMS_PAGE:
             log.warning(
                 "queue %r lists %d items or more: whether item %s was requeued already cannot"
-                " be read from the first page; requeued",
+                " be read from the first page; taken as not requeued",
                 ref.queue,
                 RUN_QUEUE_ITEMS_PAGE,
                 ref.item_id,
@@ -247,24 +241,8 @@ class Reporter:
         queue: str,
         run_spec: Mapping[str, Any],
         item_id: str,
-        *,
-        verify: ItemRef | None = None,
     ) -> Delivery[str]:
-        """`pushToRunQueueByName`; `Sent` carries the new item's id. With `verify`, first look
-        for the item an earlier push made (`requeued_as`): then `Sent` carries its id and
-        nothing is pushed."""
-        if verify is not None:
-            known = await self.requeued_as(verify, run_spec)
-            match known:
-                case Sent(value=str(existing)):
-                    log.info("item %s was requeued as %s already: not again", item_id, existing)
-                    return Sent(existing)
-                case Sent() | Refused():
-                    pass  # as in `fail`: the push must not be lost
-                case NotSent():
-                    return known
-                case _:
-                    assert_never(known)
+        """`pushToRunQueueByName`; `Sent` carries the new item's id."""
         outcome = await self._retrying(
             f"requeue of {item_id} onto {queue!r}",
             lambda: self.wandb.push_to_run_queue_by_name(entity, queue, run_spec),

@@ -1,0 +1,188 @@
+"""Every outcome reaches W&B exactly once (issue 16, `double_reported` must be 0).
+
+W&B accepts a failure (or a requeue's push), then the agent annotates the Job
+`launch-agent.io/reported`. What falls between the two must not make the next agent report
+the run again:
+
+- the annotation PATCH fails for good (every `PATCH jobs` answered 503, one Kubernetes
+  attempt): the agent that reported retries the annotation; a second agent started on the same
+  cluster adopts the unmarked Job, reads the item's state from W&B and does not fail it again;
+- the leader is SIGKILLed while its annotation PATCH is in flight, after W&B accepted the
+  failure; the next agent does not report it again;
+- the same for a preempted run: its requeue reached W&B, the kill fell in the clean-up; the next
+  agent finds the pushed item and pushes no second one;
+- two replicas: the leader is killed in the same window while the standby tracked the run and
+  queued its finish; on taking over, the standby does not report it again.
+
+The count that matters is W&B's own record: the item's state history on the sandbox server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from launch_agent.adapters.retry import RetryPolicy
+from launch_agent.runtime.runs import REPORTED
+from launch_agent.sandbox.faults import FaultRule
+from launch_agent.sandbox.wandb import ItemState, RunQueueItem
+from tests.e2e.conftest import Env, run_spec, until
+from tests.e2e.test_leader_failover import ELECTION, holder
+from tests.e2e.test_process import START_TIMEOUT, agent_process, write_config
+
+ONE_TRY = RetryPolicy(attempts=1, base_delay=0.05, timeout=5)
+# The agent name `write_config` gives agent processes: an in-process successor adopts their Jobs.
+PROC_AGENT = "proc-agent"
+
+
+def failures(item: RunQueueItem) -> int:
+    return sum(1 for _, state in item.history if state is ItemState.FAILED)
+
+
+def annotations(env: Env, run: str) -> dict[str, Any]:
+    jobs = env.kube.objects.list(
+        "jobs", namespace="default", label_selector=f"launch-agent.io/run-id={run}"
+    )
+    assert len(jobs) == 1, jobs
+    return dict(jobs[0]["metadata"].get("annotations") or {})
+
+
+def requeues(env: Env, item: RunQueueItem) -> list[RunQueueItem]:
+    run = item.run_spec["run_id"]
+    return [i for i in env.state.items.values() if i.id != item.id and i.run_spec["run_id"] == run]
+
+
+async def test_a_failure_whose_annotation_failed_is_not_reported_again_by_the_next_agent(
+    env: Env,
+) -> None:
+    """The deterministic reproduction of docs/reliability.md ("double report")."""
+    env.cluster.script("launch-agent.io/run-id=once1", "exit code=3 after=1s")
+    item = env.push(run_spec("once1"))
+    rule = env.kube.faults.add(FaultRule("PATCH jobs", status=503))
+    async with env.running(env.agent(kube_retry=ONE_TRY)):
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+        env.advance(5)
+        await until(lambda: item.state is ItemState.FAILED, message="the failure reported")
+        # Refused once, then tried again: the record is kept, not dropped with the Job unmarked.
+        await until(lambda: rule.fired >= 2, message="the annotation tried again")
+    assert REPORTED not in annotations(env, "once1")
+    assert failures(item) == 1
+    env.kube.faults.remove(rule)
+    async with env.running() as again:
+        await until(lambda: REPORTED in annotations(env, "once1"), message="the adopted Job marked")
+        assert again.reporter is not None
+        assert again.reporter.sent["fail"] == 0
+    assert failures(item) == 1, item.history
+    assert item.failure is not None
+    assert "exited with code 3" in item.failure.message
+
+
+async def test_a_failed_annotation_is_retried_until_it_lands(env: Env) -> None:
+    """Without the retry the record went and the Job stayed unmarked for a restart to find."""
+    env.cluster.script("launch-agent.io/run-id=once2", "exit code=3 after=1s")
+    item = env.push(run_spec("once2"))
+    rule = env.kube.faults.add(FaultRule("PATCH jobs", status=503, times=2))
+    async with env.running(env.agent(kube_retry=ONE_TRY)) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+        env.advance(5)
+        await until(lambda: REPORTED in annotations(env, "once2"), message="annotated at last")
+        assert rule.fired == 2
+        await until(lambda: agent.runs.get(item.id) is None, message="the record removed")
+    assert failures(item) == 1, item.history
+
+
+async def test_a_leader_killed_between_the_report_and_the_annotation_does_not_double_report(
+    env: Env, tmp_path: Path
+) -> None:
+    env.cluster.script("launch-agent.io/run-id=once3", "exit code=3 after=1s")
+    item = env.push(run_spec("once3"))
+    # Held, then refused: the PATCH never lands, whatever the kill leaves of the connection.
+    rule = env.kube.faults.add(FaultRule("PATCH jobs", delay=60, status=503, times=1))
+    async with agent_process(env, write_config(env, tmp_path / "a.yaml")) as a:
+        await until(lambda: item.state is ItemState.CLAIMED, within=START_TIMEOUT, message="ack")
+        env.advance(5)
+        await until(lambda: rule.fired == 1, within=START_TIMEOUT, message="a annotating")
+        assert item.state is ItemState.FAILED, "W&B accepted the failure before the annotation"
+        a.process.kill()
+        await a.process.wait()
+    env.kube.faults.remove(rule)
+    assert REPORTED not in annotations(env, "once3")
+    async with env.running(env.agent(env.config(agent_name=PROC_AGENT))):
+        await until(lambda: REPORTED in annotations(env, "once3"), message="the adopted Job marked")
+    assert failures(item) == 1, item.history
+
+
+async def test_a_requeue_cut_by_a_kill_in_the_clean_up_is_not_pushed_twice(
+    env: Env, tmp_path: Path
+) -> None:
+    env.cluster.script("launch-agent.io/run-id=once4", "preempted after=10s")
+    item = env.push(run_spec("once4"))
+    # Whichever clean-up the preempted Job gets (annotated if finished, deleted if not).
+    held = [
+        env.kube.faults.add(FaultRule(route, delay=60, status=503, times=1))
+        for route in ("PATCH jobs", "DELETE jobs")
+    ]
+    async with agent_process(env, write_config(env, tmp_path / "a.yaml")) as a:
+        await until(lambda: item.state is ItemState.CLAIMED, within=START_TIMEOUT, message="ack")
+        env.advance(30)
+        await until(
+            lambda: any(rule.fired for rule in held), within=START_TIMEOUT, message="clean-up"
+        )
+        assert len(requeues(env, item)) == 1, "W&B accepted the push before the clean-up"
+        a.process.kill()
+        await a.process.wait()
+    for rule in held:
+        env.kube.faults.remove(rule)
+    async with env.running(env.agent(env.config(agent_name=PROC_AGENT))) as b:
+        assert b.finisher is not None
+        finisher = b.finisher
+        # The preempted Job adopted and handled (annotated or deleted) by b.
+        await until(lambda: finisher.handled >= 1, message="b handled the preempted Job")
+    again = requeues(env, item)
+    assert len(again) == 1, [(i.id, i.run_spec) for i in again]
+    assert again[0].run_spec["_resume_count"] == 1
+    assert item.failure is None
+
+
+async def test_a_standby_that_takes_over_does_not_report_the_leaders_failure_again(
+    env: Env, tmp_path: Path
+) -> None:
+    """The standby saw the run fail and queued its finish; the leader's annotation never
+    reaches it (the leader is killed while annotating), so nothing voids that finish."""
+    env.cluster.script("launch-agent.io/run-id=once5", "exit code=3 after=1s")
+    config_a = write_config(
+        env, tmp_path / "a.yaml", leader_election={**ELECTION, "identity": "agent-a"}
+    )
+    config_b = write_config(
+        env, tmp_path / "b.yaml", leader_election={**ELECTION, "identity": "agent-b"}
+    )
+    rule = env.kube.faults.add(FaultRule("PATCH jobs", delay=60, status=503, times=1))
+    async with agent_process(env, config_a) as a:
+        await until(lambda: holder(env) == "agent-a", within=START_TIMEOUT, message="a leads")
+        async with agent_process(env, config_b) as b:
+            await until(
+                lambda: any("standby: agent-a leads" in line for line in b.lines),
+                within=START_TIMEOUT,
+                message="b waits as a standby",
+            )
+            item = env.push(run_spec("once5"))
+            await until(
+                lambda: item.state is ItemState.CLAIMED, within=START_TIMEOUT, message="ack"
+            )
+            env.advance(5)
+            await until(lambda: rule.fired == 1, within=START_TIMEOUT, message="a annotating")
+            assert item.state is ItemState.FAILED
+            await until(
+                lambda: any("once5" in line and "-> failed" in line for line in b.lines),
+                within=START_TIMEOUT,
+                message="b saw the run fail (its finish queued while standing by)",
+            )
+            a.process.kill()
+            env.kube.faults.remove(rule)
+            await until(
+                lambda: REPORTED in annotations(env, "once5"),
+                within=START_TIMEOUT,
+                message="b took over and marked the Job",
+            )
+            assert holder(env) == "agent-b"
+    assert failures(item) == 1, item.history
