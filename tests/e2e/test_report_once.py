@@ -39,7 +39,7 @@ def failures(item: RunQueueItem) -> int:
     return sum(1 for _, state in item.history if state is ItemState.FAILED)
 
 
-def annotations(env: Env, run: str) -> dict[str, Any]:
+def job_annotations(env: Env, run: str) -> dict[str, Any]:
     jobs = env.kube.objects.list(
         "jobs", namespace="default", label_selector=f"launch-agent.io/run-id={run}"
     )
@@ -64,11 +64,13 @@ async def test_a_failure_whose_annotation_failed_is_not_reported_again_by_the_ne
         env.advance(5)
         await until(lambda: item.state is ItemState.FAILED, message="the failure reported")
         await until(lambda: rule.fired >= 1, message="the annotation refused")
-    assert REPORTED not in annotations(env, "once1")
+    assert REPORTED not in job_annotations(env, "once1")
     assert failures(item) == 1
     env.kube.faults.remove(rule)
     async with env.running() as again:
-        await until(lambda: REPORTED in annotations(env, "once1"), message="the adopted Job marked")
+        await until(
+            lambda: REPORTED in job_annotations(env, "once1"), message="the adopted Job marked"
+        )
         assert again.reporter is not None
         assert again.reporter.sent["fail"] == 0
     assert failures(item) == 1, item.history
@@ -84,7 +86,7 @@ async def test_a_failed_annotation_is_retried_until_it_lands(env: Env) -> None:
     async with env.running(env.agent(kube_retry=ONE_TRY)) as agent:
         await until(lambda: item.state is ItemState.CLAIMED, message="ack")
         env.advance(5)
-        await until(lambda: REPORTED in annotations(env, "once2"), message="annotated at last")
+        await until(lambda: REPORTED in job_annotations(env, "once2"), message="annotated at last")
         assert rule.fired == 2
         await until(lambda: agent.runs.get(item.id) is None, message="the record removed")
     assert failures(item) == 1, item.history
@@ -105,9 +107,11 @@ async def test_a_leader_killed_between_the_report_and_the_annotation_does_not_do
         a.process.kill()
         await a.process.wait()
     env.kube.faults.remove(rule)
-    assert REPORTED not in annotations(env, "once3")
+    assert REPORTED not in job_annotations(env, "once3")
     async with env.running(env.agent(env.config(agent_name=PROC_AGENT))):
-        await until(lambda: REPORTED in annotations(env, "once3"), message="the adopted Job marked")
+        await until(
+            lambda: REPORTED in job_annotations(env, "once3"), message="the adopted Job marked"
+        )
     assert failures(item) == 1, item.history
 
 
@@ -179,7 +183,7 @@ async def test_a_standby_that_takes_over_does_not_report_the_leaders_failure_aga
             a.process.kill()
             env.kube.faults.remove(rule)
             await until(
-                lambda: REPORTED in annotations(env, "once5"),
+                lambda: REPORTED in job_annotations(env, "once5"),
                 within=START_TIMEOUT,
                 message="b took over and marked the Job",
             )
