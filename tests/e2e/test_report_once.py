@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from launch_agent.adapters.retry import RetryPolicy
+from launch_agent.model.sweeps import NO_WANDB_INIT
 from launch_agent.runtime.runs import REPORTED
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
@@ -189,3 +190,24 @@ async def test_a_standby_that_takes_over_does_not_report_the_leaders_failure_aga
             )
             assert holder(env) == "agent-b"
     assert failures(item) == 1, item.history
+
+
+async def test_a_run_failed_for_no_wandb_init_is_not_failed_again_after_a_restart(
+    env: Env,
+) -> None:
+    """A succeeded Job is kept for its TTL, unmarked; each start adopts it and runs W&B's
+    "failed to call wandb.init" check again, which failed the item once more per restart."""
+    env.cluster.script("launch-agent.io/run-id=once6", "succeed after=1s")
+    item = env.push(run_spec("once6"))
+    config = env.config(sweeps={"run_init_grace_seconds": 0})
+    async with env.running(env.agent(config)):
+        await until(lambda: item.state is ItemState.CLAIMED, message="ack")
+        env.advance(5)
+        await until(lambda: item.state is ItemState.FAILED, message="no wandb.init reported")
+    async with env.running(env.agent(config)) as again:
+        assert again.finisher is not None
+        checks = again.finisher.checks
+        await until(lambda: checks.checked == 1, message="the adopted run checked again")
+    assert failures(item) == 1, item.history
+    assert item.failure is not None
+    assert item.failure.message == NO_WANDB_INIT
