@@ -141,7 +141,11 @@ class Finisher:
                 await wait_event(stopping, 0.05)
                 continue
             if self.runs.get(record.rqi_id) is not record:
-                continue  # handled meanwhile (by the replica that led when it ended)
+                # Handled meanwhile (by the replica that led when it ended, or marked by
+                # another replica while its clean-up waited to be tried again).
+                if self.runs.get(record.rqi_id) is None:
+                    self._reported.pop(record.rqi_id, None)
+                continue
             try:
                 await self.handle(record, assessment)
             except Exception:
