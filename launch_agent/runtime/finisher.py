@@ -109,7 +109,6 @@ class Finisher:
         # (due on `clock`, tie-breaker, record, assessment) of those clean-ups.
         self._later: list[tuple[float, int, RunRecord, Assessment]] = []
         self._seq = itertools.count()
-        self.clean_up_retries = 0
 
     def submit(self, record: RunRecord, assessment: Assessment) -> None:
         self._queue.put_nowait((record, assessment))
@@ -177,8 +176,8 @@ class Finisher:
             case _:
                 assert_never(failed)
         spec = _run_spec(record)
-        if spec is None:
-            return Sent(None)  # no run spec, no requeue: nothing else W&B could have
+        if spec is None or not record.run_id:
+            return Sent(None)  # nothing to requeue from: nothing else W&B could have
         resumes = spec.get("_resume_count", 0)
         resumes = resumes if isinstance(resumes, int) else 0
         pushed = await self.reporter.requeued_as(
@@ -260,10 +259,7 @@ class Finisher:
                     Reason.DELETED, "the workload was deleted", Severity.TERMINAL
                 )
                 sent = await self.reporter.fail(
-                    record.rqi_id,
-                    diag.message,
-                    "run",
-                    diag.reason.value,
+                    record.rqi_id, diag.message, "run", diag.reason.value
                 )
         match sent:
             case NotSent():
@@ -285,7 +281,6 @@ class Finisher:
                 self.clean_up_retry_base, self.clean_up_retry_cap, tries, 0.0, jitter=0.0
             )
             log.info("clean-up of %s is tried again in %.1fs", record.workload, delay)
-            self.clean_up_retries += 1
             entry = (self.clock() + delay, next(self._seq), record, Assessment(state, None))
             heapq.heappush(self._later, entry)
             return

@@ -13,6 +13,11 @@ during an outage: nothing reached W&B, so the run must stay recorded for the nex
 report). Callers match it exhaustively (`assert_never`): a bool once merged "not sent" into
 "refused" and a failure cut by a shutdown was cleaned up as if W&B knew (issue 16).
 
+Two questions come before a report whose outcome W&B may have already (a run another process
+led when it ended): `already_failed` (the item's state) and `requeued_as` (the queue's items).
+They are retried like reports and answer with a `Delivery` too, so an outage on the question
+is `NotSent`, never a blind report (docs/reliability.md, "Reported exactly once").
+
 Messages are written for the person reading the W&B UI and are cut to `MAX_MESSAGE` characters:
 a log tail must not make the mutation itself fail.
 """
@@ -236,11 +241,7 @@ class Reporter:
         return Sent(None)
 
     async def requeue(
-        self,
-        entity: str,
-        queue: str,
-        run_spec: Mapping[str, Any],
-        item_id: str,
+        self, entity: str, queue: str, run_spec: Mapping[str, Any], item_id: str
     ) -> Delivery[str]:
         """`pushToRunQueueByName`; `Sent` carries the new item's id."""
         outcome = await self._retrying(
