@@ -180,6 +180,9 @@ class Finisher:
             return Sent(None)  # nothing to requeue from: nothing else W&B could have
         resumes = spec.get("_resume_count", 0)
         resumes = resumes if isinstance(resumes, int) else 0
+        running = self._requeue_in_cluster(record, resumes + 1)
+        if running is not None:
+            return Sent(f"it was requeued as item {running}, whose workload exists")
         pushed = await self.reporter.requeued_as(
             ref, {"run_id": record.run_id, "_resume_count": resumes + 1}
         )
@@ -192,6 +195,21 @@ class Finisher:
                 return pushed
             case _:
                 assert_never(pushed)
+
+    def _requeue_in_cluster(self, record: RunRecord, resume: int) -> str | None:
+        """The item of another workload of this agent that runs resume `resume` of the run.
+
+        Local (the informers' cache, no request), and asked before W&B: once the requeue's item
+        was popped and claimed, its workload proves the push, and it does so however W&B pages
+        or filters its listing (`Reporter.requeued_as` reads one page of 100 items).
+        """
+        for other in self.runs:
+            if other.rqi_id == record.rqi_id or other.run_id != record.run_id:
+                continue
+            spec = _run_spec(other)
+            if spec is not None and spec.get("_resume_count") == resume:
+                return other.rqi_id
+        return None
 
     async def _already_there(self, record: RunRecord, state: RunState) -> bool | None:
         """True when W&B has the outcome of an adopted run already; None: stopping first."""

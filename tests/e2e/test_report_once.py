@@ -24,6 +24,7 @@ from typing import Any
 
 from launch_agent.adapters.retry import RetryPolicy
 from launch_agent.model.sweeps import NO_WANDB_INIT
+from launch_agent.render.naming import label_value
 from launch_agent.runtime.runs import REPORTED
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
@@ -211,3 +212,47 @@ async def test_a_run_failed_for_no_wandb_init_is_not_failed_again_after_a_restar
     assert failures(item) == 1, item.history
     assert item.failure is not None
     assert item.failure.message == NO_WANDB_INIT
+
+
+async def test_a_requeue_past_the_first_page_of_the_queue_is_found_by_its_workload(
+    env: Env, tmp_path: Path
+) -> None:
+    """wandb's listing is one page of 100 items; with 100 older items in the queue the pushed
+    requeue is past it. It was popped and claimed before the kill, so its workload proves it."""
+    queue = env.state.queue("ent", "model-registry", "q1")
+    for i in range(100):
+        old = env.state.push(queue, run_spec(f"old{i}"))
+        env.state.fail(old.id, "an older run", "agent", None)  # listed, never popped
+    env.cluster.script("launch-agent.io/run-id=once7", "succeed after=1h")
+    item = env.push(run_spec("once7"))
+    env.cluster.script(
+        f"launch-agent.io/run-queue-item={label_value(item.id)}", "preempted after=10s"
+    )
+    held = [
+        env.kube.faults.add(FaultRule(route, delay=60, status=503, times=1))
+        for route in ("PATCH jobs", "DELETE jobs")
+    ]
+    async with agent_process(env, write_config(env, tmp_path / "a.yaml")) as a:
+        await until(lambda: item.state is ItemState.CLAIMED, within=START_TIMEOUT, message="ack")
+        env.advance(30)
+        await until(
+            lambda: any(rule.fired for rule in held), within=START_TIMEOUT, message="clean-up"
+        )
+        (pushed,) = requeues(env, item)
+        await until(
+            lambda: pushed.state is ItemState.CLAIMED,
+            within=START_TIMEOUT,
+            message="a claimed the requeued item",
+        )
+        await until(lambda: len(env.jobs()) == 2, within=START_TIMEOUT, message="its Job")
+        a.process.kill()
+        await a.process.wait()
+    for rule in held:
+        env.kube.faults.remove(rule)
+    assert len(env.state.queue_items(queue)) == 102, "the requeue is past the first page"
+    async with env.running(env.agent(env.config(agent_name=PROC_AGENT))) as b:
+        assert b.finisher is not None
+        finisher = b.finisher
+        await until(lambda: finisher.handled >= 1, message="b handled the preempted Job")
+    assert [i.id for i in requeues(env, item)] == [pushed.id]
+    assert item.failure is None
