@@ -30,8 +30,8 @@ Reported exactly once: a run this process did not see end while leading (`RunRec
 adopted on start, or tracked while standing by) may have been reported by the replica that led
 before, which could be killed after W&B accepted the report and before its annotation (or whose
 annotation failed). Before reporting such a run the finisher asks W&B (`_reported_before`): an
-item already `FAILED` is not failed again, an item already requeued (an item of its queue with
-its run id and the next resume count) is neither requeued nor failed. W&B's record is the only
+item already `FAILED` is not failed again, an item already requeued (a workload here, or an
+item of its queue, with its run id and the next resume count) is neither requeued nor failed. W&B's record is the only
 one a kill cannot split from the report itself.
 """
 
