@@ -31,8 +31,8 @@ adopted on start, or tracked while standing by) may have been reported by the re
 before, which could be killed after W&B accepted the report and before its annotation (or whose
 annotation failed). Before reporting such a run the finisher asks W&B (`_reported_before`): an
 item already `FAILED` is not failed again, an item already requeued (a workload here, or an
-item of its queue, with its run id and the next resume count) is neither requeued nor failed. W&B's record is the only
-one a kill cannot split from the report itself.
+item of its queue, with its run id and the next resume count) is neither requeued nor failed.
+W&B's record is the only one a kill cannot split from the report itself.
 """
 
 from __future__ import annotations
