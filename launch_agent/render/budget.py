@@ -1,0 +1,122 @@
+"""The size budgets the API server and etcd hold a created object to, checked before the create.
+
+A run copies some of the item into every pod template (the run name, args and entry point, the
+W&B payload variables), so a 900 KB item can render to a 1.8 MB PyTorchJob. Kubernetes refuses
+such an object in ways the agent cannot tell apart from an outage or from a bad queue spec:
+
+- all annotations of one object's metadata together at most 256 KiB (kubernetes apimachinery
+  `pkg/api/validation/objectmeta.go`, `TotalAnnotationSizeLimitB`, counted as key plus value
+  bytes in `ValidateAnnotationsSize`): a 422 naming `metadata.annotations`, not the runSpec;
+- the whole object at most etcd's request limit, 1.5 MiB by default (etcd `embed/config.go`
+  `DefaultMaxRequestBytes`); kube-apiserver answers a larger write with a 500
+  (`etcdserver: request is too large`), which a client retries as a server fault, so the item
+  would come back after every lease, forever.
+
+So render refuses both, naming the item's largest values by runSpec path, and the item fails
+in W&B with that reason. The object is measured as compact JSON: larger than the protobuf etcd
+stores, and the headroom covers what the API server adds (`managedFields`, `status`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from launch_agent.model.queue_spec import Problem
+from launch_agent.render.paths import Item, Path, format_path, item_label
+
+MAX_ANNOTATION_BYTES = 256 * 1024
+MAX_OBJECT_BYTES = 1_400_000  # of 1,572,864: room for managedFields and status
+
+# runSpec values the render copies into the workload, for blame.
+COPIED = (
+    ("name",),
+    ("author",),
+    ("job",),
+    ("overrides", "args"),
+    ("overrides", "entry_point"),
+    ("overrides", "run_config"),
+    ("overrides", "files"),
+    ("overrides", "artifacts"),
+    ("resource_args", "kubernetes"),
+)
+
+
+def _bytes(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass"))
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def largest_values(run_spec: Mapping[str, Any], count: int = 3) -> list[tuple[str, int]]:
+    """The item's largest copied values: (runSpec path, JSON bytes), largest first."""
+    sizes = []
+    for path in COPIED:
+        node: Any = run_spec
+        for key in path:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        if node is not None:
+            sizes.append(("runSpec." + ".".join(path), _bytes(node)))
+    return sorted(sizes, key=lambda s: -s[1])[:count]
+
+
+def _blame(run_spec: Mapping[str, Any]) -> tuple[str, str]:
+    found = largest_values(run_spec)
+    if not found:
+        return "runSpec", ""
+    listed = ", ".join(f"{path} ({size:,} bytes)" for path, size in found)
+    return found[0][0], f"; the item's largest values: {listed}"
+
+
+def _metadata(node: Any, path: Path = ()) -> Iterator[tuple[Path, Mapping[str, Any]]]:
+    """Every `metadata` mapping: the object's own and its pod templates' (and any other)."""
+    if isinstance(node, dict):
+        meta = node.get("metadata")
+        if isinstance(meta, dict):
+            yield (*path, "metadata"), meta
+        for key, value in node.items():
+            if isinstance(value, dict | list):
+                yield from _metadata(value, (*path, str(key)))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            if isinstance(value, dict | list):
+                yield from _metadata(value, (*path, Item(item_label(value, i))))
+
+
+def budget_problems(
+    manifest: Mapping[str, Any], run_spec: Mapping[str, Any], templates: int
+) -> list[Problem]:
+    """What of the rendered `manifest` Kubernetes would refuse for its size; `run_spec` is the
+    item's, for blame, and `templates` the number of pod templates the run was copied into."""
+    problems = []
+    for path, meta in _metadata(manifest):
+        annotations = meta.get("annotations")
+        if not isinstance(annotations, Mapping):
+            continue
+        total = sum(_bytes(str(k)) + _bytes(str(v)) for k, v in annotations.items())
+        if total > MAX_ANNOTATION_BYTES:
+            biggest = max(annotations, key=lambda k: _bytes(str(annotations[k])))
+            where = format_path((*path, "annotations"))
+            problems.append(
+                Problem(
+                    f"runSpec.resource_args.kubernetes.{where}",
+                    f"the annotations of {where} would be {total:,} bytes; Kubernetes allows"
+                    f" {MAX_ANNOTATION_BYTES:,} (the largest: {str(biggest)[:80]!r},"
+                    f" {_bytes(str(annotations[biggest])):,} bytes)",
+                )
+            )
+    size = _bytes(manifest)
+    if size > MAX_OBJECT_BYTES:
+        blamed, listed = _blame(run_spec)
+        kind = manifest.get("kind", "workload")
+        problems.append(
+            Problem(
+                blamed,
+                f"the rendered {kind} would be {size:,} bytes (the run is copied into"
+                f" {templates} pod template{'s' if templates != 1 else ''}); Kubernetes stores"
+                f" objects up to 1.5 MiB and the agent allows {MAX_OBJECT_BYTES:,}{listed}",
+            )
+        )
+    return problems
