@@ -14,8 +14,8 @@ The stages, in order (each one pure; none reaches back):
    are written out, pod specs outside the kind's templates and pods defined elsewhere are
    refused), then enforced security, last, on every pod template and every container the
    operator builds from workload fields (`security.py`);
-6. the size budgets the API server and etcd apply (`budget.py`): a run copied into every pod
-   template must not become an object Kubernetes refuses obscurely.
+6. what the API server would refuse for its size or metadata (`apiserver.py`): a run copied
+   into every pod template must not become an object Kubernetes refuses obscurely.
 
 Everything copied from the item into a field the kubelet expands (`command`, `args`,
 `env[].value`) is escaped (`kubelet.py`); a `$(VAR)` reference the submitter writes into such
@@ -38,7 +38,7 @@ from launch_agent.model.queue_spec import CustomKind, InvalidInput, Problem, Que
 from launch_agent.model.run_item import RunItem, parse_run_item
 from launch_agent.model.safe_load import ITEM_LIMITS, check_value
 from launch_agent.render import generated, naming, shape
-from launch_agent.render.budget import budget_problems
+from launch_agent.render.apiserver import apiserver_problems
 from launch_agent.render.decisions import NO_DECISIONS, Admission, apply_decisions
 from launch_agent.render.edit import child_map, main_container
 from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, known_kinds, lookup
@@ -312,7 +312,7 @@ def render(
     warnings += enforce_every_pod(manifest, info, spec, templates)
     # Last: what the API server would refuse for its size, with the item's values to blame.
     run_spec = run.raw.get("runSpec") if isinstance(run.raw, Mapping) else None
-    too_big = budget_problems(
+    too_big = apiserver_problems(
         manifest, run_spec if isinstance(run_spec, Mapping) else {}, len(templates)
     )
     if too_big:

@@ -1,4 +1,4 @@
-"""The size budgets the API server and etcd hold a created object to, checked before the create.
+"""What the API server and etcd would refuse in a rendered object, checked before the create.
 
 A run copies some of the item into every pod template (the run name, args and entry point, the
 W&B payload variables), so a 900 KB item can render to a 1.8 MB PyTorchJob. Kubernetes refuses
@@ -12,9 +12,13 @@ such an object in ways the agent cannot tell apart from an outage or from a bad 
   (`etcdserver: request is too large`), which a client retries as a server fault, so the item
   would come back after every lease, forever.
 
-So render refuses both, naming the item's largest values by runSpec path, and the item fails
-in W&B with that reason. The object is measured as compact JSON: larger than the protobuf etcd
-stores, and the headroom covers what the API server adds (`managedFields`, `status`).
+- every label key and annotation key a qualified name, every label value a label value, all of
+  them strings (`ValidateLabels`, `ValidateAnnotations`): a layer writing `team: a b` or
+  `team: 5` gets a 422 (or a 400 decode error) that names the object's field, not the runSpec.
+
+So render refuses each, naming the runSpec path (for size, the item's largest values), and the
+item fails in W&B with that reason. The object is measured as compact JSON: larger than the
+protobuf etcd stores, and the headroom covers what the API server adds (`managedFields`).
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from launch_agent.model.labels import is_label_value, is_qualified_name
 from launch_agent.model.queue_spec import Problem
 from launch_agent.render.paths import Item, Path, format_path, item_label
 
+LAYER = "runSpec.resource_args.kubernetes"  # policy.LAYER_PREFIX: where metadata comes from
 MAX_ANNOTATION_BYTES = 256 * 1024
 MAX_OBJECT_BYTES = 1_400_000  # of 1,572,864: room for managedFields and status
 
@@ -85,13 +91,58 @@ def _metadata(node: Any, path: Path = ()) -> Iterator[tuple[Path, Mapping[str, A
                 yield from _metadata(value, (*path, Item(item_label(value, i))))
 
 
-def budget_problems(
+def _quote(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def metadata_problems(where: str, meta: Mapping[str, Any]) -> list[Problem]:
+    """Labels and annotations kube-apiserver would refuse, at runSpec paths (`where` is the
+    metadata's path in the workload)."""
+    problems = []
+    for field, value_check in (("labels", True), ("annotations", False)):
+        entries = meta.get(field)
+        if entries is None:
+            continue
+        path = f"{LAYER}.{where}.{field}"
+        if not isinstance(entries, Mapping):
+            problems.append(Problem(path, f"must be a mapping of strings, not {_quote(entries)}"))
+            continue
+        for key, value in entries.items():
+            at = f'{path}["{str(key)[:80]}"]'
+            # apimachinery lower-cases annotation keys before `IsQualifiedName`.
+            if not isinstance(key, str) or not is_qualified_name(
+                key if value_check else key.lower()
+            ):
+                problems.append(
+                    Problem(
+                        at,
+                        f"{_quote(key)} is not a valid {field[:-1]} key (an optional DNS"
+                        " subdomain and '/', then at most 63 of A-Z a-z 0-9 - _ . starting and"
+                        " ending with a letter or digit)",
+                    )
+                )
+            if not isinstance(value, str):
+                problems.append(Problem(at, f"must be a string, not {_quote(value)}"))
+            elif value_check and not is_label_value(value):
+                problems.append(
+                    Problem(
+                        at,
+                        f"{_quote(value)} is not a valid label value (at most 63 of A-Z a-z 0-9"
+                        " - _ . starting and ending with a letter or digit, or empty)",
+                    )
+                )
+    return problems
+
+
+def apiserver_problems(
     manifest: Mapping[str, Any], run_spec: Mapping[str, Any], templates: int
 ) -> list[Problem]:
     """What of the rendered `manifest` Kubernetes would refuse for its size; `run_spec` is the
     item's, for blame, and `templates` the number of pod templates the run was copied into."""
     problems = []
     for path, meta in _metadata(manifest):
+        problems += metadata_problems(format_path(path), meta)
         annotations = meta.get("annotations")
         if not isinstance(annotations, Mapping):
             continue
@@ -101,7 +152,7 @@ def budget_problems(
             where = format_path((*path, "annotations"))
             problems.append(
                 Problem(
-                    f"runSpec.resource_args.kubernetes.{where}",
+                    f"{LAYER}.{where}",
                     f"the annotations of {where} would be {total:,} bytes; Kubernetes allows"
                     f" {MAX_ANNOTATION_BYTES:,} (the largest: {str(biggest)[:80]!r},"
                     f" {_bytes(str(annotations[biggest])):,} bytes)",
