@@ -197,7 +197,10 @@ def parse_run_item(item: Any, *, scheduler: bool = False) -> RunItem:
         pass
     elif resource is not None and resource != KUBERNETES:
         problems.append(
-            Problem("runSpec.resource", f"is {resource!r}; this agent only runs 'kubernetes'")
+            Problem(
+                "runSpec.resource",
+                f"is {_clip(repr(resource))}; this agent only runs 'kubernetes'",
+            )
         )
     resource_args = _map(spec.get("resource_args"), "runSpec.resource_args", problems) or {}
     kube = _map(resource_args.get(KUBERNETES), "runSpec.resource_args.kubernetes", problems)

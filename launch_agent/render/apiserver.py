@@ -76,12 +76,11 @@ def _blame(run_spec: Mapping[str, Any]) -> tuple[str, str]:
     return found[0][0], f"; the item's largest values: {listed}"
 
 
-def _metadata(node: Any, path: Path = ()) -> Iterator[tuple[Path, Mapping[str, Any]]]:
-    """Every `metadata` mapping: the object's own and its pod templates' (and any other)."""
+def _metadata(node: Any, path: Path = ()) -> Iterator[tuple[Path, Any]]:
+    """Every `metadata` value: the object's own and its pod templates' (and any other)."""
     if isinstance(node, dict):
-        meta = node.get("metadata")
-        if isinstance(meta, dict):
-            yield (*path, "metadata"), meta
+        if "metadata" in node:
+            yield (*path, "metadata"), node["metadata"]
         for key, value in node.items():
             if isinstance(value, dict | list):
                 yield from _metadata(value, (*path, str(key)))
@@ -96,9 +95,20 @@ def _quote(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def metadata_problems(where: str, meta: Mapping[str, Any]) -> list[Problem]:
-    """Labels and annotations kube-apiserver would refuse, at runSpec paths (`where` is the
-    metadata's path in the workload)."""
+def metadata_problems(manifest: Mapping[str, Any]) -> list[Problem]:
+    """Metadata, labels and annotations kube-apiserver would refuse, at runSpec paths. Run
+    before the pipeline stamps its own labels, which would replace a mistyped mapping."""
+    problems = []
+    for path, meta in _metadata(manifest):
+        where = format_path(path)
+        if isinstance(meta, Mapping):
+            problems += _labels_and_annotations(where, meta)
+        elif meta is not None:
+            problems.append(Problem(f"{LAYER}.{where}", f"must be a mapping, not {_quote(meta)}"))
+    return problems
+
+
+def _labels_and_annotations(where: str, meta: Mapping[str, Any]) -> list[Problem]:
     problems = []
     for field, value_check in (("labels", True), ("annotations", False)):
         entries = meta.get(field)
@@ -135,15 +145,14 @@ def metadata_problems(where: str, meta: Mapping[str, Any]) -> list[Problem]:
     return problems
 
 
-def apiserver_problems(
+def size_problems(
     manifest: Mapping[str, Any], run_spec: Mapping[str, Any], templates: int
 ) -> list[Problem]:
     """What of the rendered `manifest` Kubernetes would refuse for its size; `run_spec` is the
     item's, for blame, and `templates` the number of pod templates the run was copied into."""
     problems = []
     for path, meta in _metadata(manifest):
-        problems += metadata_problems(format_path(path), meta)
-        annotations = meta.get("annotations")
+        annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
         if not isinstance(annotations, Mapping):
             continue
         total = sum(_bytes(str(k)) + _bytes(str(v)) for k, v in annotations.items())

@@ -39,13 +39,14 @@ CASE_KEYS = {"description", "input", "input_file", "expect"}
 
 
 def expand(value: Any) -> Any:
-    """The case's value with `{repeat: <string or value>, times: N}` made into the long string
-    (or list) it stands for: huge inputs without huge files."""
+    """The case's value with `{repeat: R, times: N}` made into what it stands for: R repeated
+    N times if R is a string or a list, else a list of N copies of R. Huge inputs without huge
+    files."""
     if isinstance(value, dict):
         if set(value) == {"repeat", "times"}:
             item, times = value["repeat"], int(value["times"])
-            if isinstance(item, str):
-                return item * times
+            if isinstance(item, str | list):
+                return copy.deepcopy(item * times)  # a string, or the list's items repeated
             return [copy.deepcopy(item) for _ in range(times)]
         return {k: expand(v) for k, v in value.items()}
     if isinstance(value, list):
