@@ -312,7 +312,7 @@ def render(
     apply_decisions(manifest, info, decisions)
     warnings += enforce_every_pod(manifest, info, spec, templates)
     # Last: what the API server would refuse for its size, with the item's values to blame.
-    run_spec = run.raw.get("runSpec") if isinstance(run.raw, Mapping) else None
+    run_spec = run.raw.get("runSpec")
     too_big = size_problems(
         manifest, run_spec if isinstance(run_spec, Mapping) else {}, len(templates)
     )

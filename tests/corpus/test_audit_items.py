@@ -113,7 +113,7 @@ def _main_env(obj: dict[str, Any]) -> dict[str, str]:
     """The kubelet's view of the env of the first container that has the W&B variables."""
     secrets = {(SECRET, "password"): KEY}
     for c in _containers(obj):
-        env = container_view(c, secrets)["env"]
+        env: dict[str, str] = container_view(c, secrets)["env"]
         if "WANDB_RUN_ID" in env:
             return env
     return {}
