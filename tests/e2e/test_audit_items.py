@@ -14,10 +14,12 @@ is created for it, and the ordinary items around it run.
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from launch_agent.sandbox.wandb import ItemState
 from tests.e2e.conftest import BASIC_SPEC, CRDS, Env, run_spec, until
@@ -93,13 +95,21 @@ async def test_audited_hole_fails_in_wandb_and_the_agent_goes_on(
     before = env.push(run_spec("good-before"))
     bad = env.push({**run_spec("bad-1"), **changes}, queue=queue)
     after = env.push(run_spec("good-after"))
-    async with env.running(env.agent(env.config(queues=["q1", "q-open", "q-ddp"]))):
+    async with env.running(env.agent(env.config(queues=["q1", "q-open", "q-ddp"]))) as agent:
         await until(lambda: bad.state is ItemState.FAILED, within=30, message="hostile failed")
         await until(
             lambda: before.state is ItemState.CLAIMED and after.state is ItemState.CLAIMED,
             within=30,
             message="the ordinary items claimed",
         )
+        exposition = generate_latest(agent.metrics.registry).decode()
+    # Metric label values are the agent's own words (queues, kinds, stages, reasons): nothing
+    # the submitter wrote becomes a series, so hostile items cannot grow the series count.
+    values = set(re.findall(r'="((?:[^"\\]|\\.)*)"', exposition))
+    odd = {v for v in values if not re.fullmatch(r"[A-Za-z0-9_.:/+ -]{0,63}", v)}
+    assert values and not odd, odd
+    failures = re.findall(r"launch_agent_failures_total\{([^}]*)\}", exposition)
+    assert failures in (['reason="malformed",stage="agent"'], ['reason="render",stage="agent"'])
     assert bad.failure is not None
     assert bad.failure.stage == "agent"
     for fragment in fragments:
