@@ -12,6 +12,8 @@ such an object in ways the agent cannot tell apart from an outage or from a bad 
   (`etcdserver: request is too large`), which a client retries as a server fault, so the item
   would come back after every lease, forever.
 
+- env var names printable ASCII without `=`, and no NUL in env values, commands or args
+  (runc cannot pass one to the process, so the pod never starts, with no reason given);
 - every label key and annotation key a qualified name, every label value a label value, all of
   them strings (`ValidateLabels`, `ValidateAnnotations`): a layer writing `team: a b` or
   `team: 5` gets a 422 (or a 400 decode error) that names the object's field, not the runSpec.
@@ -24,6 +26,7 @@ protobuf etcd stores, and the headroom covers what the API server adds (`managed
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -76,18 +79,23 @@ def _blame(run_spec: Mapping[str, Any]) -> tuple[str, str]:
     return found[0][0], f"; the item's largest values: {listed}"
 
 
-def _metadata(node: Any, path: Path = ()) -> Iterator[tuple[Path, Any]]:
-    """Every `metadata` value: the object's own and its pod templates' (and any other)."""
+def _under(node: Any, keys: frozenset[str], path: Path = ()) -> Iterator[tuple[Path, Any]]:
+    """Every value under one of `keys`, anywhere (`metadata` of the object, its pod templates
+    and any other; `env`, `command`, `args` of every container), with its path."""
     if isinstance(node, dict):
-        if "metadata" in node:
-            yield (*path, "metadata"), node["metadata"]
         for key, value in node.items():
+            if key in keys:
+                yield (*path, key), value
             if isinstance(value, dict | list):
-                yield from _metadata(value, (*path, str(key)))
+                yield from _under(value, keys, (*path, str(key)))
     elif isinstance(node, list):
         for i, value in enumerate(node):
             if isinstance(value, dict | list):
-                yield from _metadata(value, (*path, Item(item_label(value, i))))
+                yield from _under(value, keys, (*path, Item(item_label(value, i))))
+
+
+def _metadata(node: Any) -> Iterator[tuple[Path, Any]]:
+    return _under(node, frozenset({"metadata"}))
 
 
 def _quote(value: Any) -> str:
@@ -105,6 +113,45 @@ def metadata_problems(manifest: Mapping[str, Any]) -> list[Problem]:
             problems += _labels_and_annotations(where, meta)
         elif meta is not None:
             problems.append(Problem(f"{LAYER}.{where}", f"must be a mapping, not {_quote(meta)}"))
+    return problems
+
+
+# kubernetes `pkg/apis/core/validation/validation.go` `validateEnvVarName` with
+# RelaxedEnvironmentVariableValidation (on by default since 1.32): printable ASCII but `=`.
+_ENV_NAME = re.compile(r"[\x20-\x3c\x3e-\x7e]+")
+_PROCESS_FIELDS = frozenset({"env", "command", "args"})
+_NUL = "holds a NUL character, which no process can receive in argv or env"
+
+
+def process_problems(manifest: Mapping[str, Any]) -> list[Problem]:
+    """Env names the API server refuses (a look-alike `ＷANDB_API_KEY`), and NUL in env
+    values, commands and args, which no process can receive (runc refuses the container, the
+    run never starts), at runSpec paths."""
+    problems = []
+    for path, value in _under(manifest, _PROCESS_FIELDS):
+        if not isinstance(value, list):
+            continue
+        where = f"{LAYER}.{format_path(path)}"
+        if path[-1] != "env":
+            for i, arg in enumerate(value):
+                if isinstance(arg, str) and "\x00" in arg:
+                    problems.append(Problem(f"{where}[{i}]", _NUL))
+            continue
+        for entry in value:
+            if not isinstance(entry, dict):
+                continue
+            name = entry.get("name")
+            at = f"{where}[{str(name)[:80]}]"
+            if isinstance(name, str) and not _ENV_NAME.fullmatch(name):
+                problems.append(
+                    Problem(
+                        at,
+                        f"{_quote(name)} is not a valid env var name (printable ASCII, no '=');"
+                        " the API server would refuse it",
+                    )
+                )
+            if isinstance(entry.get("value"), str) and "\x00" in entry["value"]:
+                problems.append(Problem(f"{at}.value", _NUL))
     return problems
 
 

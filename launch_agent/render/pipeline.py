@@ -38,7 +38,7 @@ from launch_agent.model.queue_spec import CustomKind, InvalidInput, Problem, Que
 from launch_agent.model.run_item import RunItem, parse_run_item
 from launch_agent.model.safe_load import ITEM_LIMITS, check_value
 from launch_agent.render import generated, naming, shape
-from launch_agent.render.apiserver import metadata_problems, size_problems
+from launch_agent.render.apiserver import metadata_problems, process_problems, size_problems
 from launch_agent.render.decisions import NO_DECISIONS, Admission, apply_decisions
 from launch_agent.render.edit import child_map, main_container
 from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, known_kinds, lookup
@@ -185,7 +185,7 @@ def render(
         queue_name=queue,
     )
     manifest, macro_problems = substitute_checked(merged, values)
-    macro_problems += metadata_problems(manifest)
+    macro_problems += metadata_problems(manifest) + process_problems(manifest)
     if macro_problems:
         raise InvalidInput(macro_problems)
     assert isinstance(manifest, dict)
