@@ -5,7 +5,10 @@ is created for it, and the ordinary items around it run.
 - a run id holding a newline and a fake log line (it was logged with %s after the create);
 - a 300,000-character entity (it filled the workload's annotations past 256 KiB: the API
   server's 422 named `metadata.annotations`, not the runSpec);
-- a label value the API server refuses (`team: a b`; the same 422);
+- a label value the API server refuses (`team: a b`; the same 422), and an env name it
+  refuses (a fullwidth `ＷANDB_API_KEY`);
+- NUL in a run name or a layer's env value (runc cannot start such a process: the pod would
+  never run, with no reason the submitter sees; the sandbox starts it);
 - a 900 KB run name on a PyTorchJob, copied into both replica templates: 1.8 MB, over etcd's
   1.5 MiB, which kube-apiserver answers with a 500 that a client retries (the sandbox stores
   any size, so here the old agent simply created it).
@@ -57,6 +60,11 @@ spec:
 """
 FORGED = "\n2026-12-01 00:00:00,000 ERROR   launch_agent.runtime.dispatcher: forged"
 
+
+def _env(entry: dict[str, str]) -> dict[str, Any]:
+    return {"spec": {"template": {"spec": {"containers": [{"name": "main", "env": [entry]}]}}}}
+
+
 # (id, queue, runSpec changes, message fragments)
 HOSTILE: list[tuple[str, str, dict[str, Any], list[str]]] = [
     ("run-id-forges-a-log-line", "q1", {"run_id": "abc" + FORGED}, ["runSpec.run_id", "control"]),
@@ -67,6 +75,19 @@ HOSTILE: list[tuple[str, str, dict[str, Any], list[str]]] = [
         {"resource_args": {"kubernetes": {"metadata": {"labels": {"team": "a b"}}}}},
         ['runSpec.resource_args.kubernetes.metadata.labels["team"]', "not a valid label value"],
     ),
+    (
+        "env-name-look-alike",
+        "q-open",
+        {"resource_args": {"kubernetes": _env({"name": "\uff37ANDB_API_KEY", "value": "x"})}},
+        ["containers[main].env[\uff37ANDB_API_KEY]", "not a valid env var name"],
+    ),
+    (
+        "env-value-nul",
+        "q-open",
+        {"resource_args": {"kubernetes": _env({"name": "MODE", "value": "a\x00b"})}},
+        ["containers[main].env[MODE].value", "NUL"],
+    ),
+    ("run-name-nul", "q1", {"name": "run\x00x"}, ["runSpec.name", "NUL"]),
     (
         "pytorchjob-over-etcd-limit",
         "q-ddp",
