@@ -9,6 +9,7 @@ is created for it, and the ordinary items around it run.
   refuses (a fullwidth `ＷANDB_API_KEY`);
 - NUL in a run name or a layer's env value (runc cannot start such a process: the pod would
   never run, with no reason the submitter sees; the sandbox starts it);
+- a 300,000-character job name with no builder configured (the refusal quoted all of it);
 - a 900 KB run name on a PyTorchJob, copied into both replica templates: 1.8 MB, over etcd's
   1.5 MiB, which kube-apiserver answers with a 500 that a client retries (the sandbox stores
   any size, so here the old agent simply created it).
@@ -89,6 +90,12 @@ HOSTILE: list[tuple[str, str, dict[str, Any], list[str]]] = [
     ),
     ("run-name-nul", "q1", {"name": "run\x00x"}, ["runSpec.name", "NUL"]),
     (
+        "job-name-300k-without-a-builder",
+        "q1",
+        {"docker": None, "job": "j" * 300_000},
+        ["needs an image build", "(300,002 characters)"],
+    ),
+    (
         "pytorchjob-over-etcd-limit",
         "q-ddp",
         {"name": "n" * 900_000, "overrides": {}},
@@ -130,9 +137,13 @@ async def test_audited_hole_fails_in_wandb_and_the_agent_goes_on(
     odd = {v for v in values if not re.fullmatch(r"[A-Za-z0-9_.:/+ -]{0,63}", v)}
     assert values and not odd, odd
     failures = re.findall(r"launch_agent_failures_total\{([^}]*)\}", exposition)
-    assert failures in (['reason="malformed",stage="agent"'], ['reason="render",stage="agent"'])
+    assert failures in (
+        ['reason="malformed",stage="agent"'],
+        ['reason="render",stage="agent"'],
+        ['reason="build_not_configured",stage="build"'],
+    )
     assert bad.failure is not None
-    assert bad.failure.stage == "agent"
+    assert bad.failure.stage == ("build" if "job" in changes else "agent")
     for fragment in fragments:
         assert fragment in bad.failure.message, bad.failure.message[:2000]
     assert len(bad.failure.message) < 10_000  # the reason, not the value echoed back
