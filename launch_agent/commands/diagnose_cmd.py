@@ -57,8 +57,13 @@ From a capture:     kubectl get job/NAME,pods,events -n NS -o json > dump.json
                     `kubectl get workloads.kueue.x-k8s.io`, to judge Kueue's admission)
 
 The workload is the one object of the capture that is not a Pod, an Event or a Kueue Workload
-(or the one of --kind); its pods are matched by ownerReferences and the labels the operators
-set. --now judges at another time than now (the start deadline, grace periods).
+and is not owned by another one (a JobSet's Jobs, a RayJob's RayCluster). A capture with
+several (`kubectl get jobs,pods,events` lists every Job of the namespace) is refused with their
+names: pick one by name, `diagnose -f dump.json [NAMESPACE/]NAME`, and/or by --kind. Its pods
+are matched by ownerReferences and the labels the operators set; pods, Events and Kueue
+Workloads of other workloads in the capture are ignored. The capture may also be a single
+object (`kubectl get job NAME -o json`) or a typed list (PodList, EventList, JobList).
+--now judges at another time than now (the start deadline, grace periods).
 
 Exit status 0 with a verdict, 2 for input that cannot be judged (with the reason on stderr),
 1 when the cluster cannot be read.
@@ -72,7 +77,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("target", nargs="?", metavar="NAMESPACE/NAME", help="the workload")
+    parser.add_argument(
+        "target",
+        nargs="?",
+        metavar="NAMESPACE/NAME",
+        help="the workload (with -f: which of the capture's workloads, NAME or NAMESPACE/NAME)",
+    )
     parser.add_argument(
         "-f",
         "--filename",
@@ -160,9 +170,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         kind = parse_kind(args.kind) if args.kind else None
         if args.filename is not None:
-            if args.target:
-                return _error("give NAMESPACE/NAME or -f FILE, not both")
-            inputs = select(items_of(_read(args.filename)), kind)
+            # With -f the target only picks one of the capture's workloads.
+            inputs = select(items_of(_read(args.filename)), kind, args.target or None)
         elif args.target:
             namespace, _, name = args.target.partition("/")
             if not namespace or not name or "/" in name:

@@ -118,16 +118,33 @@ def _owner_uids(obj: Mapping[str, Any]) -> list[str]:
 
 
 def choose_workload(
-    items: Sequence[Mapping[str, Any]], kind: tuple[str, str] | None = None
+    items: Sequence[Mapping[str, Any]],
+    kind: tuple[str, str] | None = None,
+    name: str | None = None,
 ) -> Mapping[str, Any]:
-    """The one workload of the dump: of `kind` when given, else the one object that is not a
-    Pod, an Event or a Kueue Workload and is not owned by another object of the dump (a
-    JobSet's Jobs, a RayJob's RayCluster); a supported kind wins over others."""
+    """The one workload of the dump: of `kind` and `name` ("NAME" or "NAMESPACE/NAME") when
+    given, else the one object that is not a Pod, an Event or a Kueue Workload and is not owned
+    by another object of the dump (a JobSet's Jobs, a RayJob's RayCluster); a supported kind
+    wins over others."""
     others = [o for o in items if not (_is_event(o) or _is_pod(o) or _is_kueue(o))]
+    if name is not None:
+        # `kubectl get jobs,pods,events` lists every Job of the namespace: the name picks one.
+        namespace, _, wanted = name.rpartition("/")
+        others = [
+            o
+            for o in others
+            if Meta(o).name == wanted and (not namespace or Meta(o).namespace == namespace)
+        ]
+        if not others:
+            raise DumpError(f"no workload named {name!r} in the input")
     if kind is not None:
         chosen = [o for o in others if group_kind(o) == kind]
         if not chosen:
-            raise DumpError(f"no {kind[1]} ({kind[0] or 'core'}) in the input")
+            what = f" named {name!r}" if name else ""
+            raise DumpError(f"no {kind[1]} ({kind[0] or 'core'}){what} in the input")
+    elif name is not None:
+        known = [o for o in others if group_kind(o) in READERS]
+        chosen = _parents(known or others)
     else:
         uids = {u for o in others if (u := text(o, "metadata", "uid"))}
         top = [o for o in others if not any(u in uids for u in _owner_uids(o))]
@@ -136,9 +153,17 @@ def choose_workload(
         if not chosen:
             raise DumpError("no workload in the input (only pods and events)")
     if len(chosen) > 1:
-        names = ", ".join(f"{o.get('kind')}/{Meta(o).name or '?'}" for o in chosen[:5])
-        raise DumpError(f"several workloads in the input ({names}): pass --kind")
+        names = ", ".join(_label(o) for o in chosen[:5])
+        more = f" and {len(chosen) - 5} more" if len(chosen) > 5 else ""
+        raise DumpError(
+            f"several workloads in the input ({names}{more}): name one"
+            " (diagnose -f FILE [NAMESPACE/]NAME) or pass --kind"
+        )
     return chosen[0]
+
+
+def _label(obj: Mapping[str, Any]) -> str:
+    return f"{obj.get('kind')}/{Meta(obj).name or '?'}"
 
 
 def _parents(objs: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -186,9 +211,13 @@ def _belongs(
     return any(meta.label(key) in names for key in POD_LABELS)
 
 
-def select(items: Sequence[Mapping[str, Any]], kind: tuple[str, str] | None = None) -> Inputs:
-    """The inputs of `assess` for the dump's workload."""
-    workload = choose_workload(items, kind)
+def select(
+    items: Sequence[Mapping[str, Any]],
+    kind: tuple[str, str] | None = None,
+    name: str | None = None,
+) -> Inputs:
+    """The inputs of `assess` for the dump's workload (see `choose_workload`)."""
+    workload = choose_workload(items, kind, name)
     meta = Meta(workload)
     uid = text(workload, "metadata", "uid")
     # The workload and, transitively, every object of the dump it owns.
