@@ -18,6 +18,8 @@ Precedence, strongest first:
 3. Kueue deactivated the run's Workload (`spec.active: false`) -> failed with Kueue's reason:
    the job stays suspended for good.
 4. Suspended (Kueue or the agent's quota) -> queued; pods of a suspended workload are leftovers.
+   So is a workload whose Kueue Workload is not admitted while none of its pods runs (Kueue
+   gates the pods of the kinds it cannot suspend).
 5. A pod stuck in a way no controller resolves (a permanent pull error, a transient one or
    CreateContainerConfigError past its grace, InvalidImageName, unschedulable past the
    deadline) -> failed, so the agent can delete the workload and free its slot.
@@ -282,6 +284,17 @@ def assess(
             # A Volcano gang its scheduler cannot place says so only in PodGroup Events.
             return Assessment(RunState.QUEUED, _event_diagnosis(found, Severity.WARNING))
         return queued
+    if (
+        kueue_workload is not None
+        and kueue.workload_status(kueue_workload).state.waiting
+        and status.phase is not Phase.RUNNING
+        and not summary.running
+    ):
+        # Kueue holds kinds it cannot suspend (LeaderWorkerSet, plain pods) by gating their
+        # pods (`kueue.x-k8s.io/admission`, kueue `pkg/controller/jobs/pod/pod_controller.go`
+        # `gate`): the workload looks like it is starting, but it waits in a queue, and the
+        # start deadline must not fail it.
+        return _queued(kueue_workload)
     if summary.stuck is not None:
         return Assessment(RunState.FAILED, summary.stuck)
     warning = summary.warnings[0] if summary.warnings else None

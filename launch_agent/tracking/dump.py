@@ -176,7 +176,13 @@ def _parents(objs: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         meta = Meta(obj)
         if any(meta.label(key) in names - {meta.name} for key in POD_LABELS):
             return True
-        if any(meta.name.startswith(n + "-") for n in names if n and n != meta.name):
+        # A child has another kind than its parent: Jobs `train` and `train-2` are siblings.
+        kind = group_kind(obj)
+        if any(
+            meta.name.startswith(Meta(o).name + "-")
+            for o in objs
+            if Meta(o).name and group_kind(o) != kind
+        ):
             return True
         # Same name: the batch Job is the child (RayJob submitter, TrainJob's JobSet's Jobs).
         return group_kind(obj) in _CHILD_KINDS and sum(Meta(o).name == meta.name for o in objs) > 1
