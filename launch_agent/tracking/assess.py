@@ -188,6 +188,18 @@ def _event_diagnosis(found: ev.Explanation, severity: Severity, head: str = "") 
     )
 
 
+def _admitted_gang(workload: Mapping[str, Any], found: ev.Explanation | None) -> bool:
+    """A Volcano Job without pods reads as queued (its gang is not admitted yet), but one
+    whose controller records FailedCreate was admitted: volcano
+    `pkg/controllers/job/job_controller_actions.go` (`syncJob`) creates pods only once the
+    PodGroup is Inqueue. It is starting, and the start deadline applies."""
+    return (
+        group_kind(workload)[0] == "batch.volcano.sh"
+        and found is not None
+        and found.reason is Reason.FAILED_CREATE
+    )
+
+
 def _kueue(workload: Mapping[str, Any], kueue_workload: Mapping[str, Any]) -> Assessment | None:
     status = kueue.workload_status(kueue_workload)
     if status.state is kueue.KueueState.DEACTIVATED:
@@ -277,9 +289,9 @@ def assess(
         deactivated = _kueue(workload, kueue_workload)
         if deactivated is not None:
             return deactivated
-    if status.phase is Phase.SUSPENDED:
+    found = ev.explain(about)
+    if status.phase is Phase.SUSPENDED and not _admitted_gang(workload, found):
         queued = _queued(kueue_workload)
-        found = ev.explain(about)
         if queued.diagnosis is None and found is not None:
             # A Volcano gang its scheduler cannot place says so only in PodGroup Events.
             return Assessment(RunState.QUEUED, _event_diagnosis(found, Severity.WARNING))
@@ -310,7 +322,6 @@ def assess(
         return Assessment(RunState.RUNNING, warning or retry)
     if status.phase is Phase.RUNNING or summary.running:
         return Assessment(RunState.RUNNING, warning)
-    found = ev.explain(about)
     since = started_at or _started_at(workload, kueue_workload)
     if since is not None and not summary.started and now - since >= policy.start_timeout:
         head = f"{describe_kind(workload)} did not start within {_duration(policy.start_timeout)}"
