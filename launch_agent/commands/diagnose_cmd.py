@@ -146,12 +146,45 @@ def _read(path: str) -> Any:
     except OSError as exc:
         raise DumpError(f"{source}: cannot read: {exc.strerror or exc}") from None
     if raw.lstrip()[:1] in (b"{", b"["):
-        return load_json(raw, source=source, limits=DUMP_LIMITS)
+        try:
+            return load_json(raw, source=source, limits=DUMP_LIMITS)
+        except InputError:
+            documents = _json_documents(raw)
+            if len(documents) < 2:
+                raise
+        # Several outputs appended to one file: each is read by the same bounded loader.
+        return [
+            load_json(doc, source=f"{source} (document {i + 1})", limits=DUMP_LIMITS)
+            for i, doc in enumerate(documents)
+        ]
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise DumpError(f"{source}: not UTF-8") from None
     return load_yaml(text, source=source, limits=DUMP_LIMITS)
+
+
+def _json_documents(raw: bytes) -> list[str]:
+    """The JSON texts written one after the other in `raw` (`kubectl get job X -o json;
+    kubectl get pods -o json` into one file); [] when it is not such a sequence."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return []
+    decoder = json.JSONDecoder()
+    spans: list[str] = []
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos == len(text):
+            return spans
+        try:
+            _, end = decoder.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            return []
+        spans.append(text[pos:end])
+        pos = end
 
 
 def _run(args: argparse.Namespace) -> int:

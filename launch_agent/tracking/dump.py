@@ -83,22 +83,53 @@ def parse_kind(value: str) -> tuple[str, str]:
 
 
 def items_of(document: object) -> list[Mapping[str, Any]]:
-    """The objects of a `v1 List` (or a single object), each a mapping with a kind."""
-    if not isinstance(document, Mapping):
-        raise DumpError("expected a JSON object (the output of kubectl get ... -o json)")
-    raw: object = document.get("items") if document.get("kind") == "List" else [document]
-    if "items" in document and document.get("kind") != "List":
-        raw = document.get("items")  # a typed list (PodList, JobList)
-    if not isinstance(raw, Sequence) or isinstance(raw, str | bytes):
-        raise DumpError("items: expected a list of objects")
-    out = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, Mapping):
-            raise DumpError(f"items[{i}]: expected an object, got {type(item).__name__}")
-        if not isinstance(item.get("kind"), str):
-            raise DumpError(f"items[{i}]: no kind")
-        out.append(item)
+    """The objects of a `v1 List`, a typed list (PodList, EventList, JobList), a single object,
+    or several of those (a JSON array of them, or documents written one after the other, as
+    `kubectl get job X -o json; kubectl get pods -o json` into one file does), each a mapping
+    with a kind. A list inside a list is read too. Errors name the path of the bad item."""
+    out: list[Mapping[str, Any]] = []
+    if isinstance(document, Sequence) and not isinstance(document, str | bytes):
+        for i, doc in enumerate(document):
+            _collect(doc, f"[{i}].", out)
+    else:
+        _collect(document, "", out)
     return out
+
+
+def _is_list(obj: Mapping[str, Any]) -> bool:
+    kind = obj.get("kind")
+    return "items" in obj and (kind is None or (isinstance(kind, str) and kind.endswith("List")))
+
+
+def _collect(document: object, path: str, out: list[Mapping[str, Any]], depth: int = 0) -> None:
+    where = path.removesuffix(".") or "the input"
+    if not isinstance(document, Mapping):
+        raise DumpError(
+            f"{where}: expected a JSON object (the output of kubectl get ... -o json),"
+            f" got {type(document).__name__}"
+        )
+    if not _is_list(document):
+        if not isinstance(document.get("kind"), str):
+            raise DumpError(f"{where}: no kind")
+        out.append(document)
+        return
+    raw = document.get("items")
+    if not isinstance(raw, Sequence) or isinstance(raw, str | bytes):
+        raise DumpError(f"{path}items: expected a list of objects")
+    for i, item in enumerate(raw):
+        at = f"{path}items[{i}]"
+        if isinstance(item, Mapping) and _is_list(item) and depth < _MAX_NESTED_LISTS:
+            _collect(item, at + ".", out, depth + 1)
+        elif not isinstance(item, Mapping):
+            raise DumpError(f"{at}: expected an object, got {type(item).__name__}")
+        elif not isinstance(item.get("kind"), str):
+            raise DumpError(f"{at}: no kind")
+        else:
+            out.append(item)
+
+
+# `jq -s` of a few kubectl outputs nests once; deeper is not a capture.
+_MAX_NESTED_LISTS = 2
 
 
 def _is_event(obj: Mapping[str, Any]) -> bool:

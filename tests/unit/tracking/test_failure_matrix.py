@@ -179,7 +179,9 @@ VARIANTS: dict[str, Predicate] = {
     "Kueue: deactivated by an admin": both(
         verdict("failed", "Deactivated"), words('"active": false', '"reason": "Deactivated"')
     ),
-    "Kueue: Workload v1beta2": both(verdict("failed", "Deactivated"), words("kueue.x-k8s.io/v1beta2")),
+    "Kueue: Workload v1beta2": both(
+        verdict("failed", "Deactivated"), words("kueue.x-k8s.io/v1beta2")
+    ),
     "Kueue: Misconfigured": both(verdict("queued", "Inadmissible"), words("Misconfigured")),
     "Kueue: LocalQueue missing": both(verdict("queued", "Inadmissible"), words("doesn't exist")),
     "Kueue: pods gated by kueue.x-k8s.io/admission": both(
@@ -320,7 +322,5 @@ def test_every_docs_table_row_has_a_fixture_for_each_verdict_it_names(row: str) 
 
 def test_every_verdict_a_fixture_prints_has_a_docs_table_row() -> None:
     promised = set().union(*(pairs for _, pairs in _table_rows()))
-    unlisted = sorted(
-        {f"{c.state} / {c.reason}" for c in CASES if c.verdict not in promised}
-    )
+    unlisted = sorted({f"{c.state} / {c.reason}" for c in CASES if c.verdict not in promised})
     assert not unlisted, f"docs/agent.md's table names no row for {unlisted}"
