@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -43,6 +44,7 @@ from launch_agent.tracking.fields import timestamp
 # A namespace's pods and Events with managedFields can be large; nesting stays shallow.
 DUMP_LIMITS = Limits(max_bytes=256 * 1024 * 1024, max_depth=64)
 FIELDS = ("state", "reason", "message", "pod", "container")
+_YAML_SEPARATOR = re.compile(r"^---[ \t]*(?:#.*)?$", re.MULTILINE)
 
 DESCRIPTION = """\
 Print what the agent would report for one workload: its state (queued, starting, running,
@@ -161,7 +163,18 @@ def _read(path: str) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise DumpError(f"{source}: not UTF-8") from None
-    return load_yaml(text, source=source, limits=DUMP_LIMITS)
+    try:
+        return load_yaml(text, source=source, limits=DUMP_LIMITS)
+    except InputError:
+        documents = [d for d in _YAML_SEPARATOR.split(text) if d.strip()]
+        if len(documents) < 2:
+            raise
+    # `kubectl get job X -o yaml; echo ---; kubectl get pods -o yaml`: kubectl indents every
+    # block scalar, so a `---` at the start of a line is a document separator.
+    return [
+        load_yaml(doc, source=f"{source} (document {i + 1})", limits=DUMP_LIMITS)
+        for i, doc in enumerate(documents)
+    ]
 
 
 def _json_documents(raw: bytes) -> list[str]:

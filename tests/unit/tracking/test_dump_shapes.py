@@ -11,7 +11,8 @@ admin would have captured it, and `launch-agent diagnose -f` must print the same
 - another workload of the namespace in the same capture, with its pods, Events and Kueue
   Workload (`kubectl get jobs,pods,events` lists them all), picked by name;
 - the capture split into typed lists (JobList, PodList, EventList) inside a List, as a JSON
-  array, or as JSON documents appended one after the other to one file.
+  array, or as JSON documents appended one after the other to one file; `-o yaml`, one
+  document or several separated by `---`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from launch_agent.cli import main
 from launch_agent.tracking.dump import choose_workload, items_of
@@ -205,7 +207,19 @@ def _appended(doc: dict[str, Any]) -> str:
     return "\n".join(json.dumps(lst, indent=4) for lst in _typed_lists(doc["items"])) + "\n"
 
 
-@pytest.mark.parametrize("layout", [_nested, _array, _appended], ids=lambda f: f.__name__[1:])
+def _yaml(doc: dict[str, Any]) -> str:
+    return yaml.safe_dump(doc)
+
+
+def _yaml_documents(doc: dict[str, Any]) -> str:
+    """`kubectl get job X -o yaml; echo ---; kubectl get pods -o yaml; ...`"""
+    return "---\n".join(yaml.safe_dump(lst) for lst in _typed_lists(doc["items"]))
+
+
+LAYOUTS = [_nested, _array, _appended, _yaml, _yaml_documents]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda f: f.__name__[1:])
 @pytest.mark.parametrize("path", CASES[::9], ids=_case_id)
 def test_a_capture_split_into_typed_lists(
     layout: Callable[[dict[str, Any]], str],
