@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launch_agent.model.labels import RUN_QUEUE_ITEM
+from launch_agent.tracking import kueue as kueue_status
 from launch_agent.tracking.fields import mappings, text
 from launch_agent.tracking.views import Meta
 from launch_agent.tracking.workloads import READERS, group_kind
@@ -273,7 +274,7 @@ def select(
                 grew = True
     pods = [p for p in items if _is_pod(p) and _belongs(p, workload, owned, names)]
     events = [e for e in items if _is_event(e)]
-    kueue = [
+    candidates = [
         w
         for w in items
         if _is_kueue(w)
@@ -283,6 +284,24 @@ def select(
                 r.get("name") == meta.name and r.get("kind") == workload.get("kind")
                 for r in mappings(w, "metadata", "ownerReferences")
             )
+            # kueue `pkg/controller/jobframework/reconciler.go` (`ConstructWorkload`) labels
+            # it with the job's uid: what is left when a trimmed capture lost ownerReferences.
+            or (uid is not None and Meta(w).label(JOB_UID_LABEL) == uid)
         )
     ]
-    return Inputs(workload, pods, events, kueue[0] if kueue else None)
+    return Inputs(workload, pods, events, max(candidates, key=_kueue_rank) if candidates else None)
+
+
+JOB_UID_LABEL = f"{KUEUE_GROUP}/job-uid"
+# Of several Workloads for one workload (a LeaderWorkerSet has one per group, an old one may
+# linger), the one that holds it back explains it: deactivated, then waiting, then the rest.
+_KUEUE_ORDER = (
+    kueue_status.KueueState.DEACTIVATED,
+    *(s for s in kueue_status.KueueState if s.waiting),
+)
+
+
+def _kueue_rank(workload: Mapping[str, Any]) -> tuple[int, str]:
+    state = kueue_status.workload_status(workload).state
+    rank = len(_KUEUE_ORDER) - _KUEUE_ORDER.index(state) if state in _KUEUE_ORDER else 0
+    return rank, Meta(workload).creation_timestamp or ""

@@ -290,3 +290,45 @@ def test_an_empty_status_is_a_workload_just_created(
     code, got, err = _diagnose(capsys, target, doc)
     assert code == 0, err
     assert got == {"state": state, "reason": None, "message": None, "pod": None, "container": None}
+
+
+def _workload_of(doc: dict[str, Any]) -> Item:
+    found: Item = next(i for i in doc["items"] if i["kind"] == "Workload")
+    return found
+
+
+def test_a_kueue_workload_without_owner_references_is_matched_by_the_job_uid_label(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = UPSTREAM / "job" / "kueue-deactivated-requeuing-limit.json"
+    doc = _load(path)
+    assert _workload_of(doc)["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] == "uid-run-abc"
+    del _workload_of(doc)["metadata"]["ownerReferences"]
+    target = tmp_path / "trimmed.json"
+    target.write_text(json.dumps(doc))
+    code, got, err = _diagnose(capsys, target, doc)
+    assert code == 0, err
+    assert got == _expected(path)
+
+
+def test_of_several_kueue_workloads_the_one_holding_the_run_back_explains_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A LeaderWorkerSet has one Workload per group; an earlier one may linger for a Job."""
+    path = UPSTREAM / "job" / "kueue-deactivated-requeuing-limit.json"
+    doc = _load(path)
+    admitted = copy.deepcopy(_workload_of(doc))
+    admitted["metadata"].update(name="job-run-abc-00000", uid="uid-wl-old")
+    admitted["spec"]["active"] = True
+    admitted["status"] = {
+        "conditions": [
+            {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved"},
+            {"type": "Admitted", "status": "True", "reason": "Admitted"},
+        ]
+    }
+    for items in ([admitted, *doc["items"]], [*doc["items"], admitted]):
+        target = tmp_path / "two.json"
+        target.write_text(json.dumps({**doc, "items": items}))
+        code, got, err = _diagnose(capsys, target, doc)
+        assert code == 0, err
+        assert got == _expected(path)
