@@ -286,13 +286,12 @@ def select(
             )
             # kueue `pkg/controller/jobframework/reconciler.go` (`ConstructWorkload`) labels
             # it with the job's uid: what is left when a trimmed capture lost ownerReferences.
-            or (uid is not None and Meta(w).label(JOB_UID_LABEL) == uid)
+            or (uid is not None and Meta(w).label(kueue_status.JOB_UID_LABEL) == uid)
         )
     ]
     return Inputs(workload, pods, events, max(candidates, key=_kueue_rank) if candidates else None)
 
 
-JOB_UID_LABEL = f"{KUEUE_GROUP}/job-uid"
 # Of several Workloads for one workload (a LeaderWorkerSet has one per group, an old one may
 # linger), the one that holds it back explains it: deactivated, then waiting, then the rest.
 _KUEUE_ORDER = (
