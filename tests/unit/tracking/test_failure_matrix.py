@@ -149,7 +149,14 @@ MATRIX: dict[str, tuple[Predicate, tuple[str, ...]]] = {
         lambda c: c.reason == "Unschedulable",
         KINDS,
     ),
-    "stopped": (verdict("stopped"), ("job", "volcano")),
+    "deleted before it finished (deletionTimestamp)": (
+        both(verdict("stopped"), words("deletionTimestamp")),
+        KINDS,
+    ),
+    "stopped by its controller (Volcano Aborted)": (
+        both(verdict("stopped"), lambda c: "deletionTimestamp" not in c.text),
+        ("volcano",),
+    ),
 }
 
 # The variants the issue names, each with the upstream words it must carry (any kind).
