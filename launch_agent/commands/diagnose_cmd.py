@@ -64,7 +64,8 @@ several (`kubectl get jobs,pods,events` lists every Job of the namespace) is ref
 names: pick one by name, `diagnose -f dump.json [NAMESPACE/]NAME`, and/or by --kind. Its pods
 are matched by ownerReferences and the labels the operators set; pods, Events and Kueue
 Workloads of other workloads in the capture are ignored. The capture may also be a single
-object (`kubectl get job NAME -o json`) or a typed list (PodList, EventList, JobList).
+object (`kubectl get job NAME -o json`), a typed list (PodList, EventList, JobList), several
+outputs appended to one file or in a JSON array, or `-o yaml` documents separated by `---`.
 --now judges at another time than now (the start deadline, grace periods).
 
 Exit status 0 with a verdict, 2 for input that cannot be judged (with the reason on stderr),
