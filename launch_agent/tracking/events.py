@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from launch_agent.model.run_state import Reason
-from launch_agent.tracking.fields import dig, integer, text, timestamp
+from launch_agent.tracking.fields import dig, integer, one_line, text, timestamp
 from launch_agent.tracking.views import Meta
 
 # Event reason -> the run's Reason, in the order they explain a run that does not start: a pod
@@ -195,8 +195,7 @@ def readable(message: str) -> str:
 
 
 def _one_line(value: str, limit: int = 400) -> str:
-    flat = " ".join(value.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return one_line(value, limit)
 
 
 def pull_errors(events: Iterable[Event]) -> dict[str, str]:

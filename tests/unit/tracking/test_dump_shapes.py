@@ -28,6 +28,7 @@ import yaml
 
 from launch_agent.cli import main
 from launch_agent.tracking.dump import choose_workload, items_of
+from launch_agent.tracking.fields import one_line
 
 UPSTREAM = Path(__file__).resolve().parents[2] / "fixtures" / "upstream"
 CASES = sorted(p for p in UPSTREAM.glob("*/*.json") if not p.name.endswith(".expected.json"))
@@ -332,3 +333,19 @@ def test_of_several_kueue_workloads_the_one_holding_the_run_back_explains_it(
         code, got, err = _diagnose(capsys, target, doc)
         assert code == 0, err
         assert got == _expected(path)
+
+
+def test_a_long_message_keeps_its_cause_at_the_end() -> None:
+    """containerd chains its errors: the registry's status comes last, after the URL."""
+    chain = (
+        'failed to pull and unpack image "r.example/a:1": failed to resolve reference'
+        ' "r.example/a:1": failed to authorize: failed to fetch oauth token: unexpected status'
+        " from GET request to https://r.example/v2/token?scope=repository%3Aa%3Apull"
+        "&service=r.example: 403 Forbidden"
+    )
+    assert one_line(chain, 1000).endswith("https://r.example/v2/token: 403 Forbidden")
+    short = one_line("x" * 50 + "\n  " + chain, 100)
+    assert len(short) <= 100
+    assert short.startswith("x" * 40) and " … " in short
+    assert short.endswith("v2/token: 403 Forbidden")
+    assert one_line("a\n b", 10) == "a b"

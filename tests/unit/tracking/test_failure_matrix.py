@@ -254,12 +254,30 @@ VARIANTS: dict[str, Predicate] = {
     "pull: 429 Too Many Requests within grace": both(
         verdict("starting", "ImagePullBackOff"), words("429 Too Many Requests")
     ),
+    "pull: 403 Forbidden fails fast": both(verdict("failed", *PULL), words("403 Forbidden")),
     "pull: invalid reference": verdict("failed", "InvalidImageName"),
     "CreateContainerConfigError within grace": verdict("starting", "CreateContainerConfigError"),
     "events.k8s.io/v1 Events": both(
         lambda c: c.reason is not None, words('"apiVersion": "events.k8s.io/v1"', '"series"')
     ),
 }
+
+
+# The registry's status at the end of containerd's error chain, which the message must keep.
+STATUSES = (
+    "401 Unauthorized",
+    "403 Forbidden",
+    "429 Too Many Requests",
+    "503 Service Unavailable",
+)
+
+
+@pytest.mark.parametrize("status", STATUSES)
+def test_the_registrys_status_reaches_the_message(status: str) -> None:
+    pulls = [c for c in CASES if c.reason == "ImagePullBackOff" and status in c.text]
+    assert pulls, status
+    for case in pulls:
+        assert status in case.message, f"{case.kind}/{case.stem}: {case.message}"
 
 
 def _covering(pred: Predicate, kind: str | None = None) -> list[str]:
