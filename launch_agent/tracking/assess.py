@@ -40,7 +40,7 @@ from launch_agent.model.config import TrackingConfig
 from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
 from launch_agent.tracking import events as ev
 from launch_agent.tracking import kueue
-from launch_agent.tracking.fields import mappings, name_of, text, timestamp
+from launch_agent.tracking.fields import mappings, name_of, one_line, text, timestamp
 from launch_agent.tracking.pods import (
     NO_MAIN,
     Graces,
@@ -127,8 +127,16 @@ def _workload_failure(obj: Mapping[str, Any], status: WorkloadStatus) -> Diagnos
         head = f"{what} failed: its pods failed more often than its backoffLimit allows"
     else:
         head = f"{what} failed" + (f" ({status.reason})" if status.reason else "")
-    message = head + (f": {status.message}" if status.message else "")
+    message = head + (f": {_said(status.message)}" if status.message else "")
     return Diagnosis(reason, message, Severity.TERMINAL, detail=status.message)
+
+
+def _said(message: str) -> str:
+    """A controller's own message, bounded: a RayJob's is Ray's, with up to 20,000 characters
+    of the driver's log (ray `dashboard/modules/job/job_supervisor.py`: "Job entrypoint command
+    failed with exit code 1. Last available logs (truncated to 20,000 chars): ..."), whose end
+    is the traceback that explains it. `detail` keeps the whole of it."""
+    return one_line(message, 500)
 
 
 def _terminal(diag: Diagnosis) -> Diagnosis:
@@ -280,7 +288,7 @@ def assess(
             # a failed container says which of the two it was.
             return Assessment(RunState.FAILED, _terminal(own))
         what = describe_kind(workload)
-        message = f"{what} was stopped" + (f": {status.message}" if status.message else "")
+        message = f"{what} was stopped" + (f": {_said(status.message)}" if status.message else "")
         return Assessment(
             RunState.STOPPED,
             Diagnosis(Reason.STOPPED, message, Severity.TERMINAL, detail=status.message),
@@ -312,7 +320,7 @@ def assess(
     warning = summary.warnings[0] if summary.warnings else None
     if status.phase is Phase.RESTARTING:
         what = describe_kind(workload)
-        said = f": {status.message}" if status.message else ""
+        said = f": {_said(status.message)}" if status.message else ""
         retry = Diagnosis(
             Reason.RESTARTING,
             f"{what} is retrying a failed attempt ({status.reason}){said}",
