@@ -261,11 +261,20 @@ def describe(status: KueueStatus) -> str | None:
                 " admitted again"
             )
         case KueueState.INADMISSIBLE:
+            said = status.message or status.reason
+            if not status.message or ("LocalQueue" in said and "doesn't exist" in said):
+                return (
+                    f"Kueue cannot admit this run: {said}. Create"
+                    f" LocalQueue {status.local_queue} in namespace {status.namespace} (pointing"
+                    " at a ClusterQueue), or name an existing one in the queue spec's"
+                    " spec.kueue.queueName or quota.kueue.default_local_queue"
+                )
+            # A stopped or misconfigured queue (kueue `workload_controller.go`: "ClusterQueue %s
+            # is stopped", "ClusterQueue %s doesn't exist", an admissibility error): the admin
+            # fixes the queue; creating a LocalQueue would not help.
             return (
-                f"Kueue cannot admit this run: {status.message or status.reason}. Create"
-                f" LocalQueue {status.local_queue} in namespace {status.namespace} (pointing at"
-                " a ClusterQueue), or name an existing one in the queue spec's"
-                " spec.kueue.queueName or quota.kueue.default_local_queue"
+                f"Kueue cannot admit this run: {said}. The run waits in {where} until an admin"
+                " fixes the queue (kubectl describe localqueue / clusterqueue)"
             )
         case KueueState.PENDING:
             if not status.message:
