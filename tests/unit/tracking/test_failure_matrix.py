@@ -131,7 +131,7 @@ MATRIX: dict[str, tuple[Predicate, tuple[str, ...]]] = {
     ),
     "kubelet admission refusal": (
         both(lambda c: c.reason == "AdmissionRefused", words("Pod was rejected")),
-        ("job",),
+        KINDS,
     ),
     "permanent image pull error fails fast": (
         both(verdict("failed", *PULL), lambda c: "grace" not in c.stem),
