@@ -20,6 +20,13 @@ R7 (only when x's own leaf stays within its min, i.e. G(x, parent(leaf)) holds):
   what makes the no-ping-pong argument (I4) hold for multi-resource requests.
 R8 (leaf policy `LowerPriority`): then the runs of x's own leaf with p < p(x), lowest priority
 first, latest admission first. Candidates from other queues come first, as in Kueue.
+No preemption while borrowing, R8 included: a plan is complete only when x fits *and* its leaf
+stays within its min with x (`_Plan.done`), so R8 evicts until x fits within the leaf's min, or
+not at all. R7 already required the leaf within min before looking for victims (its victims
+are off x's path and do not move the leaf). Without this for R8, a reclaimer's place could be
+taken by a higher-priority run that borrows, and be reclaimed back through a third run, for
+ever (docs/quota.md, "Termination"). It is what Kueue's classical preemption does with
+`workloadFits(..., allowBorrowing=false)` (pkg/scheduler/preemption/preemption.go).
 Minimization: walk the victims in reverse and keep running any whose eviction is not needed.
 
 Ties on share are broken by the latest eligible admission below each tied child. With
@@ -104,6 +111,12 @@ class _Plan:
 
     def fits(self) -> bool:
         return self.ledger.fits(self.path, self.x.request)
+
+    def done(self) -> bool:
+        """The plan's goal: x fits and its leaf stays within its min with x. For R7 the second
+        half holds throughout (R7 runs only then and moves nothing on x's leaf), so it only
+        ever stops R8 from leaving x borrowing."""
+        return self.fits() and self.ledger.within_min(self.x.leaf, self.x.request)
 
     # Tentative evictions move only the effective usage, which is all that fit, shares and
     # borrowing read: the charged part is put back unchanged anyway.
@@ -298,7 +311,7 @@ class _Plan:
             key=victim_order,
         )
         for victim in candidates:
-            if self.fits():
+            if self.done():
                 return
             self.victims.append(victim)
             self.remove(victim)
@@ -306,7 +319,7 @@ class _Plan:
     def minimize(self) -> None:
         for victim in reversed(list(self.victims)):
             self.restore(victim)
-            if self.fits():
+            if self.done():
                 self.victims.remove(victim)
             else:
                 self.remove(victim)
@@ -331,9 +344,9 @@ def plan_preemption(
     plan = _Plan(ledger, admitted, x, reclaim_policy, latest)
     try:
         plan.reclaim()
-        if not plan.fits() and within_queue == "LowerPriority":
+        if not plan.done() and within_queue == "LowerPriority":
             plan.within_queue()
-        if not plan.fits():
+        if not plan.done():
             return None
         if minimal:
             plan.minimize()

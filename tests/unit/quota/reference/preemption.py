@@ -20,6 +20,8 @@ R7 (only when x's own leaf stays within its min, i.e. G(x, parent(leaf)) holds):
   what makes the no-ping-pong argument (I4) hold for multi-resource requests.
 R8 (leaf policy `LowerPriority`): then the runs of x's own leaf with p < p(x), lowest priority
 first, latest admission first. Candidates from other queues come first, as in Kueue.
+No preemption while borrowing, R8 included (the cycle fix, docs/quota.md "Termination"): a
+plan is complete only when x fits and its leaf stays within its min with x (`_Plan.done`).
 Minimization: walk the victims in reverse and keep running any whose eviction is not needed.
 A count resource (`runs`, `sweep_schedulers`) never triggers R7: when x fits on everything but
 counts, only R8 may free a slot.
@@ -56,6 +58,9 @@ class _Plan:
 
     def fits(self) -> bool:
         return self.ledger.fits(self.path, self.x.request)
+
+    def done(self) -> bool:
+        return self.fits() and self.ledger.within_min(self.x.leaf, self.x.request)
 
     def remove(self, run: Run) -> None:
         self.ledger.charge(self.ledger.paths[run.leaf], run.request, -1)
@@ -175,7 +180,7 @@ class _Plan:
             key=victim_order,
         )
         for victim in candidates:
-            if self.fits():
+            if self.done():
                 return
             self.victims.append(victim)
             self.remove(victim)
@@ -183,7 +188,7 @@ class _Plan:
     def minimize(self) -> None:
         for victim in reversed(list(self.victims)):
             self.restore(victim)
-            if self.fits():
+            if self.done():
                 self.victims.remove(victim)
             else:
                 self.remove(victim)
@@ -196,9 +201,9 @@ def plan_preemption(
     plan = _Plan(ledger, admitted, x, reclaim_policy)
     try:
         plan.reclaim()
-        if not plan.fits() and within_queue == "LowerPriority":
+        if not plan.done() and within_queue == "LowerPriority":
             plan.within_queue()
-        if not plan.fits():
+        if not plan.done():
             return None
         plan.minimize()
         return list(plan.victims)
