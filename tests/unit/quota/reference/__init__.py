@@ -1,5 +1,5 @@
 """The admission engine as it was before the lazy tournament (commit 174428f), kept verbatim
-except for its imports and one rule change (R8 only within the leaf's min, `_Plan.done` in
+except for its imports and one rule change (R8 only when its preemptor stays within its leaf's min, in
 `preemption.py`: the fix for the admission cycle, made to the rules, this reference and the
 engine together), as a slow, independent reference for the differential tests.
 

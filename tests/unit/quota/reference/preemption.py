@@ -21,7 +21,8 @@ R7 (only when x's own leaf stays within its min, i.e. G(x, parent(leaf)) holds):
 R8 (leaf policy `LowerPriority`): then the runs of x's own leaf with p < p(x), lowest priority
 first, latest admission first. Candidates from other queues come first, as in Kueue.
 No preemption while borrowing, R8 included (the cycle fix, docs/quota.md "Termination"): a
-plan is complete only when x fits and its leaf stays within its min with x (`_Plan.done`).
+plan with victims in x's own leaf is refused when, after its minimized evictions, x's leaf
+would not stay within its min with x.
 Minimization: walk the victims in reverse and keep running any whose eviction is not needed.
 A count resource (`runs`, `sweep_schedulers`) never triggers R7: when x fits on everything but
 counts, only R8 may free a slot.
@@ -58,9 +59,6 @@ class _Plan:
 
     def fits(self) -> bool:
         return self.ledger.fits(self.path, self.x.request)
-
-    def done(self) -> bool:
-        return self.fits() and self.ledger.within_min(self.x.leaf, self.x.request)
 
     def remove(self, run: Run) -> None:
         self.ledger.charge(self.ledger.paths[run.leaf], run.request, -1)
@@ -180,7 +178,7 @@ class _Plan:
             key=victim_order,
         )
         for victim in candidates:
-            if self.done():
+            if self.fits():
                 return
             self.victims.append(victim)
             self.remove(victim)
@@ -188,7 +186,7 @@ class _Plan:
     def minimize(self) -> None:
         for victim in reversed(list(self.victims)):
             self.restore(victim)
-            if self.done():
+            if self.fits():
                 self.victims.remove(victim)
             else:
                 self.remove(victim)
@@ -201,11 +199,13 @@ def plan_preemption(
     plan = _Plan(ledger, admitted, x, reclaim_policy)
     try:
         plan.reclaim()
-        if not plan.done() and within_queue == "LowerPriority":
+        if not plan.fits() and within_queue == "LowerPriority":
             plan.within_queue()
-        if not plan.done():
+        if not plan.fits():
             return None
         plan.minimize()
+        if any(v.leaf == x.leaf for v in plan.victims) and not ledger.within_min(x.leaf, x.request):
+            return None
         return list(plan.victims)
     finally:
         for run in list(plan.victims):
