@@ -16,8 +16,8 @@ Under the old rules, after the fourth submission four runs chased each other for
   and r2 once more.
 
 No pair reclaims back from the other (I4 holds pairwise); the loop went through R8. Now R8,
-like R7, is only for a run that stays within its leaf's min after its evictions: r7 would
-borrow 4 cpu on n4 and n4 holds no other lower-priority run to evict, so it waits.
+like R7, is only for a run that stays within its leaf's min after its (minimized) evictions:
+evicting r5 would leave r7 borrowing 4 cpu on n4, so r7 waits.
 """
 
 from __future__ import annotations
@@ -144,8 +144,7 @@ def test_three_way_reclaim_and_within_queue_preemption_reaches_a_fixpoint(kind: 
     # The old rules raised RuntimeError("admission cycle did not converge") here. Now the
     # fourth submission changes nothing, and that is a fixpoint:
     # - r7 (8 cpu) fits n4's max 13 only without r5 (5 + 8), but would then borrow 4 above
-    #   n4's min 9; r3, the other run of n4, has r7's priority and is no R8 victim, so R8 has
-    #   no plan that keeps r7 within min, and a borrowing run may not preempt;
+    #   n4's min 9: that R8 plan is refused (no preemption while borrowing);
     # - r6 needs n2's max, full with r0 and r4, and n2 (min 0) is not within min to reclaim;
     # - r1 needs a `runs` slot (root max 2: r0 and r5), and a count never reclaims (R12);
     # - r2 (4.5 cpu) would take n3 to 13.5 > 13 and n5 to 4.5 > its min 4: no reclaim.
@@ -361,3 +360,50 @@ def test_admission_always_reaches_a_fixpoint(data: st.DataObject) -> None:
         assert settle(engine) == settle(reference)
         assert engine.step() == []
         assert states(engine) == states(reference)
+
+
+FLAT: dict[str, Any] = {
+    "reclaimPolicy": "Any",
+    "root": {
+        "name": "root",
+        "min": {"cpu": 6},
+        "max": {"cpu": 6, "runs": 2},
+        "children": [
+            {
+                "name": "A",
+                "min": {"cpu": 4},
+                "max": {"cpu": 6},
+                "queues": ["qa"],
+                "withinQueue": "LowerPriority",
+            },
+            {"name": "B", "min": {"cpu": 2}, "max": {"cpu": 4}, "queues": ["qb"]},
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize("kind", ["engine", "reference"])
+def test_the_smallest_chase_reaches_a_fixpoint(kind: str) -> None:
+    """The smallest member of the `chases` family (two leaves, five runs), which the old rules
+    looped on after y: y took x's place by R8 (A borrowing 2), v1 reclaimed y, v2 fitted, and
+    x reclaimed v1 and v2 again. Now y's plan (evict x) would leave A borrowing: y waits."""
+    tree = parse_tree(FLAT)
+    engine: Engine = AdmissionEngine(tree) if kind == "engine" else Reference(tree, exhaustive=True)
+    assert submit_and_cycle(engine, [spec("v1", "qb", [(1, G)], 0, False)]) == [("admit", "v1")]
+    assert submit_and_cycle(engine, [spec("v2", "qb", [(1, 3 * G)], 1, True)]) == [("admit", "v2")]
+    assert submit_and_cycle(engine, [spec("s", "qa", [(1, 2 * G)], 2, False)]) == [("admit", "s")]
+    # x keeps A within its min (2 + 2 = 4) and needs the `runs` slot of v1 and 2 cpu of v2.
+    assert submit_and_cycle(engine, [spec("x", "qa", [(1, 2 * G)], 0, False)]) == [
+        ("evict", "v1"),
+        ("evict", "v2"),
+        ("admit", "x"),
+    ]
+    assert submit_and_cycle(engine, [spec("y", "qa", [(1, 4 * G)], 1, True)]) == []
+    assert engine.step() == []
+    assert states(engine) == {
+        "s": "admitted",
+        "v1": "pending",
+        "v2": "pending",
+        "x": "admitted",
+        "y": "pending",
+    }
