@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from launch_agent.quota import AdmissionEngine, PodSet, RunSpec, RunState, parse_tree
 from launch_agent.quota.runs import RUNNING_STATES
+from launch_agent.quota.tree import COUNT_RESOURCES
 from tests.unit.quota.reference.engine import AdmissionEngine as Reference
 
 Engine = AdmissionEngine | Reference
@@ -315,15 +316,35 @@ def settle(engine: Engine) -> list[tuple[str, str]]:
     shows as evictions that never stop, one `terminated` event at a time, instead of as
     `cycle()`'s error. Bounded like `cycle()`: a correct engine evicts each run a bounded
     number of times."""
-    decisions = [(d.action, d.run) for d in engine.cycle()]
+    decisions = cycle_checked(engine)
     for _ in range(4 * len(engine.runs) + 16):
         evicting = sorted(r.id for r in engine.runs.values() if r.state is RunState.EVICTING)
         if not evicting:
             return decisions
         for run_id in evicting:
             engine.terminated(run_id)
-            decisions += [(d.action, d.run) for d in engine.cycle()]
+            decisions += cycle_checked(engine)
     raise AssertionError(f"evictions never stop: {decisions[-12:]}")
+
+
+def cycle_checked(engine: Engine) -> list[tuple[str, str]]:
+    """`cycle()` one `step()` at a time, checking the fact the termination argument rests on:
+    a preemption never leaves its preemptor's leaf borrowing on a resource the preemptor
+    requests (with instant termination, where the victims' quota is gone at once)."""
+    decisions: list[tuple[str, str]] = []
+    for _ in range(4 * len(engine.runs) + 16):
+        made = engine.step()
+        if not made:
+            return decisions
+        decisions += [(d.action, d.run) for d in made]
+        preemptor = made[-1].run
+        if engine.tree.instant_termination and any(d.action == "evict" for d in made):
+            run = engine.runs[preemptor]
+            used, minima = engine.ledger.used[run.leaf], engine.ledger.mins[run.leaf]
+            for resource, amount in run.request.items():
+                if amount > 0 and resource not in COUNT_RESOURCES:
+                    assert used.get(resource, 0) <= minima.get(resource, 0), (preemptor, made)
+    raise AssertionError(f"admission cycle did not converge: {decisions[-12:]}")
 
 
 @settings(
