@@ -71,6 +71,7 @@ from launch_agent.adapters.wandb_results import (
     LaunchAgentInfo,
     PushedItem,
     QueueConfig,
+    QueuedItem,
     RunQueue,
     RunQueueItem,
     RunRef,
@@ -379,6 +380,24 @@ class WandbClient:
         )
         return results.pushed(await self._single(request))
 
+    async def run_queue_item(self, entity: str, queue: str, item_id: str) -> QueuedItem | None:
+        """The item's state as W&B has it (wandb `QueuedRun._get_item`); None when the queue
+        holds no such item."""
+        variables = {
+            "projectName": docs.LAUNCH_PROJECT,
+            "entityName": entity,
+            "runQueue": queue,
+            "itemId": item_id,
+        }
+        data = await self._single(docs.single("GetRunQueueItem", variables, "project"))
+        return results.run_queue_item(queue, data)
+
+    async def run_queue_items(self, entity: str, queue: str) -> list[QueuedItem]:
+        """The queue's first `RUN_QUEUE_ITEMS_PAGE` items with their states and runSpecs
+        (wandb `RunQueue.items`)."""
+        data = await self._single(docs.run_queue_items(entity, queue))
+        return results.run_queue_items(queue, data)
+
     async def queue_config(self, entity: str, queue: str) -> QueueConfig:
         """The queue's default resource config and template variables (`launch-agent migrate`).
 
@@ -505,6 +524,7 @@ __all__ = [
     "LaunchAgentInfo",
     "PushedItem",
     "QueueConfig",
+    "QueuedItem",
     "RunQueue",
     "RunQueueItem",
     "RunRef",

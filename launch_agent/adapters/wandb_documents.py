@@ -185,6 +185,51 @@ query GetDefaultResourceConfig($entityName: String!, $id: ID!) {
 }
 """
 
+# Whether W&B already has a run's outcome (`Reporter.fail` with `verify`): the item's state, as
+# wandb's public API reads it (`QueuedRun._get_item`, wandb/apis/public/jobs.py; the
+# `GetRunQueueItem` document copied, its first line wrapped). States: PENDING (pushed, or its
+# lease lapsed), LEASED (popped), CLAIMED (acked), FAILED (`failRunQueueItem`).
+GET_RUN_QUEUE_ITEM = """
+query GetRunQueueItem(
+    $projectName: String!, $entityName: String!, $runQueue: String!, $itemId: ID!
+) {
+    project(name: $projectName, entityName: $entityName) {
+        runQueue(name: $runQueue) {
+            runQueueItem(id: $itemId) {
+                id
+                state
+                associatedRunId
+            }
+        }
+    }
+}
+"""
+
+# Whether a requeue already reached W&B: the queue's items, as wandb's `RunQueue._get_items`
+# (wandb/apis/public/jobs.py) lists them (`GetRunQueueItems`, `runQueueItems(first: 100)`), with
+# `state` and `runSpec` added to the node's selection (both are fields of W&B's `RunQueueItem`:
+# `state` is what `QueuedRun` reads, `runSpec` what `popFromRunQueue` answers). Not in
+# `SINGLE_OPERATIONS`: the real client selects `id` only, so it has no recording to equal.
+GET_RUN_QUEUE_ITEMS = """
+query GetRunQueueItems($projectName: String!, $entityName: String!, $runQueue: String!) {
+    project(name: $projectName, entityName: $entityName) {
+        runQueue(name: $runQueue) {
+            runQueueItems(first: 100) {
+                edges {
+                    node {
+                        id
+                        state
+                        runSpec
+                    }
+                }
+            }
+        }
+    }
+}
+"""
+# The page size of `GET_RUN_QUEUE_ITEMS` (wandb's own: "Up to the first 100 queued runs").
+RUN_QUEUE_ITEMS_PAGE = 100
+
 # The reference adds `$priority` and `$templateVariableValues` only when they are set; the
 # recorded document is the plain one, built here by `push_to_run_queue_by_name`.
 _PUSH_PARAMS = (
@@ -212,6 +257,7 @@ SINGLE_OPERATIONS: dict[str, str] = {
     "UpsertSweep": UPSERT_SWEEP,
     "GetRunQueueMetadata": GET_RUN_QUEUE_METADATA,
     "GetDefaultResourceConfig": GET_DEFAULT_RESOURCE_CONFIG,
+    "GetRunQueueItem": GET_RUN_QUEUE_ITEM,
 }
 
 
@@ -332,6 +378,12 @@ def push_to_run_queue_by_name(
         f"  pushToRunQueueByName(input: {{{inputs}}}) {{ runQueueItemId runSpec }}\n}}\n"
     )
     return Request("pushToRunQueueByName", document, variables, ("pushToRunQueueByName",))
+
+
+def run_queue_items(entity: str, queue: str) -> Request:
+    """The first `RUN_QUEUE_ITEMS_PAGE` items of a queue, with their state and runSpec."""
+    variables = {"projectName": LAUNCH_PROJECT, "entityName": entity, "runQueue": queue}
+    return Request("GetRunQueueItems", GET_RUN_QUEUE_ITEMS, variables, ("project",))
 
 
 def single(operation: str, variables: Mapping[str, Any], key: str) -> Request:

@@ -101,6 +101,16 @@ class PushedItem:
     run_spec: dict[str, Any] | None
 
 
+@dataclass(frozen=True)
+class QueuedItem:
+    """An item as W&B lists it: its state (`PENDING`, `LEASED`, `CLAIMED`, `FAILED`) and, in a
+    queue's listing, its runSpec (empty when unreadable: such an item matches nothing)."""
+
+    id: str
+    state: str
+    run_spec: dict[str, Any] = field(default_factory=dict)
+
+
 def split_errors(
     operation: str, body: Mapping[str, Any], keys: Sequence[str]
 ) -> tuple[dict[str, Any], dict[str, str]]:
@@ -374,3 +384,46 @@ def queue_config(queue: str, value: Any) -> QueueConfig:
         variables[name] = _obj(schema if schema is not None else {}, f"{here}.schema")
     resource = _str(raw.get("resource"), f"{where}.resource", optional=True)
     return QueueConfig(queue, resource, config, variables)
+
+
+def _run_queue(operation: str, queue: str, value: Any) -> dict[str, Any]:
+    where = f"{operation}: data.project"
+    if value is None:
+        raise WandbProtocolError(f"{where} is null: no launch project for this entity")
+    found = _obj(value, where).get("runQueue")
+    if found is None:
+        raise WandbProtocolError(f"{where}.runQueue is null: W&B has no run queue {queue!r}")
+    return _obj(found, f"{where}.runQueue")
+
+
+def _queued(node: Any, where: str, *, with_spec: bool) -> QueuedItem:
+    obj = _obj(node, where)
+    item_id = _str(obj.get("id"), f"{where}.id")
+    state = _str(obj.get("state"), f"{where}.state")
+    spec = run_spec(obj.get("runSpec"))[0] if with_spec else {}
+    return QueuedItem(id=str(item_id), state=str(state).upper(), run_spec=spec)
+
+
+def run_queue_item(queue: str, value: Any) -> QueuedItem | None:
+    """`data.project` of GetRunQueueItem; None when the queue holds no such item."""
+    found = _run_queue("GetRunQueueItem", queue, value).get("runQueueItem")
+    if found is None:
+        return None
+    return _queued(found, "GetRunQueueItem: ....runQueueItem", with_spec=False)
+
+
+def run_queue_items(queue: str, value: Any) -> list[QueuedItem]:
+    """`data.project` of GetRunQueueItems: the listed items, in W&B's order."""
+    where = "GetRunQueueItems: ....runQueueItems"
+    listing = _obj(_run_queue("GetRunQueueItems", queue, value).get("runQueueItems"), where)
+    edges = listing.get("edges")
+    if not isinstance(edges, list):
+        raise WandbProtocolError(f"{where}.edges is {_kind(edges)}, expected a list")
+    return [
+        _queued(
+            _obj(edge, f"{where}.edges[{i}]").get("node"),
+            f"{where}.edges[{i}].node",
+            with_spec=True,
+        )
+        for i, edge in enumerate(edges)
+    ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -43,6 +44,7 @@ from launch_agent.tracking.fields import timestamp
 # A namespace's pods and Events with managedFields can be large; nesting stays shallow.
 DUMP_LIMITS = Limits(max_bytes=256 * 1024 * 1024, max_depth=64)
 FIELDS = ("state", "reason", "message", "pod", "container")
+_YAML_SEPARATOR = re.compile(r"^---[ \t]*(?:#.*)?$", re.MULTILINE)
 
 DESCRIPTION = """\
 Print what the agent would report for one workload: its state (queued, starting, running,
@@ -57,8 +59,14 @@ From a capture:     kubectl get job/NAME,pods,events -n NS -o json > dump.json
                     `kubectl get workloads.kueue.x-k8s.io`, to judge Kueue's admission)
 
 The workload is the one object of the capture that is not a Pod, an Event or a Kueue Workload
-(or the one of --kind); its pods are matched by ownerReferences and the labels the operators
-set. --now judges at another time than now (the start deadline, grace periods).
+and is not owned by another one (a JobSet's Jobs, a RayJob's RayCluster). A capture with
+several (`kubectl get jobs,pods,events` lists every Job of the namespace) is refused with their
+names: pick one by name, `diagnose -f dump.json [NAMESPACE/]NAME`, and/or by --kind. Its pods
+are matched by ownerReferences and the labels the operators set; pods, Events and Kueue
+Workloads of other workloads in the capture are ignored. The capture may also be a single
+object (`kubectl get job NAME -o json`), a typed list (PodList, EventList, JobList), several
+outputs appended to one file or in a JSON array, or `-o yaml` documents separated by `---`.
+--now judges at another time than now (the start deadline, grace periods).
 
 Exit status 0 with a verdict, 2 for input that cannot be judged (with the reason on stderr),
 1 when the cluster cannot be read.
@@ -72,7 +80,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("target", nargs="?", metavar="NAMESPACE/NAME", help="the workload")
+    parser.add_argument(
+        "target",
+        nargs="?",
+        metavar="NAMESPACE/NAME",
+        help="the workload (with -f: which of the capture's workloads, NAME or NAMESPACE/NAME)",
+    )
     parser.add_argument(
         "-f",
         "--filename",
@@ -136,12 +149,56 @@ def _read(path: str) -> Any:
     except OSError as exc:
         raise DumpError(f"{source}: cannot read: {exc.strerror or exc}") from None
     if raw.lstrip()[:1] in (b"{", b"["):
-        return load_json(raw, source=source, limits=DUMP_LIMITS)
+        try:
+            return load_json(raw, source=source, limits=DUMP_LIMITS)
+        except InputError:
+            documents = _json_documents(raw)
+            if len(documents) < 2:
+                raise
+        # Several outputs appended to one file: each is read by the same bounded loader.
+        return [
+            load_json(doc, source=f"{source} (document {i + 1})", limits=DUMP_LIMITS)
+            for i, doc in enumerate(documents)
+        ]
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise DumpError(f"{source}: not UTF-8") from None
-    return load_yaml(text, source=source, limits=DUMP_LIMITS)
+    try:
+        return load_yaml(text, source=source, limits=DUMP_LIMITS)
+    except InputError:
+        documents = [d for d in _YAML_SEPARATOR.split(text) if d.strip()]
+        if len(documents) < 2:
+            raise
+    # `kubectl get job X -o yaml; echo ---; kubectl get pods -o yaml`: kubectl indents every
+    # block scalar, so a `---` at the start of a line is a document separator.
+    return [
+        load_yaml(doc, source=f"{source} (document {i + 1})", limits=DUMP_LIMITS)
+        for i, doc in enumerate(documents)
+    ]
+
+
+def _json_documents(raw: bytes) -> list[str]:
+    """The JSON texts written one after the other in `raw` (`kubectl get job X -o json;
+    kubectl get pods -o json` into one file); [] when it is not such a sequence."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return []
+    decoder = json.JSONDecoder()
+    spans: list[str] = []
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos == len(text):
+            return spans
+        try:
+            _, end = decoder.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            return []
+        spans.append(text[pos:end])
+        pos = end
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -160,9 +217,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         kind = parse_kind(args.kind) if args.kind else None
         if args.filename is not None:
-            if args.target:
-                return _error("give NAMESPACE/NAME or -f FILE, not both")
-            inputs = select(items_of(_read(args.filename)), kind)
+            # With -f the target only picks one of the capture's workloads.
+            inputs = select(items_of(_read(args.filename)), kind, args.target or None)
         elif args.target:
             namespace, _, name = args.target.partition("/")
             if not namespace or not name or "/" in name:

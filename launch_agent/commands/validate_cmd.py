@@ -33,12 +33,13 @@ from launch_agent.render.spec_load import load_queue_spec
 DESCRIPTION = """\
 Check queue spec files: their schema (the JSON Schema ships in the package, see
 docs/queue-specs.md), the template and its paths, a render with a sample item, and the
-rendered objects against Kubernetes' strict schemas and the workload CRDs' schemas.
+rendered objects against Kubernetes' strict schemas and the workload CRDs' schemas and
+CEL rules (x-kubernetes-validations, as the API server applies them on create).
 
 PATH is a spec file, a directory of *.yaml / *.yml files or `-` for one spec on standard input
 (default: queue-specs/).
 Exit status 1 if any problem was found (all are listed, `error: <file>: <path>: <reason>`).
-Output validation needs kubernetes-validate: pip install 'launch-agent[validate]'.
+Output validation needs kubernetes-validate and cel-python: pip install 'launch-agent[validate]'.
 """
 
 

@@ -48,9 +48,16 @@ JOB = {
 }
 
 
-def job_queue_spec(name: str, queue: str, overridable: list[str]) -> str:
-    """A queue spec serving `queue` with small Jobs: what the benchmarks' agents run."""
+def job_queue_spec(
+    name: str, queue: str, overridable: list[str], *, ttl_seconds: int | None = None
+) -> str:
+    """A queue spec serving `queue` with small Jobs: what the benchmarks' agents run.
+
+    `ttl_seconds`: the Jobs' `ttlSecondsAfterFinished` (the agent's default, 3600, otherwise)."""
     granted = "".join(f"\n    - {path}" for path in overridable)
+    defaults = (
+        "" if ttl_seconds is None else f"  defaults: {{ttlSecondsAfterFinished: {ttl_seconds}}}\n"
+    )
     return f"""\
 apiVersion: launch-agent/v1
 kind: QueueSpec
@@ -71,10 +78,11 @@ spec:
               resources:
                 requests: {{cpu: 100m, memory: 64Mi}}
   overridable:{granted}
-"""
+{defaults}"""
 
 
-QUEUE_SPEC = job_queue_spec("bench", QUEUE, ["overrides.args", "overrides.run_config"])
+QUEUE_GRANTS = ["overrides.args", "overrides.run_config"]
+QUEUE_SPEC = job_queue_spec("bench", QUEUE, QUEUE_GRANTS)
 
 
 def reference_spec() -> dict[str, Any]:

@@ -8,10 +8,16 @@ subprocess. Every `interval` seconds the harness samples, each from the record t
 - `open_fds`: the entries of `/proc/PID/fd`;
 - `asyncio_tasks`: the agent's `launch_agent_asyncio_tasks` gauge on `/metrics`;
 - `watch_connections`: the watches the Kubernetes API server holds open (its own count);
-- `run_table`: the runs the agent tracks (`launch_agent_runs`, summed over states).
+- `run_table`: the runs the agent tracks (`launch_agent_runs`, summed over states);
+- `cluster_jobs`, `cluster_pods`: the Jobs and pods the API server holds (its own store).
 
-`slopes` fits each metric with least squares against time in minutes: a leak is a positive
-slope that does not fade as the soak gets longer. The numbers are printed, never judged here.
+Finished Jobs stay for their `ttlSecondsAfterFinished` (`ttl_seconds`, 300 by default here) and
+the agent's watch caches them and their pods, so memory follows the cluster until the first Jobs
+expire: with the production 3600 s a 30-minute soak never reaches a steady number of objects and
+RSS grows with the cluster, not with a leak. `slopes` fits each metric with least squares
+against time in minutes over every sample; `steady_slopes` only over the samples taken once the
+first Jobs expired (from `ttl_seconds` + 60 s on), where a leak is a positive slope. The numbers
+are printed, never judged here.
 """
 
 from __future__ import annotations
@@ -31,12 +37,29 @@ from typing import Any
 import aiohttp
 
 from launch_agent.demo.dispatch import AgentLauncher, AgentProcess, BenchError, spawn
-from launch_agent.demo.launchers import AGENT_NAME, ENTITY, PROJECT, QUEUE, QUEUE_SPEC, our_spec
+from launch_agent.demo.launchers import (
+    AGENT_NAME,
+    ENTITY,
+    PROJECT,
+    QUEUE,
+    QUEUE_GRANTS,
+    job_queue_spec,
+    our_spec,
+)
 from launch_agent.demo.procstat import PROC, read_process
 from launch_agent.demo.world import SandboxWorld, WorldSettings
 from launch_agent.sandbox.wandb import ItemState
 
-METRICS = ("rss_mb", "open_fds", "asyncio_tasks", "watch_connections", "run_table")
+METRICS = (
+    "rss_mb",
+    "open_fds",
+    "asyncio_tasks",
+    "watch_connections",
+    "run_table",
+    "cluster_jobs",
+    "cluster_pods",
+)
+DEFAULT_TTL_SECONDS = 300
 Say = Callable[[str], None]
 
 
@@ -53,9 +76,10 @@ def slope(points: Sequence[tuple[float, float]]) -> float:
     return sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
 
 
-def slopes(samples: Sequence[dict[str, float]]) -> dict[str, float]:
-    """Per metric: its change per minute, fitted over every sample's `minute`."""
-    return {name: round(slope([(s["minute"], s[name]) for s in samples]), 4) for name in METRICS}
+def slopes(samples: Sequence[dict[str, float]], *, from_minute: float = 0.0) -> dict[str, float]:
+    """Per metric: its change per minute, fitted over the samples from `from_minute` on."""
+    kept = [s for s in samples if s["minute"] >= from_minute]
+    return {name: round(slope([(s["minute"], s[name]) for s in kept]), 4) for name in METRICS}
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -87,13 +111,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def soak_launcher(port: int) -> AgentLauncher:
+def soak_launcher(port: int, ttl_seconds: int) -> AgentLauncher:
     """`launch-agent run` as the dispatch benchmark starts it, with a known health port."""
 
     def command(world: SandboxWorld, scratch: Path) -> tuple[list[str], dict[str, str]]:
         specs = scratch / "queue-specs"
         specs.mkdir(exist_ok=True)
-        (specs / "bench.yaml").write_text(QUEUE_SPEC, encoding="utf-8")
+        spec = job_queue_spec("bench", QUEUE, QUEUE_GRANTS, ttl_seconds=ttl_seconds)
+        (specs / "bench.yaml").write_text(spec, encoding="utf-8")
         config = scratch / "launch-config.yaml"
         config.write_text(
             f"queues: [{QUEUE}]\nentity: {ENTITY}\nmax_jobs: -1\nagent_name: {AGENT_NAME}\n"
@@ -126,19 +151,28 @@ class SoakResult:
     minutes: float
     rate_per_minute: float
     interval_seconds: float
+    ttl_seconds: int = DEFAULT_TTL_SECONDS
     pushed: int = 0
     acked: int = 0
     samples: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def steady_from(self) -> float:
+        """The minute from which the cluster holds a steady number of objects."""
+        return round((self.ttl_seconds + 60) / 60, 3)
 
     def as_json(self) -> dict[str, Any]:
         return {
             "minutes": self.minutes,
             "rate_per_minute": self.rate_per_minute,
             "interval_seconds": self.interval_seconds,
+            "ttl_seconds": self.ttl_seconds,
             "runs_pushed": self.pushed,
             "runs_acked": self.acked,
             "samples": self.samples,
             "slopes_per_minute": slopes(self.samples),
+            "steady_from_minute": self.steady_from,
+            "steady_slopes_per_minute": slopes(self.samples, from_minute=self.steady_from),
         }
 
 
@@ -159,6 +193,8 @@ async def _sample(
         "asyncio_tasks": gauges.get("launch_agent_asyncio_tasks", 0.0),
         "watch_connections": float(len(world.kube.store.watchers())),
         "run_table": gauges.get("launch_agent_runs", 0.0),
+        "cluster_jobs": float(world.kube.store.count(world.kube.store.rt("jobs.batch"))),
+        "cluster_pods": float(world.kube.store.count(world.kube.store.rt("pods"))),
     }
 
 
@@ -198,11 +234,18 @@ async def _world() -> AsyncIterator[tuple[SandboxWorld, Path]]:
         await asyncio.to_thread(scratch.cleanup)
 
 
-async def soak(minutes: float, rate: float, interval: float, say: Say) -> SoakResult:
-    result = SoakResult(minutes, rate, interval)
+async def soak(
+    minutes: float,
+    rate: float,
+    interval: float,
+    say: Say,
+    *,
+    ttl_seconds: int = DEFAULT_TTL_SECONDS,
+) -> SoakResult:
+    result = SoakResult(minutes, rate, interval, ttl_seconds)
     port = await asyncio.to_thread(free_port)
     async with _world() as (world, scratch):
-        agent = await spawn(soak_launcher(port), world, scratch)
+        agent = await spawn(soak_launcher(port, ttl_seconds), world, scratch)
         try:
             await _ready(agent, port)
             started = time.monotonic()

@@ -46,3 +46,19 @@ LABEL_VALUE_MAX = 63
 def is_label_value(value: str) -> bool:
     """True if `value` is a valid Kubernetes label value."""
     return len(value) <= LABEL_VALUE_MAX and LABEL_VALUE.match(value) is not None
+
+
+# `IsQualifiedName` (apimachinery `pkg/util/validation/validation.go`): label keys and
+# annotation keys are an optional DNS-subdomain prefix and `/`, then a name part.
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+
+def is_qualified_name(key: str) -> bool:
+    """True if `key` is a valid label or annotation key."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not (0 < len(prefix) <= 253 and _DNS1123_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and _NAME_PART.match(name) is not None

@@ -7,10 +7,20 @@ server with the W&B-side queue config; the renderer treats all of it as the subm
 `parse_run_item` checks types and reports every malformed key with its path (`runSpec.overrides.
 args[2]: must be a string`), so a broken item is failed in W&B with a reason instead of crashing
 the dispatcher.
+
+The identifiers (`entity`, `project`, `run_id`, `sweep_id`, `author`, the item id) reach log
+lines, annotations, environment variables and GraphQL calls, so each is held to W&B's own rules
+(wandb 0.31.0 `sdk/wandb_settings.py`: `Settings.validate_project`, `Settings.validate_run_id`)
+plus a length bound and no control characters: a run id holding a newline and an ANSI escape
+must not forge a line of the agent's text log, and a 300 KB entity must not make the workload's
+annotations too big for the API server. Free text (`name`, `args`, `entry_point`) may hold
+anything but NUL, which no process can receive in its environment or argv (execve stops at
+it, runc refuses it): the run would never start, with no reason given.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +33,67 @@ KUBERNETES = "kubernetes"
 # A sweep scheduler runs as a Kubernetes Job whatever resource W&B's `launch-sweep` names
 # (`local-process` for `wandb scheduler`, `local-container` for scheduler jobs).
 SCHEDULER_RESOURCES = frozenset({KUBERNETES, "local-process", "local-container"})
+
+# Longest identifier accepted: W&B caps project names at 128 characters; the same bound for the
+# others keeps every annotation and env value the agent writes from them small.
+MAX_ID_CHARS = 128
+# W&B's item ids are base64 of `RunQueueItem:<digits>`; anything far longer is not one.
+MAX_ITEM_ID_CHARS = 256
+# C0 and C1 controls, DEL: line breaks and terminal escapes in logs; U+2028/2029 are line
+# breaks to many log viewers; the bidi overrides reorder what a reader sees.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# Docker references, `registry/host:port/path:tag@sha256:digest` (render/macros.py `image_uri`).
+_IMAGE_REF = re.compile(r"[A-Za-z0-9._/:@+-]{1,512}")
+# wandb_settings.py `validate_project` / `validate_run_id` (sweep ids are run-id-like).
+_RESERVED = {
+    "entity": "/",
+    "project": "/\\#?%:",
+    "run_id": ":;,#?/'",
+    "sweep_id": ":;,#?/'",
+    "author": "",
+}
+
+
+def _clip(value: str, limit: int = 80) -> str:
+    """A value short enough to quote in an error (the W&B message and the log line)."""
+    return value if len(value) <= limit else f"{value[:limit]}... ({len(value):,} characters)"
+
+
+def identifier_problem(value: str, path: str, reserved: str, limit: int = MAX_ID_CHARS) -> str:
+    """Why `value` cannot be an identifier at `path` (empty: it can)."""
+    if len(value) > limit:
+        return f"{path}: is {len(value):,} characters; at most {limit} are allowed"
+    control = _CONTROL.search(value)
+    if control:
+        return (
+            f"{path}: holds the control character {control.group()!r} at offset {control.start()}"
+        )
+    if value != value.strip():
+        return f"{path}: may not start or end with whitespace"
+    found = sorted({c for c in reserved if c in value})
+    if found:
+        return f"{path}: may not hold {' '.join(found)} (W&B reserves {' '.join(reserved)})"
+    return ""
+
+
+def _identifier(value: Any, key: str, problems: list[Problem]) -> Any:
+    if not isinstance(value, str):
+        return value
+    why = identifier_problem(value, f"runSpec.{key}", _RESERVED[key])
+    if why:
+        path, _, reason = why.partition(": ")
+        problems.append(Problem(path, reason))
+        return None
+    return value
+
+
+def _no_nul(value: Any, path: str, problems: list[Problem]) -> Any:
+    if isinstance(value, str) and "\x00" in value:
+        problems.append(
+            Problem(path, "holds a NUL character, which no process can receive in argv or env")
+        )
+        return None
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +142,11 @@ def _str_list(value: Any, path: str, problems: list[Problem]) -> tuple[str, ...]
     bad = [i for i, v in enumerate(value) if not isinstance(v, str | int | float)]
     for i in bad:
         problems.append(Problem(f"{path}[{i}]", "must be a string"))
+    bad += [
+        i
+        for i, v in enumerate(value)
+        if i not in bad and _no_nul(v, f"{path}[{i}]", problems) is None
+    ]
     # W&B passes numbers through str(); so do we (e.g. args: ["--lr", 0.1]).
     return None if bad else tuple(str(v) for v in value)
 
@@ -93,37 +169,60 @@ def parse_run_item(item: Any, *, scheduler: bool = False) -> RunItem:
     rqi = item.get("runQueueItemId")
     if not isinstance(rqi, str) or not rqi:
         problems.append(Problem("runQueueItemId", "is required and must be a non-empty string"))
+    elif why := identifier_problem(rqi, "runQueueItemId", "", MAX_ITEM_ID_CHARS):
+        problems.append(Problem("runQueueItemId", why.partition(": ")[2]))
     spec = item.get("runSpec")
     if not isinstance(spec, dict):
         problems.append(Problem("runSpec", "is required and must be a mapping"))
         raise InvalidInput(problems)
 
-    entity = _str(spec, "entity", problems, required=True)
-    project = _str(spec, "project", problems, required=True)
+    entity = _identifier(_str(spec, "entity", problems, required=True), "entity", problems)
+    project = _identifier(_str(spec, "project", problems, required=True), "project", problems)
     optional = {k: _str(spec, k, problems, required=False) for k in ("name", "author", "job")}
+    optional["author"] = _identifier(optional["author"], "author", problems)
+    optional["name"] = _no_nul(optional["name"], "runSpec.name", problems)
     run_id = spec.get("run_id")
     if run_id is not None and not isinstance(run_id, str):
         problems.append(Problem("runSpec.run_id", "must be a string"))
         run_id = None
+    run_id = _identifier(run_id or None, "run_id", problems)
     sweep_id = spec.get("sweep_id")
     if sweep_id is not None and not isinstance(sweep_id, str):
         problems.append(Problem("runSpec.sweep_id", "must be a string"))
         sweep_id = None
+    sweep_id = _identifier(sweep_id or None, "sweep_id", problems)
 
     resource = spec.get("resource")
     if scheduler and resource in SCHEDULER_RESOURCES:
         pass
     elif resource is not None and resource != KUBERNETES:
         problems.append(
-            Problem("runSpec.resource", f"is {resource!r}; this agent only runs 'kubernetes'")
+            Problem(
+                "runSpec.resource",
+                f"is {_clip(repr(resource))}; this agent only runs 'kubernetes'",
+            )
         )
     resource_args = _map(spec.get("resource_args"), "runSpec.resource_args", problems) or {}
     kube = _map(resource_args.get(KUBERNETES), "runSpec.resource_args.kubernetes", problems)
 
     docker = _map(spec.get("docker"), "runSpec.docker", problems) or {}
+    image_path = (
+        "runSpec.docker.docker_image" if docker.get("docker_image") else "runSpec.image_uri"
+    )
     image = docker.get("docker_image") or spec.get("image_uri")
     if image is not None and not isinstance(image, str):
-        problems.append(Problem("runSpec.docker.docker_image", "must be a string"))
+        problems.append(Problem(image_path, "must be a string"))
+        image = None
+    elif image and not _IMAGE_REF.fullmatch(image):
+        # The image lands in `image`, WANDB_DOCKER and an annotation whether or not the template
+        # uses ${image_uri} (whose charset this is): a reference with spaces is an argument.
+        problems.append(
+            Problem(
+                image_path,
+                f"{_clip(image)!r} is not an image reference (at most 512 of A-Z a-z 0-9 . _ /"
+                " : @ + -)",
+            )
+        )
         image = None
 
     overrides = _map(spec.get("overrides"), "runSpec.overrides", problems) or {}

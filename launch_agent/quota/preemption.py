@@ -20,6 +20,15 @@ R7 (only when x's own leaf stays within its min, i.e. G(x, parent(leaf)) holds):
   what makes the no-ping-pong argument (I4) hold for multi-resource requests.
 R8 (leaf policy `LowerPriority`): then the runs of x's own leaf with p < p(x), lowest priority
 first, latest admission first. Candidates from other queues come first, as in Kueue.
+No preemption while borrowing, R8 included: a plan with victims in x's own leaf is refused
+when, after its (minimized) evictions, x's leaf would not stay within its min with x
+(`_Plan.within_min`). R7 already required the leaf within min before looking for victims (its
+victims are off x's path and do not move the leaf), so the check only ever refuses R8. Without
+it, a reclaimer's place could be taken by a higher-priority run that then borrows, and be
+reclaimed back through a third run, for ever (docs/quota.md, "Termination"). Kueue's classical
+preemption allows that in-queue preemption while borrowing (`candidateIsValid` accepts
+same-ClusterQueue candidates in its borrowing attempt, pkg/scheduler/preemption/classical/
+candidate_generator.go) and flaps on such chains; the engine needs a fixpoint.
 Minimization: walk the victims in reverse and keep running any whose eviction is not needed.
 
 Ties on share are broken by the latest eligible admission below each tied child. With
@@ -104,6 +113,15 @@ class _Plan:
 
     def fits(self) -> bool:
         return self.ledger.fits(self.path, self.x.request)
+
+    def within_min(self) -> bool:
+        """Whether x's leaf stays within its min with x, after the evictions so far. R7 runs
+        only when this holds and moves nothing on x's leaf, so it can only fail for R8."""
+        return self.ledger.within_min(self.x.leaf, self.x.request)
+
+    def preempts_in_queue(self) -> bool:
+        leaf = self.x.leaf
+        return any(victim.leaf == leaf for victim in self.victims)
 
     # Tentative evictions move only the effective usage, which is all that fit, shares and
     # borrowing read: the charged part is put back unchanged anyway.
@@ -325,9 +343,9 @@ def plan_preemption(
     """The runs to evict, in order, so that `x` fits; None when no set of victims works.
     `latest`: per node, an upper bound on the admission stamps of the runs admitted below it
     (None for none), which speeds up ties; without it every tie is searched in full.
-    `minimal=False` skips the minimization: the answer is then only good for "is there a
-    plan" (minimizing drops victims, never turns a plan into None), which is all that choosing
-    candidates needs; the plan that is carried out is always minimized."""
+    `minimal=False` skips the minimization of reclaim-only plans: the answer is then only good
+    for "is there a plan" (minimizing drops victims, never turns such a plan into None), which
+    is all that choosing candidates needs; the plan that is carried out is always minimized."""
     plan = _Plan(ledger, admitted, x, reclaim_policy, latest)
     try:
         plan.reclaim()
@@ -335,8 +353,13 @@ def plan_preemption(
             plan.within_queue()
         if not plan.fits():
             return None
-        if minimal:
+        # An unminimized plan can keep x within min where the minimized one (the plan that is
+        # carried out) does not: R8 plans are minimized before they are judged.
+        in_queue = plan.preempts_in_queue()
+        if minimal or in_queue:
             plan.minimize()
+        if in_queue and not plan.within_min():
+            return None  # no preemption while borrowing (R8 as R7)
         return list(plan.victims)
     finally:
         for run in list(plan.victims):

@@ -76,6 +76,13 @@ def _unsafe_in_path(value: str) -> bool:
     return "/" in value or "\\" in value or value in (".", "..")
 
 
+def _shown(value: str, limit: int = 80) -> str:
+    """`value` quoted for an error: a 900 KB run name is not echoed back to W&B and the log."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value):,} characters)"
+
+
 def substitute(obj: Any, values: Mapping[str, str]) -> Any:
     """A fresh copy of `obj` with allow-listed macros replaced in string leaves (unchecked)."""
     return substitute_checked(obj, values)[0]
@@ -105,12 +112,14 @@ def substitute_checked(obj: Any, values: Mapping[str, str]) -> tuple[Any, list[P
             value = values[name]
             charset = CHARSETS.get(name)
             if charset is not None and not charset.fullmatch(value):
-                refuse(name, f"{value!r} has characters outside its charset ({charset.pattern})")
+                refuse(
+                    name, f"{_shown(value)} has characters outside its charset ({charset.pattern})"
+                )
             if _path_like(key) and _unsafe_in_path(value):
-                refuse(name, f"{value!r} may not hold '/', '\\' or be '.' or '..' in {key!r}")
+                refuse(name, f"{_shown(value)} may not hold '/', '\\' or be '.' or '..' in {key!r}")
             if kubelet:
                 if value.startswith(("(", "$")) and "".join(out).endswith("$"):
-                    refuse(name, f"{value!r} after '$' would form a kubelet reference")
+                    refuse(name, f"{_shown(value)} after '$' would form a kubelet reference")
                 # Every `$` doubled, not just `$(`: text after the macro could complete one.
                 value = value.replace("$", "$$")
             out.append(value)

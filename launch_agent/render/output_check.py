@@ -5,7 +5,8 @@
 - Custom resources are checked against their CRD's openAPIV3Schema, shipped in
   `schemas/crds/` by `scripts/extract_crd_schemas.py` (closed against unknown fields, defaulted
   required fields relaxed, `nullable` translated), plus the checks JSON Schema cannot make:
-  apiVersion/kind, the name's length and DNS form, label values.
+  apiVersion/kind, the name's length and DNS form, label values; then, when the schema
+  passes, the CRD's CEL rules (`x-kubernetes-validations`, `cel_check`, cel-python).
 - Every pod template inside a custom resource is also wrapped as a `v1 PodTemplate` and checked
   with `kubernetes_validate`, which catches what the CRD's copy of the pod schema may not.
 
@@ -25,6 +26,7 @@ import jsonschema
 
 from launch_agent.model.labels import is_label_value
 from launch_agent.model.queue_spec import CustomKind, Problem
+from launch_agent.render.cel_check import MissingCel, has_rules, rule_problems
 from launch_agent.render.kind_schema import crd_schema, format_checker
 from launch_agent.render.kinds import KindInfo
 from launch_agent.render.paths import format_path
@@ -33,8 +35,9 @@ from launch_agent.render.spec_load import json_path
 
 KUBERNETES_VERSION = "1.33"
 INSTALL_HINT = (
-    "output validation needs kubernetes-validate: pip install 'launch-agent[validate]'"
-    " (or pip install kubernetes-validate==1.37.0)"
+    "output validation needs kubernetes-validate (and cel-python for the CRDs' CEL rules):"
+    " pip install 'launch-agent[validate]'"
+    " (or pip install kubernetes-validate==1.37.0 cel-python==0.5.0)"
 )
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
@@ -51,6 +54,11 @@ def crd_validator(info_key: tuple[str, str, str]) -> jsonschema.protocols.Valida
     if schema is None:
         return None
     return jsonschema.Draft7Validator(schema, format_checker=format_checker())
+
+
+@cache
+def _crd_has_rules(info_key: tuple[str, str, str]) -> bool:
+    return has_rules(crd_schema(*info_key))
 
 
 def _kubernetes_validate() -> Any:
@@ -119,6 +127,14 @@ def validate_object(
         body = {k: v for k, v in obj.items() if k != "metadata"}
         for err in sorted(validator.iter_errors(body), key=lambda e: list(map(str, e.path))):
             problems.append(Problem(json_path(err.absolute_path), _short(err.message)))
+        if not problems and _crd_has_rules((info.plural, group, ver)):
+            # The CRD's CEL rules run only on an object that passed its schema
+            # (customresource/strategy.go, hasBlockingErr).
+            schema = crd_schema(info.plural, group, ver) or {}
+            try:
+                problems += rule_problems(schema, obj)
+            except MissingCel as exc:
+                raise MissingValidator from exc
     for path, tmpl in info.pod_template_matches(obj):
         where = format_path(path)
         problems += _label_problems(

@@ -13,7 +13,9 @@ The stages, in order (each one pure; none reaches back):
 5. every pod that will exist made reachable (`generated.py`: pods the operator would generate
    are written out, pod specs outside the kind's templates and pods defined elsewhere are
    refused), then enforced security, last, on every pod template and every container the
-   operator builds from workload fields (`security.py`).
+   operator builds from workload fields (`security.py`);
+6. what the API server would refuse for its size or metadata (`apiserver.py`): a run copied
+   into every pod template must not become an object Kubernetes refuses obscurely.
 
 Everything copied from the item into a field the kubelet expands (`command`, `args`,
 `env[].value`) is escaped (`kubelet.py`); a `$(VAR)` reference the submitter writes into such
@@ -36,6 +38,7 @@ from launch_agent.model.queue_spec import CustomKind, InvalidInput, Problem, Que
 from launch_agent.model.run_item import RunItem, parse_run_item
 from launch_agent.model.safe_load import ITEM_LIMITS, check_value
 from launch_agent.render import generated, naming, shape
+from launch_agent.render.apiserver import metadata_problems, process_problems, size_problems
 from launch_agent.render.decisions import NO_DECISIONS, Admission, apply_decisions
 from launch_agent.render.edit import child_map, main_container
 from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, known_kinds, lookup
@@ -182,6 +185,7 @@ def render(
         queue_name=queue,
     )
     manifest, macro_problems = substitute_checked(merged, values)
+    macro_problems += metadata_problems(manifest) + process_problems(manifest)
     if macro_problems:
         raise InvalidInput(macro_problems)
     assert isinstance(manifest, dict)
@@ -307,6 +311,13 @@ def render(
 
     apply_decisions(manifest, info, decisions)
     warnings += enforce_every_pod(manifest, info, spec, templates)
+    # Last: what the API server would refuse for its size, with the item's values to blame.
+    run_spec = run.raw.get("runSpec")
+    too_big = size_problems(
+        manifest, run_spec if isinstance(run_spec, Mapping) else {}, len(templates)
+    )
+    if too_big:
+        raise InvalidInput(too_big)
     # Conventional key order, so `render` output reads like a hand-written manifest.
     first: dict[str, Any] = {
         k: manifest.pop(k) for k in ("apiVersion", "kind", "metadata") if k in manifest

@@ -280,6 +280,7 @@ class Agent:
             config.tracking,
             checks=RunChecks(wandb, reporter, config.sweeps, entity=queues.entity),
             queue_entity=queues.entity,
+            clock=self.clock,
         )
         self.finisher = finisher
         policy = TrackingPolicy.from_config(config.tracking)

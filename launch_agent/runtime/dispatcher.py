@@ -89,6 +89,13 @@ def not_installed_message(exc: KindNotInstalled) -> str:
     return f"{exc}: install the operator that serves the {group} API group"
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """A submitter's value quoted in a failure message: its repr, at most `limit` characters
+    of it (a 900 KB job name is not echoed back to W&B)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def problems_text(problems: Sequence[Problem]) -> str:
     return "; ".join(str(p) for p in problems)
 
@@ -206,7 +213,7 @@ class Dispatcher:
         if scheduler and not standard and not spec.custom_schedulers:
             await self._fail(
                 item,
-                f"this sweep scheduler is a job ({item.run_spec.get('job')!r}) that runs the"
+                f"this sweep scheduler is a job ({shown(item.run_spec.get('job'))}) that runs the"
                 f" submitter's code, and queue spec {spec.name!r} does not allow custom"
                 " schedulers: set spec.sweeps.customSchedulers: true in it, or launch the sweep"
                 " with the standard scheduler (`wandb launch-sweep` without scheduler.job)",
@@ -383,7 +390,7 @@ class Dispatcher:
 
     def _build_message(self, run: RunItem) -> str:
         builder = self.config.builder.type if self.config.builder else None
-        what = f"job {run.job!r} has no image"
+        what = f"job {shown(run.job)} has no image"
         if builder in (None, "noop"):
             return (
                 f"this run needs an image build ({what}), but no builder is configured"
@@ -403,5 +410,8 @@ class Dispatcher:
                 f"{what}: {exc.message} (the agent's service account may not create"
                 f" {record.kind} in namespace {record.namespace}: check its RBAC)"
             )
-        causes = "; ".join(f"{f}: {m}" if f else m for f, m in exc.causes)
+        # kube-apiserver's Invalid message already lists its causes (`NewInvalid` joins them);
+        # repeat only those it does not, so W&B does not show the same sentence twice.
+        rendered = (f"{f}: {m}" if f else m for f, m in exc.causes)
+        causes = "; ".join(c for c in rendered if c not in exc.message)
         return f"{what}: {exc.reason}: {exc.message}" + (f" ({causes})" if causes else "")

@@ -22,22 +22,36 @@ logs help a person diagnose) and, if it failed or was preempted, is annotated
 report and log tail reached W&B. Every other workload (custom resources, and Jobs the agent gives up
 on: stuck pulls, unschedulable) is deleted with `propagationPolicy: Background`, so no pod is
 left behind. The record is removed last; if the agent stops before W&B confirmed a report, the
-record stays and the next start adopts the run and reports it then.
+record stays and the next start adopts the run and reports it then. When the annotation (or the
+delete) fails for good the record stays too and only the clean-up is tried again, with a
+growing delay: the report is not sent twice by the process that sent it.
+
+Reported exactly once: a run this process did not see end while leading (`RunRecord.adopted`:
+adopted on start, or tracked while standing by) may have been reported by the replica that led
+before, which could be killed after W&B accepted the report and before its annotation (or whose
+annotation failed). Before reporting such a run the finisher asks W&B (`_reported_before`): an
+item already `FAILED` is not failed again, an item already requeued (a workload here, or an
+item of its queue, with its run id and the next resume count) is neither requeued nor failed.
+W&B's record is the only one a kill cannot split from the report itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
 from typing import Any, assert_never
 
-from launch_agent.adapters.kube import KubeClient, KubeError, KubeForbidden
+from launch_agent.adapters.kube import KubeClient, KubeError, KubeForbidden, KubeNotFound
+from launch_agent.adapters.retry import backoff_delay
 from launch_agent.aio import wait_event
 from launch_agent.model.config import TrackingConfig
 from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
 from launch_agent.model.safe_load import load_json
+from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.reporter import Delivery, NotSent, Refused, Reporter, Sent
+from launch_agent.runtime.reporter import Delivery, ItemRef, NotSent, Refused, Reporter, Sent
 from launch_agent.runtime.run_checks import RunChecks
 from launch_agent.runtime.runs import REPORTED, RUN_SPEC, RunRecord, RunTable
 from launch_agent.tracking import Assessment
@@ -70,6 +84,9 @@ class Finisher:
         checks: RunChecks,
         queue_entity: str,
         workers: int = 4,
+        clock: Clock = monotonic,
+        clean_up_retry_base: float = 1.0,
+        clean_up_retry_cap: float = 60.0,
     ) -> None:
         self.kube = kube
         self.runs = runs
@@ -83,6 +100,15 @@ class Finisher:
         self.handled = 0
         # False once the API server refused a patch (RBAC): reported Jobs are deleted instead.
         self.may_patch = True
+        self.clock = clock
+        self.clean_up_retry_base = clean_up_retry_base
+        self.clean_up_retry_cap = clean_up_retry_cap
+        # Runs reported whose clean-up (annotation or delete) failed: item id -> (state, tries).
+        # Their next `handle` only cleans up.
+        self._reported: dict[str, tuple[RunState, int]] = {}
+        # (due on `clock`, tie-breaker, record, assessment) of those clean-ups.
+        self._later: list[tuple[float, int, RunRecord, Assessment]] = []
+        self._seq = itertools.count()
 
     def submit(self, record: RunRecord, assessment: Assessment) -> None:
         self._queue.put_nowait((record, assessment))
@@ -99,15 +125,26 @@ class Finisher:
         finally:
             await self.checks.close()
 
+    def _due(self) -> None:
+        now = self.clock()
+        while self._later and self._later[0][0] <= now:
+            _, _, record, assessment = heapq.heappop(self._later)
+            self._queue.put_nowait((record, assessment))
+
     async def _worker(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
+            self._due()
             try:
                 record, assessment = self._queue.get_nowait()
             except asyncio.QueueEmpty:
                 await wait_event(stopping, 0.05)
                 continue
             if self.runs.get(record.rqi_id) is not record:
-                continue  # handled meanwhile (by the replica that led when it ended)
+                # Handled meanwhile (by the replica that led when it ended, or marked by
+                # another replica while its clean-up waited to be tried again).
+                if self.runs.get(record.rqi_id) is None:
+                    self._reported.pop(record.rqi_id, None)
+                continue
             try:
                 await self.handle(record, assessment)
             except Exception:
@@ -115,8 +152,103 @@ class Finisher:
                     "finishing %s failed; it is retried on the next start", record.workload
                 )
 
+    async def _reported_before(self, record: RunRecord) -> Delivery[str | None]:
+        """What W&B already has of this run's outcome, for a run another process may have
+        reported (`RunRecord.adopted`: adopted on start, or tracked while standing by): the
+        replica that led before could be killed after W&B accepted its report and before its
+        annotation, or its annotation failed. `Sent(what)` when W&B has an outcome (the item
+        `FAILED`, or the requeue's item pushed), `Sent(None)` when it has none; `NotSent` when
+        the agent stops during an outage (the next start asks again).
+
+        Both are asked whatever this process now reads the run as: an adopted Job whose
+        preempted pod is gone reads as a plain failure, and failing the item the previous
+        leader requeued would end it twice.
+        """
+        ref = ItemRef(self.queue_entity, record.queue, record.rqi_id)
+        failed = await self.reporter.already_failed(ref)
+        match failed:
+            case Sent(value=True):
+                return Sent("the item is FAILED")
+            case Sent() | Refused():
+                pass  # a refusal cannot tell: the report must not be lost, W&B judges it
+            case NotSent():
+                return failed
+            case _:
+                assert_never(failed)
+        spec = _run_spec(record)
+        if spec is None or not record.run_id:
+            return Sent(None)  # nothing to requeue from: nothing else W&B could have
+        resumes = spec.get("_resume_count", 0)
+        resumes = resumes if isinstance(resumes, int) else 0
+        running = self._requeue_in_cluster(record, resumes + 1)
+        if running is not None:
+            return Sent(f"it was requeued as item {running}, whose workload exists")
+        pushed = await self.reporter.requeued_as(
+            ref, {"run_id": record.run_id, "_resume_count": resumes + 1}
+        )
+        match pushed:
+            case Sent(value=str(new_id)):
+                return Sent(f"it was requeued as item {new_id}")
+            case Sent() | Refused():
+                return Sent(None)
+            case NotSent():
+                return pushed
+            case _:
+                assert_never(pushed)
+
+    def _requeue_in_cluster(self, record: RunRecord, resume: int) -> str | None:
+        """The item of another workload of this agent that runs resume `resume` of the run.
+
+        Local (the informers' cache, no request), and asked before W&B: once the requeue's item
+        was popped and claimed, its workload proves the push, and it does so however W&B pages
+        or filters its listing (`Reporter.requeued_as` reads one page of 100 items).
+        """
+        for other in self.runs:
+            if other.rqi_id == record.rqi_id or other.run_id != record.run_id:
+                continue
+            spec = _run_spec(other)
+            if spec is not None and spec.get("_resume_count") == resume:
+                return other.rqi_id
+        return None
+
+    async def _already_there(self, record: RunRecord, state: RunState) -> bool | None:
+        """True when W&B has the outcome of an adopted run already; None: stopping first."""
+        if not record.adopted or state is RunState.SUCCEEDED:
+            return False
+        if state is RunState.STOPPED and record.stop_requested_at is not None:
+            return False
+        known = await self._reported_before(record)
+        match known:
+            case Sent(value=str(what)):
+                log.info(
+                    "run %s (%s) was reported already: %s", record.run_id, record.workload, what
+                )
+                if state is RunState.FAILED and record.scheduler:
+                    # The kill may have fallen between the failure and the sweep's cancel.
+                    await self.checks.scheduler_failed(record)
+                return True
+            case Sent():
+                return False
+            case NotSent():
+                return None
+            case Refused():
+                return False
+            case _:
+                assert_never(known)
+
     async def handle(self, record: RunRecord, assessment: Assessment) -> None:
         state, diagnosis = assessment
+        done = self._reported.get(record.rqi_id)
+        if done is not None:
+            # Reported already; only the clean-up failed.
+            await self._finish(record, done[0])
+            return
+        there = await self._already_there(record, state)
+        if there is None:
+            return  # stopping during a W&B outage: the next start asks again
+        if there:
+            await self._finish(record, state)
+            return
         self.metrics.outcomes.labels(state=state.value).inc()
         # An adopted run was never popped by this process: its failure still counts for its queue.
         self.metrics.activity.remember(record.rqi_id, record.queue)
@@ -156,7 +288,21 @@ class Finisher:
                 pass  # W&B answered; a refusal is final, asking again gets the same answer
             case _:
                 assert_never(sent)
-        await self._clean_up(record, state)
+        await self._finish(record, state)
+
+    async def _finish(self, record: RunRecord, state: RunState) -> None:
+        """Clean up and remove the record; if the clean-up failed, try it again later."""
+        if not await self._clean_up(record, state):
+            tries = self._reported.get(record.rqi_id, (state, 0))[1]
+            self._reported[record.rqi_id] = (state, tries + 1)
+            delay = backoff_delay(
+                self.clean_up_retry_base, self.clean_up_retry_cap, tries, 0.0, jitter=0.0
+            )
+            log.info("clean-up of %s is tried again in %.1fs", record.workload, delay)
+            entry = (self.clock() + delay, next(self._seq), record, Assessment(state, None))
+            heapq.heappush(self._later, entry)
+            return
+        self._reported.pop(record.rqi_id, None)
         self.runs.remove(record)
         self.handled += 1
 
@@ -221,9 +367,11 @@ class Finisher:
         )
         return pushed
 
-    async def _clean_up(self, record: RunRecord, state: RunState) -> None:
+    async def _clean_up(self, record: RunRecord, state: RunState) -> bool:
+        """False when the workload could not be marked or deleted (a restart would report it
+        again without the W&B check; this process retries)."""
         if record.deleted:
-            return
+            return True
         obj = record.last or {}
         try:
             resource = await self.kube.resolve(record.api_version, record.kind)
@@ -235,14 +383,14 @@ class Finisher:
                 and not record.scheduler
             ):
                 if state is RunState.SUCCEEDED:
-                    return  # kept for its TTL; adopting it again after a restart reports nothing
+                    return True  # kept for its TTL; adopting it again reports nothing
                 if self.may_patch:
                     # Kept for its TTL (its pods help a person); marked so a restart does not
                     # report it again.
                     patch = {"metadata": {"annotations": {REPORTED: state.value}}}
                     try:
                         await self.kube.patch(resource, record.namespace, record.name, patch)
-                        return
+                        return True
                     except KubeForbidden:
                         # Least-privilege RBAC (the Helm chart's) grants no patch: delete
                         # instead, so a restart cannot report or requeue the run twice.
@@ -250,8 +398,12 @@ class Finisher:
                         self.may_patch = False
             await self.kube.delete(resource, record.namespace, record.name)
             record.deleting = True
+        except KubeNotFound:
+            return True  # gone already: nothing left to mark
         except KubeError as exc:
             log.warning("cleaning up %s failed: %s", record.workload, exc)
+            return False
+        return True
 
 
 def _run_spec(record: RunRecord) -> dict[str, Any] | None:

@@ -3,12 +3,18 @@
 The redaction filter knows the actual secret values (the API key) and masks them wherever they
 appear: in the message, its arguments and exception text. Masking by value catches what a
 field-name rule misses, such as a key pasted into a manifest a submitter sent.
+
+Text lines escape the control characters of their message (JSON lines are escaped by JSON):
+a message can quote what a submitter wrote or a pod printed (a log tail in a failure reason),
+and a newline there would start a forged line of the agent's log, an ANSI escape repaint the
+reader's terminal.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -16,6 +22,19 @@ from typing import TextIO
 
 MASK = "********"
 _STANDARD = set(vars(logging.makeLogRecord({})))
+# C0 (but tab) and C1 controls, DEL, and the Unicode line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def escape_controls(text: str) -> str:
+    """`text` on one line: each control character as its Python escape (`\\n`, `\\x1b`)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
+
+class TextFormatter(logging.Formatter):
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_controls(record.message)
+        return super().formatMessage(record)
 
 
 class RedactingFilter(logging.Filter):
@@ -67,7 +86,7 @@ def configure_logging(
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     logger = logging.getLogger("launch_agent")
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbosity >= 2 else logging.INFO)

@@ -13,6 +13,11 @@ during an outage: nothing reached W&B, so the run must stay recorded for the nex
 report). Callers match it exhaustively (`assert_never`): a bool once merged "not sent" into
 "refused" and a failure cut by a shutdown was cleaned up as if W&B knew (issue 16).
 
+Two questions come before a report whose outcome W&B may have already (a run another process
+led when it ended): `already_failed` (the item's state) and `requeued_as` (the queue's items).
+They are retried like reports and answer with a `Delivery` too, so an outage on the question
+is `NotSent`, never a blind report (docs/reliability.md, "Reported exactly once").
+
 Messages are written for the person reading the W&B UI and are cut to `MAX_MESSAGE` characters:
 a log tail must not make the mutation itself fail.
 """
@@ -29,6 +34,7 @@ from typing import Any, Generic, TypeAlias, TypeVar, assert_never
 
 from launch_agent.adapters.retry import GaveUp, Retryable, RetryPolicy, call_with_retries
 from launch_agent.adapters.wandb_client import WandbClient
+from launch_agent.adapters.wandb_documents import RUN_QUEUE_ITEMS_PAGE
 from launch_agent.adapters.wandb_errors import WandbError, WandbUnavailable
 from launch_agent.aio import wait_event
 from launch_agent.runtime.metrics import Metrics
@@ -37,6 +43,8 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE = 16_000
 MAX_PENDING_WARNINGS = 10_000
+# The item state `failRunQueueItem` leaves (wandb's `RunQueueItemState`).
+FAILED = "FAILED"
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
@@ -74,6 +82,16 @@ def clip(message: str, limit: int = MAX_MESSAGE) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class ItemRef:
+    """Where W&B keeps an item: the queue's entity and name (items live in its launch
+    project, `model-registry`), and the item's id."""
+
+    entity: str
+    queue: str
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Warning_:
     item_id: str
     message: str
@@ -102,7 +120,7 @@ class Reporter:
         self._warnings: deque[Warning_] = deque()
         self._wake = asyncio.Event()
         self.dropped_warnings = 0
-        self.sent = {"fail": 0, "warn": 0, "requeue": 0}
+        self.sent = {"fail": 0, "warn": 0, "requeue": 0, "verify": 0}
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> Delivery[T]:
         async def attempt() -> T:
@@ -126,8 +144,31 @@ class Reporter:
             return Refused(str(exc))
         return Sent(value)
 
-    async def fail(self, item_id: str, message: str, stage: str, reason: str) -> Delivery[None]:
-        """`failRunQueueItem`."""
+    async def fail(
+        self,
+        item_id: str,
+        message: str,
+        stage: str,
+        reason: str,
+        *,
+        verify: ItemRef | None = None,
+    ) -> Delivery[None]:
+        """`failRunQueueItem`. With `verify` (the item's queue), first ask W&B whether the item
+        is already `FAILED`: then the failure is `Sent` without a second mutation."""
+        if verify is not None:
+            known = await self.already_failed(verify)
+            match known:
+                case Sent(value=True):
+                    log.info("item %s is already FAILED in W&B: not failed again", item_id)
+                    return Sent(None)
+                case Sent() | Refused():
+                    # A refusal cannot tell "reported" from "not": the mutation is the report
+                    # that must not be lost; W&B's own answer to it decides.
+                    pass
+                case NotSent():
+                    return known
+                case _:
+                    assert_never(known)
         self.metrics.failed(item_id, stage, reason, message)
         log.info("failing item %s (stage %s, %s): %s", item_id, stage, reason, message[:500])
         text = clip(message)
@@ -145,6 +186,59 @@ class Reporter:
                 return outcome
             case _:
                 assert_never(outcome)
+
+    async def already_failed(self, ref: ItemRef) -> Delivery[bool]:
+        """Whether W&B has the item `FAILED` (wandb `QueuedRun.state`), retried through an
+        outage like a report: `NotSent` when the agent stops first."""
+        outcome = await self._retrying(
+            f"state of item {ref.item_id}",
+            lambda: self.wandb.run_queue_item(ref.entity, ref.queue, ref.item_id),
+        )
+        match outcome:
+            case Sent(value=found):
+                self.sent["verify"] += 1
+                return Sent(found is not None and found.state == FAILED)
+            case Refused() | NotSent():
+                return outcome
+            case _:
+                assert_never(outcome)
+
+    async def requeued_as(self, ref: ItemRef, run_spec: Mapping[str, Any]) -> Delivery[str | None]:
+        """The item that already carries this requeue, if W&B has one: another item of the
+        queue whose runSpec has the same `run_id` and `_resume_count`.
+
+        The pair identifies the requeue: W&B keeps the run id across resumes and the agent
+        pushes resume n+1 of a run only from the item that ran resume n, so an item with both
+        can only be this push landing earlier (before a kill, or before a clean-up that
+        failed). `None`: W&B's listing has no such item. If the listing is a full page
+        (`RUN_QUEUE_ITEMS_PAGE`, wandb's own bound) the item may be past it; that is logged and
+        the answer is `None`, as a report must not be lost.
+        """
+        outcome = await self._retrying(
+            f"items of queue {ref.queue!r}",
+            lambda: self.wandb.run_queue_items(ref.entity, ref.queue),
+        )
+        match outcome:
+            case Sent(value=items):
+                self.sent["verify"] += 1
+            case Refused() | NotSent():
+                return outcome
+            case _:
+                assert_never(outcome)
+        key = (run_spec.get("run_id"), run_spec.get("_resume_count"))
+        for item in items:
+            found = (item.run_spec.get("run_id"), item.run_spec.get("_resume_count"))
+            if item.id != ref.item_id and found == key:
+                return Sent(item.id)
+        if len(items) >= RUN_QUEUE_ITEMS_PAGE:
+            log.warning(
+                "queue %r lists %d items or more: whether item %s was requeued already cannot"
+                " be read from the first page; taken as not requeued",
+                ref.queue,
+                RUN_QUEUE_ITEMS_PAGE,
+                ref.item_id,
+            )
+        return Sent(None)
 
     async def requeue(
         self, entity: str, queue: str, run_spec: Mapping[str, Any], item_id: str

@@ -22,7 +22,7 @@ from launch_agent.adapters.wandb_client import RunRef, WandbClient
 from launch_agent.adapters.wandb_errors import WandbError, WandbUnavailable
 from launch_agent.model.config import SweepsConfig
 from launch_agent.model.sweeps import NO_WANDB_INIT
-from launch_agent.runtime.reporter import Reporter
+from launch_agent.runtime.reporter import ItemRef, Reporter
 from launch_agent.runtime.runs import RunRecord
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,11 @@ class RunChecks:
                 self._verdict()
                 return
         log.info("run %s succeeded without calling wandb.init", record.run_id)
-        await self.reporter.fail(record.rqi_id, NO_WANDB_INIT, "run", "no_wandb_init")
+        # An adopted run may have been checked and failed by the process before this one.
+        verify = ItemRef(self.entity, record.queue, record.rqi_id) if record.adopted else None
+        await self.reporter.fail(
+            record.rqi_id, NO_WANDB_INIT, "run", "no_wandb_init", verify=verify
+        )
         self._verdict()
 
     def _verdict(self) -> None:

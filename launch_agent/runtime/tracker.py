@@ -9,7 +9,9 @@ unavailable W&B never stalls a watch, and events of one informer stay in order.
 Adoption is the same path: a workload event for an item the table does not know (the first
 list after a restart) creates its record from the workload's labels and annotations. Objects
 already reported (`launch-agent.io/reported`) and items that finished moments ago are ignored,
-so a late event can never report a run twice.
+so a late event can never report a run twice. An adopted run without the mark may still have
+been reported (a kill between W&B's accept and the mark): its record says `adopted`, and the
+finisher asks W&B before reporting it (`Finisher._reported_before`).
 
 Time-driven transitions need no event: a pod that stays unschedulable passes its deadline
 without anything changing in the cluster. `run_periodic` re-assesses the runs that are still

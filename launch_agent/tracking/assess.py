@@ -18,6 +18,8 @@ Precedence, strongest first:
 3. Kueue deactivated the run's Workload (`spec.active: false`) -> failed with Kueue's reason:
    the job stays suspended for good.
 4. Suspended (Kueue or the agent's quota) -> queued; pods of a suspended workload are leftovers.
+   So is a workload whose Kueue Workload is not admitted while none of its pods runs (Kueue
+   gates the pods of the kinds it cannot suspend).
 5. A pod stuck in a way no controller resolves (a permanent pull error, a transient one or
    CreateContainerConfigError past its grace, InvalidImageName, unschedulable past the
    deadline) -> failed, so the agent can delete the workload and free its slot.
@@ -38,7 +40,7 @@ from launch_agent.model.config import TrackingConfig
 from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
 from launch_agent.tracking import events as ev
 from launch_agent.tracking import kueue
-from launch_agent.tracking.fields import mappings, name_of, text, timestamp
+from launch_agent.tracking.fields import mappings, name_of, one_line, text, timestamp
 from launch_agent.tracking.pods import (
     NO_MAIN,
     Graces,
@@ -125,8 +127,16 @@ def _workload_failure(obj: Mapping[str, Any], status: WorkloadStatus) -> Diagnos
         head = f"{what} failed: its pods failed more often than its backoffLimit allows"
     else:
         head = f"{what} failed" + (f" ({status.reason})" if status.reason else "")
-    message = head + (f": {status.message}" if status.message else "")
+    message = head + (f": {_said(status.message)}" if status.message else "")
     return Diagnosis(reason, message, Severity.TERMINAL, detail=status.message)
+
+
+def _said(message: str) -> str:
+    """A controller's own message, bounded: a RayJob's is Ray's, with up to 20,000 characters
+    of the driver's log (ray `dashboard/modules/job/job_supervisor.py`: "Job entrypoint command
+    failed with exit code 1. Last available logs (truncated to 20,000 chars): ..."), whose end
+    is the traceback that explains it. `detail` keeps the whole of it."""
+    return one_line(message, 500)
 
 
 def _terminal(diag: Diagnosis) -> Diagnosis:
@@ -183,6 +193,18 @@ def _event_diagnosis(found: ev.Explanation, severity: Severity, head: str = "") 
         severity,
         pod=found.about.removeprefix("pod ") if found.about.startswith("pod ") else None,
         detail=found.message,
+    )
+
+
+def _admitted_gang(workload: Mapping[str, Any], found: ev.Explanation | None) -> bool:
+    """A Volcano Job without pods reads as queued (its gang is not admitted yet), but one
+    whose controller records FailedCreate was admitted: volcano
+    `pkg/controllers/job/job_controller_actions.go` (`syncJob`) creates pods only once the
+    PodGroup is Inqueue. It is starting, and the start deadline applies."""
+    return (
+        group_kind(workload)[0] == "batch.volcano.sh"
+        and found is not None
+        and found.reason is Reason.FAILED_CREATE
     )
 
 
@@ -266,7 +288,7 @@ def assess(
             # a failed container says which of the two it was.
             return Assessment(RunState.FAILED, _terminal(own))
         what = describe_kind(workload)
-        message = f"{what} was stopped" + (f": {status.message}" if status.message else "")
+        message = f"{what} was stopped" + (f": {_said(status.message)}" if status.message else "")
         return Assessment(
             RunState.STOPPED,
             Diagnosis(Reason.STOPPED, message, Severity.TERMINAL, detail=status.message),
@@ -275,19 +297,30 @@ def assess(
         deactivated = _kueue(workload, kueue_workload)
         if deactivated is not None:
             return deactivated
-    if status.phase is Phase.SUSPENDED:
+    found = ev.explain(about)
+    if status.phase is Phase.SUSPENDED and not _admitted_gang(workload, found):
         queued = _queued(kueue_workload)
-        found = ev.explain(about)
         if queued.diagnosis is None and found is not None:
             # A Volcano gang its scheduler cannot place says so only in PodGroup Events.
             return Assessment(RunState.QUEUED, _event_diagnosis(found, Severity.WARNING))
         return queued
+    if (
+        kueue_workload is not None
+        and kueue.workload_status(kueue_workload).state.waiting
+        and status.phase is not Phase.RUNNING
+        and not summary.running
+    ):
+        # Kueue holds kinds it cannot suspend (LeaderWorkerSet, plain pods) by gating their
+        # pods (`kueue.x-k8s.io/admission`, kueue `pkg/controller/jobs/pod/pod_controller.go`
+        # `gate`): the workload looks like it is starting, but it waits in a queue, and the
+        # start deadline must not fail it.
+        return _queued(kueue_workload)
     if summary.stuck is not None:
         return Assessment(RunState.FAILED, summary.stuck)
     warning = summary.warnings[0] if summary.warnings else None
     if status.phase is Phase.RESTARTING:
         what = describe_kind(workload)
-        said = f": {status.message}" if status.message else ""
+        said = f": {_said(status.message)}" if status.message else ""
         retry = Diagnosis(
             Reason.RESTARTING,
             f"{what} is retrying a failed attempt ({status.reason}){said}",
@@ -297,7 +330,6 @@ def assess(
         return Assessment(RunState.RUNNING, warning or retry)
     if status.phase is Phase.RUNNING or summary.running:
         return Assessment(RunState.RUNNING, warning)
-    found = ev.explain(about)
     since = started_at or _started_at(workload, kueue_workload)
     if since is not None and not summary.started and now - since >= policy.start_timeout:
         head = f"{describe_kind(workload)} did not start within {_duration(policy.start_timeout)}"

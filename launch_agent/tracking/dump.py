@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launch_agent.model.labels import RUN_QUEUE_ITEM
+from launch_agent.tracking import kueue as kueue_status
 from launch_agent.tracking.fields import mappings, text
 from launch_agent.tracking.views import Meta
 from launch_agent.tracking.workloads import READERS, group_kind
@@ -83,22 +84,53 @@ def parse_kind(value: str) -> tuple[str, str]:
 
 
 def items_of(document: object) -> list[Mapping[str, Any]]:
-    """The objects of a `v1 List` (or a single object), each a mapping with a kind."""
-    if not isinstance(document, Mapping):
-        raise DumpError("expected a JSON object (the output of kubectl get ... -o json)")
-    raw: object = document.get("items") if document.get("kind") == "List" else [document]
-    if "items" in document and document.get("kind") != "List":
-        raw = document.get("items")  # a typed list (PodList, JobList)
-    if not isinstance(raw, Sequence) or isinstance(raw, str | bytes):
-        raise DumpError("items: expected a list of objects")
-    out = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, Mapping):
-            raise DumpError(f"items[{i}]: expected an object, got {type(item).__name__}")
-        if not isinstance(item.get("kind"), str):
-            raise DumpError(f"items[{i}]: no kind")
-        out.append(item)
+    """The objects of a `v1 List`, a typed list (PodList, EventList, JobList), a single object,
+    or several of those (a JSON array of them, or documents written one after the other, as
+    `kubectl get job X -o json; kubectl get pods -o json` into one file does), each a mapping
+    with a kind. A list inside a list is read too. Errors name the path of the bad item."""
+    out: list[Mapping[str, Any]] = []
+    if isinstance(document, Sequence) and not isinstance(document, str | bytes):
+        for i, doc in enumerate(document):
+            _collect(doc, f"[{i}].", out)
+    else:
+        _collect(document, "", out)
     return out
+
+
+def _is_list(obj: Mapping[str, Any]) -> bool:
+    kind = obj.get("kind")
+    return "items" in obj and (kind is None or (isinstance(kind, str) and kind.endswith("List")))
+
+
+def _collect(document: object, path: str, out: list[Mapping[str, Any]], depth: int = 0) -> None:
+    where = path.removesuffix(".") or "the input"
+    if not isinstance(document, Mapping):
+        raise DumpError(
+            f"{where}: expected a JSON object (the output of kubectl get ... -o json),"
+            f" got {type(document).__name__}"
+        )
+    if not _is_list(document):
+        if not isinstance(document.get("kind"), str):
+            raise DumpError(f"{where}: no kind")
+        out.append(document)
+        return
+    raw = document.get("items")
+    if not isinstance(raw, Sequence) or isinstance(raw, str | bytes):
+        raise DumpError(f"{path}items: expected a list of objects")
+    for i, item in enumerate(raw):
+        at = f"{path}items[{i}]"
+        if isinstance(item, Mapping) and _is_list(item) and depth < _MAX_NESTED_LISTS:
+            _collect(item, at + ".", out, depth + 1)
+        elif not isinstance(item, Mapping):
+            raise DumpError(f"{at}: expected an object, got {type(item).__name__}")
+        elif not isinstance(item.get("kind"), str):
+            raise DumpError(f"{at}: no kind")
+        else:
+            out.append(item)
+
+
+# `jq -s` of a few kubectl outputs nests once; deeper is not a capture.
+_MAX_NESTED_LISTS = 2
 
 
 def _is_event(obj: Mapping[str, Any]) -> bool:
@@ -118,16 +150,33 @@ def _owner_uids(obj: Mapping[str, Any]) -> list[str]:
 
 
 def choose_workload(
-    items: Sequence[Mapping[str, Any]], kind: tuple[str, str] | None = None
+    items: Sequence[Mapping[str, Any]],
+    kind: tuple[str, str] | None = None,
+    name: str | None = None,
 ) -> Mapping[str, Any]:
-    """The one workload of the dump: of `kind` when given, else the one object that is not a
-    Pod, an Event or a Kueue Workload and is not owned by another object of the dump (a
-    JobSet's Jobs, a RayJob's RayCluster); a supported kind wins over others."""
+    """The one workload of the dump: of `kind` and `name` ("NAME" or "NAMESPACE/NAME") when
+    given, else the one object that is not a Pod, an Event or a Kueue Workload and is not owned
+    by another object of the dump (a JobSet's Jobs, a RayJob's RayCluster); a supported kind
+    wins over others."""
     others = [o for o in items if not (_is_event(o) or _is_pod(o) or _is_kueue(o))]
+    if name is not None:
+        # `kubectl get jobs,pods,events` lists every Job of the namespace: the name picks one.
+        namespace, _, wanted = name.rpartition("/")
+        others = [
+            o
+            for o in others
+            if Meta(o).name == wanted and (not namespace or Meta(o).namespace == namespace)
+        ]
+        if not others:
+            raise DumpError(f"no workload named {name!r} in the input")
     if kind is not None:
         chosen = [o for o in others if group_kind(o) == kind]
         if not chosen:
-            raise DumpError(f"no {kind[1]} ({kind[0] or 'core'}) in the input")
+            what = f" named {name!r}" if name else ""
+            raise DumpError(f"no {kind[1]} ({kind[0] or 'core'}){what} in the input")
+    elif name is not None:
+        known = [o for o in others if group_kind(o) in READERS]
+        chosen = _parents(known or others)
     else:
         uids = {u for o in others if (u := text(o, "metadata", "uid"))}
         top = [o for o in others if not any(u in uids for u in _owner_uids(o))]
@@ -136,9 +185,17 @@ def choose_workload(
         if not chosen:
             raise DumpError("no workload in the input (only pods and events)")
     if len(chosen) > 1:
-        names = ", ".join(f"{o.get('kind')}/{Meta(o).name or '?'}" for o in chosen[:5])
-        raise DumpError(f"several workloads in the input ({names}): pass --kind")
+        names = ", ".join(_label(o) for o in chosen[:5])
+        more = f" and {len(chosen) - 5} more" if len(chosen) > 5 else ""
+        raise DumpError(
+            f"several workloads in the input ({names}{more}): name one"
+            " (diagnose -f FILE [NAMESPACE/]NAME) or pass --kind"
+        )
     return chosen[0]
+
+
+def _label(obj: Mapping[str, Any]) -> str:
+    return f"{obj.get('kind')}/{Meta(obj).name or '?'}"
 
 
 def _parents(objs: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -151,7 +208,13 @@ def _parents(objs: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         meta = Meta(obj)
         if any(meta.label(key) in names - {meta.name} for key in POD_LABELS):
             return True
-        if any(meta.name.startswith(n + "-") for n in names if n and n != meta.name):
+        # A child has another kind than its parent: Jobs `train` and `train-2` are siblings.
+        kind = group_kind(obj)
+        if any(
+            meta.name.startswith(Meta(o).name + "-")
+            for o in objs
+            if Meta(o).name and group_kind(o) != kind
+        ):
             return True
         # Same name: the batch Job is the child (RayJob submitter, TrainJob's JobSet's Jobs).
         return group_kind(obj) in _CHILD_KINDS and sum(Meta(o).name == meta.name for o in objs) > 1
@@ -186,9 +249,13 @@ def _belongs(
     return any(meta.label(key) in names for key in POD_LABELS)
 
 
-def select(items: Sequence[Mapping[str, Any]], kind: tuple[str, str] | None = None) -> Inputs:
-    """The inputs of `assess` for the dump's workload."""
-    workload = choose_workload(items, kind)
+def select(
+    items: Sequence[Mapping[str, Any]],
+    kind: tuple[str, str] | None = None,
+    name: str | None = None,
+) -> Inputs:
+    """The inputs of `assess` for the dump's workload (see `choose_workload`)."""
+    workload = choose_workload(items, kind, name)
     meta = Meta(workload)
     uid = text(workload, "metadata", "uid")
     # The workload and, transitively, every object of the dump it owns.
@@ -207,7 +274,7 @@ def select(items: Sequence[Mapping[str, Any]], kind: tuple[str, str] | None = No
                 grew = True
     pods = [p for p in items if _is_pod(p) and _belongs(p, workload, owned, names)]
     events = [e for e in items if _is_event(e)]
-    kueue = [
+    candidates = [
         w
         for w in items
         if _is_kueue(w)
@@ -217,6 +284,23 @@ def select(items: Sequence[Mapping[str, Any]], kind: tuple[str, str] | None = No
                 r.get("name") == meta.name and r.get("kind") == workload.get("kind")
                 for r in mappings(w, "metadata", "ownerReferences")
             )
+            # kueue `pkg/controller/jobframework/reconciler.go` (`ConstructWorkload`) labels
+            # it with the job's uid: what is left when a trimmed capture lost ownerReferences.
+            or (uid is not None and Meta(w).label(kueue_status.JOB_UID_LABEL) == uid)
         )
     ]
-    return Inputs(workload, pods, events, kueue[0] if kueue else None)
+    return Inputs(workload, pods, events, max(candidates, key=_kueue_rank) if candidates else None)
+
+
+# Of several Workloads for one workload (a LeaderWorkerSet has one per group, an old one may
+# linger), the one that holds it back explains it: deactivated, then waiting, then the rest.
+_KUEUE_ORDER = (
+    kueue_status.KueueState.DEACTIVATED,
+    *(s for s in kueue_status.KueueState if s.waiting),
+)
+
+
+def _kueue_rank(workload: Mapping[str, Any]) -> tuple[int, str]:
+    state = kueue_status.workload_status(workload).state
+    rank = len(_KUEUE_ORDER) - _KUEUE_ORDER.index(state) if state in _KUEUE_ORDER else 0
+    return rank, Meta(workload).creation_timestamp or ""

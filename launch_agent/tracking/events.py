@@ -17,13 +17,14 @@ events.k8s.io/v1 (`regarding`, `note`, `deprecatedCount`, `series.count`, `event
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from launch_agent.model.run_state import Reason
-from launch_agent.tracking.fields import dig, integer, text, timestamp
+from launch_agent.tracking.fields import dig, integer, one_line, text, timestamp
 from launch_agent.tracking.views import Meta
 
 # Event reason -> the run's Reason, in the order they explain a run that does not start: a pod
@@ -172,12 +173,29 @@ def explain(events: Iterable[Event]) -> Explanation | None:
 def sentence(found: Explanation) -> str:
     """`3 FailedCreate events: pods "x" is forbidden: exceeded quota: ...`"""
     plural = "event" if found.count == 1 else "events"
-    return f"{found.count} {found.event_reason} {plural}: {_one_line(found.message)}"
+    return f"{found.count} {found.event_reason} {plural}: {_one_line(readable(found.message))}"
+
+
+# A Go `%#v` of an API error, as Volcano's job controller prints it into its FailedCreate
+# Event (`pkg/controllers/job/job_controller_actions.go` `syncJob`: "failed to create pod %s,
+# err: %#v"): several hundred characters of struct before the API server's own message.
+_GO_STATUS_ERROR = re.compile(
+    r'&errors\.StatusError\{ErrStatus:v1\.Status\{.*?Message:"((?:[^"\\]|\\.)*)".*?Code:\d+\}\}',
+    re.DOTALL,
+)
+
+
+def readable(message: str) -> str:
+    """`message` with every Go-printed StatusError replaced by its `Message`, unquoted."""
+
+    def unquote(match: re.Match[str]) -> str:
+        return re.sub(r"\\(.)", r"\1", match.group(1))
+
+    return _GO_STATUS_ERROR.sub(unquote, message)
 
 
 def _one_line(value: str, limit: int = 400) -> str:
-    flat = " ".join(value.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return one_line(value, limit)
 
 
 def pull_errors(events: Iterable[Event]) -> dict[str, str]:

@@ -12,6 +12,7 @@ These are the primitives; the typed views of whole objects (TypedDicts and the `
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -79,3 +80,20 @@ def timestamp(value: object) -> datetime | None:
 
 def name_of(obj: object) -> str:
     return text(obj, "metadata", "name") or "?"
+
+
+# A registry's token URL carries its whole scope as a query string (containerd
+# `remotes/docker/auth/fetch.go`): noise that pushes the status out of a message.
+_QUERY = re.compile(r'(https?://[^\s?"]+)\?[^\s":]*')
+
+
+def one_line(value: str, limit: int) -> str:
+    """`value` on one line in at most `limit` characters. Controllers and runtimes chain their
+    errors ("failed to pull ...: failed to resolve ...: unexpected status ...: 401
+    Unauthorized"), so the cause is at the end: a long message keeps its head and its tail."""
+    flat = _QUERY.sub(r"\1", " ".join(value.split()))
+    if len(flat) <= limit:
+        return flat
+    head = limit * 2 // 5
+    tail = limit - head - 3
+    return f"{flat[:head].rstrip()} … {flat[-tail:].lstrip()}"

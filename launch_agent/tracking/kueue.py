@@ -108,20 +108,33 @@ def _true(conds: Mapping[str, Mapping[str, Any]], kind: str) -> bool:
     return conds.get(kind, {}).get("status") == "True"
 
 
+JOB_UID_LABEL = f"{GROUP}/job-uid"
+
+
 def owner_of(workload: Mapping[str, Any]) -> Owner | None:
+    """The controller ownerReference; else the reference to the object whose uid Kueue put in
+    the `kueue.x-k8s.io/job-uid` label: the Workloads of a LeaderWorkerSet (one per group,
+    kueue `pkg/controller/jobs/leaderworkerset/leaderworkerset_reconciler.go`
+    `constructWorkload`) are owned through `SetOwnerReference`, which sets no controller."""
     meta = workload.get("metadata")
     if not isinstance(meta, Mapping):
         return None
     refs = meta.get("ownerReferences")
-    for ref in refs if isinstance(refs, Sequence) else ():
-        if isinstance(ref, Mapping) and ref.get("controller"):
-            return Owner(
-                str(meta.get("namespace") or ""),
-                str(ref.get("kind") or ""),
-                str(ref.get("name") or ""),
-                str(ref.get("uid") or ""),
-            )
-    return None
+    refs = [r for r in (refs if isinstance(refs, Sequence) else ()) if isinstance(r, Mapping)]
+    labels = meta.get("labels")
+    job_uid = labels.get(JOB_UID_LABEL) if isinstance(labels, Mapping) else None
+    chosen = [r for r in refs if r.get("controller")] or [
+        r for r in refs if job_uid and r.get("uid") == job_uid
+    ]
+    if not chosen:
+        return None
+    ref = chosen[0]
+    return Owner(
+        str(meta.get("namespace") or ""),
+        str(ref.get("kind") or ""),
+        str(ref.get("name") or ""),
+        str(ref.get("uid") or ""),
+    )
 
 
 def workload_status(workload: Mapping[str, Any]) -> KueueStatus:
@@ -248,11 +261,20 @@ def describe(status: KueueStatus) -> str | None:
                 " admitted again"
             )
         case KueueState.INADMISSIBLE:
+            said = status.message or status.reason
+            if not status.message or ("LocalQueue" in said and "doesn't exist" in said):
+                return (
+                    f"Kueue cannot admit this run: {said}. Create"
+                    f" LocalQueue {status.local_queue} in namespace {status.namespace} (pointing"
+                    " at a ClusterQueue), or name an existing one in the queue spec's"
+                    " spec.kueue.queueName or quota.kueue.default_local_queue"
+                )
+            # A stopped or misconfigured queue (kueue `workload_controller.go`: "ClusterQueue %s
+            # is stopped", "ClusterQueue %s doesn't exist", an admissibility error): the admin
+            # fixes the queue; creating a LocalQueue would not help.
             return (
-                f"Kueue cannot admit this run: {status.message or status.reason}. Create"
-                f" LocalQueue {status.local_queue} in namespace {status.namespace} (pointing at"
-                " a ClusterQueue), or name an existing one in the queue spec's"
-                " spec.kueue.queueName or quota.kueue.default_local_queue"
+                f"Kueue cannot admit this run: {said}. The run waits in {where} until an admin"
+                " fixes the queue (kubectl describe localqueue / clusterqueue)"
             )
         case KueueState.PENDING:
             if not status.message:

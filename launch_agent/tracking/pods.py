@@ -23,6 +23,7 @@ pods gives the same answer whatever order the informer delivered them in.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -30,7 +31,15 @@ from typing import Any
 
 from launch_agent.model import labels as L
 from launch_agent.model.run_state import Diagnosis, Reason, Severity
-from launch_agent.tracking.fields import dig, mappings, name_of, optional_int, text, timestamp
+from launch_agent.tracking.fields import (
+    dig,
+    mappings,
+    name_of,
+    one_line,
+    optional_int,
+    text,
+    timestamp,
+)
 from launch_agent.tracking.views import Meta, creation_order
 
 # Waiting reasons the kubelet retries forever without a chance of success: fail the run now.
@@ -60,6 +69,9 @@ PERMANENT_PULL = (
     "denied",
     "authentication required",
     "invalid reference format",
+    # A registry refusing the pull for want of permission (Artifact Registry, ECR, Harbor).
+    "403 forbidden",
+    "not authorized",
     "repository does not exist",
     "no such host",
 )
@@ -271,6 +283,15 @@ def _terminated(
     return None
 
 
+# The back-off message of kubelets before 1.33 (`pkg/kubelet/images/image_manager.go`,
+# `Back-off pulling image %q`): only the kubelet's Failed Event says why.
+_BACK_OFF_ONLY = re.compile(r'Back-off pulling image "[^"]*"\.?')
+
+
+def _names_no_cause(detail: str | None) -> bool:
+    return detail is None or _BACK_OFF_ONLY.fullmatch(detail.strip()) is not None
+
+
 def permanent_pull(message: str | None) -> bool:
     """True when a pull error's message says retrying cannot help."""
     low = (message or "").lower()
@@ -325,7 +346,7 @@ def _waiting(
         # the two it shows says nothing; the registry's words do.
         said = graces.pull_errors.get(name)
         permanent = permanent_pull(detail) or permanent_pull(said)
-        if said and not permanent_pull(detail) and said not in message:
+        if said and _names_no_cause(detail) and said not in message:
             message += f" ({_one_line(said)})"
         terminal = permanent or _outlasted(pod, now, graces.image_pull)
         if terminal and not permanent:
@@ -597,9 +618,8 @@ def _unique(diags: list[Diagnosis]) -> tuple[Diagnosis, ...]:
     return tuple(out)
 
 
-def _one_line(value: str, limit: int = 300) -> str:
-    flat = " ".join(value.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+def _one_line(value: str, limit: int = 400) -> str:
+    return one_line(value, limit)
 
 
 def _duration(delta: timedelta) -> str:

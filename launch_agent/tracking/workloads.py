@@ -167,7 +167,16 @@ def rayjob(obj: Mapping[str, Any]) -> WorkloadStatus:
     modern = isinstance(status, Mapping) and "jobDeploymentStatus" in status
     if deployment in ("Failed", "ValidationFailed"):
         return WorkloadStatus(Phase.FAILED, reason or deployment or job_status, message)
-    if deployment == "Retrying" or (modern and deployment is None and job_status == "FAILED"):
+    # `JobDeploymentStatusNew` is "" and `omitempty`: after Retrying the controller resets
+    # jobStatus, reason and message too, so a retry about to start is a status with only the
+    # `failed` count (some write the constant's name, "New").
+    retry = integer(obj, "status", "failed") > 0 and deployment in (None, "New")
+    if (
+        deployment == "Retrying"
+        or (modern and deployment is None and job_status == "FAILED")
+        or (deployment == "New" and job_status == "FAILED")
+        or (retry and job_status in (None, "FAILED", "PENDING"))
+    ):
         return WorkloadStatus(Phase.RESTARTING, "Retrying", message)
     if job_status == "STOPPED" and deployment in (None, "Complete"):
         return WorkloadStatus(Phase.STOPPED, reason or job_status, message)

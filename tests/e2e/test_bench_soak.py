@@ -23,7 +23,7 @@ async def test_bench_soak_one_minute(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     process = await asyncio.create_subprocess_exec(
         str(LAUNCH_AGENT),
-        *("bench", "soak", "--minutes", "1", "--rate", "30", "--json", str(out)),
+        *("bench", "soak", "--minutes", "1", "--rate", "30", "--ttl", "10", "--json", str(out)),
         env=dict(os.environ),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -34,11 +34,13 @@ async def test_bench_soak_one_minute(tmp_path: Path) -> None:
     table = {line.split()[0]: line.split()[1:] for line in text.splitlines() if line.strip()}
     for name in METRICS:
         assert name in table, f"{name} not printed:\n{text}"
-        assert len(table[name]) == 3, table[name]  # first, last, slope
+        assert len(table[name]) == 4, table[name]  # first, last, slope, steady slope
     results = json.loads(await asyncio.to_thread(out.read_text))
     assert results["runs_pushed"] == 30
     assert results["runs_acked"] >= 25, "the agent kept up with the arrivals"
     assert set(results["slopes_per_minute"]) == set(METRICS)
+    assert set(results["steady_slopes_per_minute"]) == set(METRICS)
+    assert results["ttl_seconds"] == 10 and results["steady_from_minute"] == round(70 / 60, 3)
     samples = results["samples"]
     assert len(samples) == 7, "every 10 s for a short soak, both ends included"
     last = samples[-1]
@@ -46,3 +48,7 @@ async def test_bench_soak_one_minute(tmp_path: Path) -> None:
     assert last["asyncio_tasks"] > 5, "the agent's own gauge, read from /metrics"
     assert last["watch_connections"] >= 2, "Jobs and pods, as the API server counts them"
     assert max(s["run_table"] for s in samples) > 0, "runs tracked while they ran"
+    # --ttl reached the Jobs: finished ones expired, so the cluster holds fewer than arrived
+    # (each runs about 3 s, then stays 10 s), and their pods went with them.
+    assert 0 < max(s["cluster_jobs"] for s in samples) < 25, samples
+    assert last["cluster_pods"] <= last["cluster_jobs"] + 2, samples

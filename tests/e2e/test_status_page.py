@@ -16,6 +16,8 @@ from tests.e2e.test_quota_agent import quota_agent, setup
 
 TOKEN = "status-token-5f1d0c9e"  # a known value the page must never show
 EVIL = "<script>alert(1)</script>"
+EVIL_PROJECT = '<img src=x onerror="alert(1)">'
+EVIL_RUN = "<img src=x onerror=alert(2)>"
 
 
 def status_config(env: Env, **extra: Any) -> Any:
@@ -133,23 +135,26 @@ async def test_an_adopted_run_failing_counts_for_its_queue(env: Env) -> None:
 
 
 async def test_submitted_names_are_escaped(env: Env) -> None:
-    # The submitter picks the project and the run name; the page shows and links both.
-    first = env.push(run_spec("r1", project=EVIL))
-    second = env.push(run_spec(EVIL))
+    # The submitter picks the project and the run id; the page shows and links both. (Neither
+    # can hold `/`, which W&B reserves, so the markup is an attribute handler.)
+    first = env.push(run_spec("r1", project=EVIL_PROJECT))
+    second = env.push(run_spec(EVIL_RUN))
     async with env.running(env.agent(status_config(env))) as agent:
         popped = (ItemState.CLAIMED, ItemState.FAILED)
         await until(lambda: first.state in popped and second.state in popped, message="popped")
         data = await until_status(agent, lambda d: d["runs"]["total"] + len(d["failures"]) == 2)
         urls = {r["run_id"]: r["url"] for r in data["runs"]["items"]}
-        assert urls["r1"] == f"{env.wandb.url}/ent/%3Cscript%3Ealert%281%29%3C%2Fscript%3E/runs/r1"
+        assert urls["r1"] == (
+            f"{env.wandb.url}/ent/%3Cimg%20src%3Dx%20onerror%3D%22alert%281%29%22%3E/runs/r1"
+        )
         shown = [r["run_id"] for r in data["runs"]["items"]] + [
             f["message"] for f in data["failures"]
         ]
-        assert any(EVIL in text for text in shown), shown
+        assert any(EVIL_RUN in text for text in shown), shown
         code, html = await fetch(agent, "/")
         assert code == 200
-        assert EVIL not in html and "<script" not in html
-        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+        assert EVIL not in html and "<script" not in html and "<img" not in html
+        assert "&lt;img src=x onerror=alert(2)&gt;" in html
 
 
 async def test_no_secret_is_shown(env: Env) -> None:

@@ -15,7 +15,7 @@ import pytest
 from launch_agent.adapters.retry import RetryPolicy
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.reporter import NotSent, Refused, Reporter, Sent
+from launch_agent.runtime.reporter import ItemRef, NotSent, Refused, Reporter, Sent
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState, LaunchState, WandbServer
 
@@ -101,3 +101,62 @@ async def test_a_refusal_is_told_apart_from_not_sent(wb: WandbServer, client: Wa
     assert isinstance(refused, Refused)
     assert "no such item" in refused.error
     assert reporter.sent["fail"] == 0
+
+
+async def test_a_verified_failure_is_not_sent_to_an_item_w_and_b_failed_already(
+    wb: WandbServer, client: WandbClient
+) -> None:
+    item = await popped_item(wb, client)
+    reporter = Reporter(client, Metrics(), asyncio.Event(), retry_base=0.01, retry_cap=0.02)
+    ref = ItemRef("ent", "q1", item)
+    assert await reporter.fail(item, "exit code 3", "run", "ExitCode", verify=ref) == Sent(None)
+    assert reporter.sent["fail"] == 1
+    # The same failure again, as a process that adopted the run would send it.
+    assert await reporter.fail(item, "exit code 3", "run", "ExitCode", verify=ref) == Sent(None)
+    assert reporter.sent["fail"] == 1
+    assert wb.log.count("failRunQueueItem") == 1
+    assert wb.log.count("GetRunQueueItem") == 2
+    assert sum(1 for _, s in wb.state.items[item].history if s is ItemState.FAILED) == 1
+
+
+async def test_a_verification_w_and_b_cannot_answer_is_not_sent(wb: WandbServer) -> None:
+    """An outage on the question: neither a blind report nor a dropped one."""
+    budget_spent = asyncio.Event()
+    asked: list[int | None] = []
+
+    def observe(operation: str, status: int | None, _: float) -> None:
+        if operation == "GetRunQueueItem":
+            asked.append(status)
+            if len(asked) == ATTEMPTS:
+                budget_spent.set()
+
+    async with WandbClient(wb.url, wb.api_key, retry=FAST, observer=observe) as client:
+        item = await popped_item(wb, client)
+        wb.faults.add(FaultRule("GetRunQueueItem", status=503))
+        stopping = asyncio.Event()
+        reporter = Reporter(client, Metrics(), stopping, retry_base=3600.0, retry_cap=3600.0)
+        ref = ItemRef("ent", "q1", item)
+        async with asyncio.timeout(10):
+            report = asyncio.create_task(reporter.fail(item, "lost", "run", "ExitCode", verify=ref))
+            await budget_spent.wait()
+            stopping.set()
+            assert isinstance(await report, NotSent)
+    assert asked == [503] * (2 * ATTEMPTS)
+    assert wb.log.count("failRunQueueItem") == 0
+    assert wb.state.items[item].state is ItemState.LEASED
+
+
+async def test_a_requeue_already_pushed_is_found_by_run_id_and_resume_count(
+    wb: WandbServer, client: WandbClient
+) -> None:
+    item = await popped_item(wb, client)
+    reporter = Reporter(client, Metrics(), asyncio.Event(), retry_base=0.01, retry_cap=0.02)
+    ref = ItemRef("ent", "q1", item)
+    again = SPEC | {"run_id": "r1", "_resume_count": 1}
+    assert await reporter.requeued_as(ref, again) == Sent(None)
+    pushed = await reporter.requeue("ent", "q1", again, item)
+    assert isinstance(pushed, Sent)
+    assert await reporter.requeued_as(ref, again) == Sent(pushed.value)
+    # Another resume of the same run, or another run: not this requeue.
+    assert await reporter.requeued_as(ref, again | {"_resume_count": 2}) == Sent(None)
+    assert await reporter.requeued_as(ref, again | {"run_id": "r2"}) == Sent(None)

@@ -263,6 +263,56 @@ async def test_push_requeues_a_spec(wb: WandbServer, client: WandbClient) -> Non
     assert popped.run_spec["_resume_count"] == 1
 
 
+async def test_an_items_state_through_its_life(wb: WandbServer) -> None:
+    """`GetRunQueueItem` (wandb `QueuedRun._get_item`) reads what the server did: pushed,
+    popped, acked, failed; and a lapsed lease puts the item back to PENDING."""
+    now = [1000.0]
+    wb.state.clock = lambda: now[0]
+    wb.state.lease_seconds = 10
+    async with WandbClient(wb.url, wb.api_key, retry=FAST) as client:
+        item_id = push(wb, "q1", run_id="life")
+
+        async def state() -> str | None:
+            found = await client.run_queue_item("ent", "q1", item_id)
+            return None if found is None else found.state
+
+        assert await state() == "PENDING"
+        assert (await client.pop("ent", ["q1"], None))["q1"] is not None
+        assert await state() == "LEASED"
+        now[0] += 11
+        assert await state() == "PENDING", "the lease lapsed"
+        assert (await client.pop("ent", ["q1"], None))["q1"] is not None
+        assert await client.ack(item_id, "life")
+        assert await state() == "CLAIMED"
+        assert await client.fail(item_id, "exit code 3", "run")
+        assert await state() == "FAILED"
+        assert await client.run_queue_item("ent", "q1", "UnVuUXVldWVJdGVtOjk5OQ==") is None
+        assert await client.run_queue_item("ent", "q2", item_id) is None, "another queue's"
+
+
+async def test_a_queues_items_with_their_states_and_run_specs(wb: WandbServer) -> None:
+    first = push(wb, "q2", run_id="a")
+    async with WandbClient(wb.url, wb.api_key, retry=FAST) as client:
+        await client.push_to_run_queue_by_name(
+            "ent", "q2", SPEC | {"run_id": "a", "_resume_count": 1}
+        )
+        await client.pop("ent", ["q2"], None)
+        items = await client.run_queue_items("ent", "q2")
+    assert [(i.state, i.run_spec["run_id"], i.run_spec.get("_resume_count")) for i in items] == [
+        ("LEASED", "a", None),
+        ("PENDING", "a", 1),
+    ]
+    assert items[0].id == first
+
+
+async def test_a_queue_listing_is_one_page_of_100(wb: WandbServer) -> None:
+    """wandb's `RunQueue.items` asks for `first: 100`; the sandbox honours it, oldest first."""
+    ids = [push(wb, "q3", run_id=f"r{i}") for i in range(101)]
+    async with WandbClient(wb.url, wb.api_key, retry=FAST) as client:
+        items = await client.run_queue_items("ent", "q3")
+    assert [i.id for i in items] == ids[:100]
+
+
 @pytest.mark.parametrize("status", [500, 502, 503, 429])
 async def test_retries_then_succeeds(wb: WandbServer, client: WandbClient, status: int) -> None:
     wb.faults.add(FaultRule("LaunchAgent", status=status, times=2))

@@ -209,6 +209,26 @@ def test_owner_is_the_controller_reference() -> None:
     assert owner_of({"metadata": "junk"}) is None
 
 
+def test_a_leaderworkersets_workload_is_owned_without_a_controller_reference() -> None:
+    """kueue `leaderworkerset_reconciler.go` (`constructWorkload`): `SetOwnerReference` (no
+    controller) and the LWS's uid in the `kueue.x-k8s.io/job-uid` label."""
+    group = workload()
+    group["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": "u-cm"},
+        {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "name": "r1",
+            "uid": "u-lws",
+            "blockOwnerDeletion": True,
+        },
+    ]
+    group["metadata"]["labels"] = {"kueue.x-k8s.io/job-uid": "u-lws"}
+    assert owner_of(group) == Owner("team-a", "LeaderWorkerSet", "r1", "u-lws")
+    group["metadata"]["labels"] = {"kueue.x-k8s.io/job-uid": "u-something-else"}
+    assert owner_of(group) is None
+
+
 junk = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=5),
     lambda inner: (

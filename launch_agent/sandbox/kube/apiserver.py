@@ -27,7 +27,7 @@ from launch_agent.sandbox.kube.objects import Objects
 from launch_agent.sandbox.kube.resources import CrdError, ResourceType
 from launch_agent.sandbox.kube.responses import ServerSettings
 from launch_agent.sandbox.kube.server import KubeApp
-from launch_agent.sandbox.kube.store import Store
+from launch_agent.sandbox.kube.store import Store, cel_rules
 
 _CRD_CACHE: dict[tuple[str, float], list[dict[str, Any]]] = {}
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -145,6 +145,9 @@ class KubeApiServer:
         """Register every CRD in a YAML file (parsed off the event loop, cached)."""
         loop = asyncio.get_running_loop()
         docs = await loop.run_in_executor(None, load_crd_documents, str(path))
+        # The CEL rules too (pure Python, tens of ms a file), so the store finds them compiled.
+        if (cel := cel_rules()) is not None:
+            await loop.run_in_executor(None, cel.prepare_documents, docs)
         types: list[ResourceType] = []
         for doc in docs:
             types += self.register_crd(doc, str(path))

@@ -93,6 +93,25 @@ def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str]]) -> ApiEr
     )
 
 
+def invalid_fields(rt: ResourceType, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
+    """422 Invalid as `k8s.io/apimachinery/pkg/api/errors.NewInvalid` builds it; `causes` are
+    (field path, cause type such as FieldValueInvalid, `ErrorBody()`) triples. The message
+    joins `<path>: <body>` like `utilerrors.Aggregate` (in brackets when there are several,
+    duplicates once) and the details name the kind, not the resource."""
+    texts = list(dict.fromkeys(f"{f}: {body}" for f, _, body in causes))
+    summary = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+    details: dict[str, Any] = {
+        "name": name,
+        "kind": rt.kind,
+        "causes": [{"reason": t, "message": body, "field": f} for f, t, body in causes],
+    }
+    if rt.group:
+        details["group"] = rt.group
+    return ApiError(
+        422, "Invalid", f'{rt.kind}.{rt.group or "core"} "{name}" is invalid: {summary}', details
+    )
+
+
 def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 

@@ -12,7 +12,9 @@ and ownerReference garbage collection.
 from __future__ import annotations
 
 import copy
+import logging
 import random
+import types
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -40,6 +42,28 @@ _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what kube-apiserver's generate
 
 def timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _load_cel() -> types.ModuleType | None:
+    try:
+        from launch_agent.sandbox.kube import cel
+    except ModuleNotFoundError as exc:
+        logging.getLogger(__name__).warning(
+            "CRD x-kubernetes-validations are not applied: %s (pip install cel-python)", exc
+        )
+        return None
+    return cel
+
+
+# Imported with this module, never on a running event loop: cel-python's imports read
+# time-zone files and build its parser (about 100 ms).
+_CEL = _load_cel()
+
+
+def cel_rules() -> types.ModuleType | None:
+    """`cel.py`, or None (logged once) without cel-python: the sandbox then runs no CRD rule,
+    as a cluster whose CRDs had none, rather than refusing every custom resource."""
+    return _CEL
 
 
 def _pod_grace(pod: Obj, requested: int | None) -> int:
@@ -291,6 +315,7 @@ class Store:
         if rt.has_status:
             # Only the /status subresource writes status (a pod's initial phase is defaulted).
             obj["status"] = {}
+        self._check_rules(rt, str(name), obj, None)
         admit = ADMISSION.get(rt.storage)
         if admit is not None:
             causes = admit(obj)
@@ -310,6 +335,14 @@ class Store:
             self._establish_crd(obj)
             return self.get(rt, "", str(name))
         return obj
+
+    def _check_rules(self, rt: ResourceType, name: str, obj: Obj, old: Obj | None) -> None:
+        """A custom resource's `x-kubernetes-validations` (`cel.py`), create or update."""
+        if rt.schema is None or (cel := cel_rules()) is None:
+            return
+        failures = cel.validate(cel.compile_schema(rt.schema), obj, old)
+        if failures:
+            raise errors.invalid_fields(rt, name, [(f.path, f.type, f.body) for f in failures])
 
     def _admit_pod(self, pod: Obj, namespace: str) -> None:
         """The validating admission chain for a new pod (`admission.py`)."""
@@ -405,6 +438,7 @@ class Store:
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if new == old:
             return old  # a no-op write: no new resourceVersion, no event
+        self._check_rules(rt, name, new, old)
         if "generation" in old["metadata"] and _spec_part(new) != _spec_part(old):
             new["metadata"]["generation"] = old["metadata"]["generation"] + 1
         if dry_run:

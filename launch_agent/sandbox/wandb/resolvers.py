@@ -267,9 +267,20 @@ def project_sweep(parent: Obj, info: Info, sweepName: str) -> Obj | None:
     return None if sweep is None else sweep_view(_state(info), sweep)
 
 
-def queue_items(parent: Obj, info: Info) -> Obj:
+def queue_items(parent: Obj, info: Info, first: int | None = None) -> Obj:
+    # In push order, oldest first, every state: the order W&B's own listing uses is not
+    # documented, and a client that finds a new item only because the model put it first
+    # would pass here and miss it there.
     items = _state(info).queue_items(parent["_q"])
+    if first is not None:
+        items = items[: max(first, 0)]
     return {"edges": [{"node": item_view(i)} for i in items]}
+
+
+def queue_item(parent: Obj, info: Info, id: str) -> Obj | None:
+    # `state.queue_items` first: a lapsed lease reads PENDING, as on the real server.
+    found = [i for i in _state(info).queue_items(parent["_q"]) if i.id == id]
+    return item_view(found[0]) if found else None
 
 
 def sampled_history(_parent: Obj, _info: Info, specs: list[str]) -> list[Any]:
@@ -477,6 +488,7 @@ RESOLVERS: dict[tuple[str, str], Any] = {
     ("Query", "model"): model,
     ("Model", "bucket"): model_bucket,
     ("RunQueue", "runQueueItems"): queue_items,
+    ("RunQueue", "runQueueItem"): queue_item,
     ("Run", "sampledHistory"): sampled_history,
     ("Mutation", "createRunQueue"): create_run_queue,
     ("Mutation", "createLaunchAgent"): create_launch_agent,

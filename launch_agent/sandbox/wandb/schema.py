@@ -207,7 +207,10 @@ type RunQueue {
   prioritizationMode: RunQueuePrioritizationMode
   defaultResourceConfigID: ID
   externalLinks: JSONString
-  runQueueItems: RunQueueItemConnection!
+  # wandb's public API: `RunQueue.items` lists `runQueueItems(first: 100)`, `QueuedRun.state`
+  # reads `runQueueItem(id:)` (wandb/apis/public/jobs.py).
+  runQueueItems(first: Int): RunQueueItemConnection!
+  runQueueItem(id: ID!): RunQueueItem
 }
 
 type RunQueueItemConnection { edges: [RunQueueItemEdge!]! }

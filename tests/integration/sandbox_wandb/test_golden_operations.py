@@ -69,6 +69,7 @@ def seed(server: WandbServer) -> dict[str, dict[str, Any]]:
         "ackRunQueueItem": {"itemId": leased.id},
         "failRunQueueItem": {"runQueueItemId": failing.id, "filePaths": [f"{failing.id}/e.log"]},
         "updateRunQueueItemWarning": {"runQueueItemId": failing.id},
+        "GetRunQueueItem": {"itemId": failing.id},
         "UpsertSweep": {"id": sweep.id},
     }
 

@@ -86,6 +86,11 @@ def _requests() -> list[docs.Request]:
             "project",
         ),
         docs.single("GetDefaultResourceConfig", {"entityName": "ent", "id": "x"}, "entity"),
+        docs.single(
+            "GetRunQueueItem",
+            {"projectName": "model-registry", "entityName": "ent", "runQueue": "q1", "itemId": "i"},
+            "project",
+        ),
     ]
 
 
@@ -99,6 +104,15 @@ def test_single_operation_equals_the_real_client(request_: docs.Request) -> None
 @pytest.mark.parametrize("request_", _requests(), ids=lambda r: r.operation)
 def test_every_request_validates_with_its_variables(request_: docs.Request) -> None:
     assert check(request_.document, request_.variables) == []
+
+
+def test_the_queue_listing_is_the_public_apis_with_state_and_run_spec() -> None:
+    """`GetRunQueueItems` is wandb's `RunQueue._get_items` document with two more node fields
+    (no recording to equal: the real client selects `id` only); it validates against the SDL."""
+    request = docs.run_queue_items("ent", "q1")
+    assert check(request.document, request.variables) == []
+    assert "runQueueItems(first: 100)" in normalize(request.document)
+    assert docs.RUN_QUEUE_ITEMS_PAGE == 100
 
 
 def test_every_single_document_is_covered_by_a_recording() -> None:

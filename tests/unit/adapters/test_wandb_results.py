@@ -222,3 +222,50 @@ def test_pushed() -> None:
         "i", {"a": 1}
     )
     assert results.pushed({"runQueueItemId": "i", "runSpec": None}) == results.PushedItem("i", None)
+
+
+def test_run_queue_item_reads_the_state_and_a_missing_item() -> None:
+    found = {"runQueue": {"runQueueItem": {"id": "i1", "state": "failed", "associatedRunId": None}}}
+    item = results.run_queue_item("q", found)
+    assert item is not None
+    assert (item.id, item.state) == ("i1", "FAILED")  # `QueuedRun.state` lower-cases; we upper
+    assert results.run_queue_item("q", {"runQueue": {"runQueueItem": None}}) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (None, "GetRunQueueItem: data.project is null"),
+        ({"runQueue": None}, "W&B has no run queue 'q'"),
+        ({"runQueue": {"runQueueItem": {"id": "i1"}}}, "runQueueItem.state is null"),
+    ],
+)
+def test_run_queue_item_of_the_wrong_shape(value: Any, message: str) -> None:
+    with pytest.raises(WandbProtocolError, match=message):
+        results.run_queue_item("q", value)
+
+
+def test_run_queue_items_keep_order_and_read_json_string_specs() -> None:
+    value = {
+        "runQueue": {
+            "runQueueItems": {
+                "edges": [
+                    {"node": {"id": "a", "state": "CLAIMED", "runSpec": {"run_id": "r"}}},
+                    {"node": {"id": "b", "state": "PENDING", "runSpec": '{"run_id": "r"}'}},
+                    # An unreadable spec matches nothing; it does not spoil the listing.
+                    {"node": {"id": "c", "state": "PENDING", "runSpec": "{not json"}},
+                ]
+            }
+        }
+    }
+    items = results.run_queue_items("q", value)
+    assert [(i.id, i.state, i.run_spec) for i in items] == [
+        ("a", "CLAIMED", {"run_id": "r"}),
+        ("b", "PENDING", {"run_id": "r"}),
+        ("c", "PENDING", {}),
+    ]
+
+
+def test_run_queue_items_without_edges_is_a_protocol_error() -> None:
+    with pytest.raises(WandbProtocolError, match=r"runQueueItems.edges is null"):
+        results.run_queue_items("q", {"runQueue": {"runQueueItems": {}}})

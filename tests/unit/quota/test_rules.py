@@ -239,6 +239,78 @@ def test_r8_newest_of_equal_priority_goes_first() -> None:
     assert last(tree, events)["evicted"] == ["b"]
 
 
+def test_r8_is_refused_when_its_plan_leaves_the_run_borrowing() -> None:
+    """x (4 cpu) fits l's max 7 once b alone is evicted (the minimal plan), but l (min 6) would
+    then borrow (3 + 4 = 7): no preemption while borrowing, so x waits and nothing is evicted.
+    R8 does not evict a as well to bring x within min: a would fit again at once (borrowing),
+    restarted for nothing (the rules before the cycle fix evicted b and admitted x)."""
+    tree = {
+        "root": {
+            "name": "root",
+            "min": {"cpu": 20},
+            "max": {"cpu": 20},
+            "children": [
+                leaf("l", ["q"], 6, 7, withinQueue="LowerPriority"),
+                leaf("o", ["qo"], 14, 20),
+            ],
+        }
+    }
+    events = [
+        submit(run("a", "q", 3)),
+        submit(run("b", "q", 3)),
+        submit(run("x", "q", 4, priority=1)),
+    ]
+    report = last(tree, events)
+    assert report["evicted"] == []
+    assert report["running"] == ["a", "b"]
+    assert report["pending"] == ["x"]
+
+
+@pytest.mark.parametrize(
+    ("leaf_min", "evicted"),
+    [
+        (10, ["a"]),  # l stays within its min with x: R8 frees the slot (R12)
+        (0, []),  # x would borrow on l: it waits, a keeps running
+    ],
+)
+def test_r8_frees_a_runs_slot_only_within_the_leaf_min(leaf_min: int, evicted: list[str]) -> None:
+    l_leaf = {
+        "name": "l",
+        "min": {"cpu": leaf_min},
+        "max": {"cpu": 10, "runs": 1},
+        "queues": ["q"],
+        "withinQueue": "LowerPriority",
+    }
+    tree = {
+        "root": {
+            "name": "root",
+            "min": {"cpu": 10},
+            "max": {"cpu": 10},
+            "children": [l_leaf, leaf("o", ["qo"], 10 - leaf_min, 10)],
+        }
+    }
+    report = last(tree, [submit(run("a", "q", 2)), submit(run("x", "q", 2, priority=1))])
+    assert report["evicted"] == evicted
+    assert ("x" in report["running"]) == bool(evicted)
+
+
+def test_r8_a_run_that_would_borrow_does_not_preempt() -> None:
+    """x (6) fits l's max 10 and the root's 12 once a (5) is gone (5 + 6), but would borrow 1
+    above l's min 5: x waits and a keeps running (the old rules evicted a)."""
+    tree = flat(
+        leaf("l", ["q"], 5, 10, withinQueue="LowerPriority"), leaf("o", ["qo"], 7, 12), cap=12
+    )
+    events = [
+        submit(run("a", "q", 5)),
+        submit(run("o1", "qo", 5)),
+        submit(run("x", "q", 6, priority=1)),
+    ]
+    report = last(tree, events)
+    assert report["evicted"] == []
+    assert report["running"] == ["a", "o1"]
+    assert report["pending"] == ["x"]
+
+
 # --- R9 starvation guard -----------------------------------------------------------------------------
 
 

@@ -42,3 +42,14 @@ def test_text_format_masks_the_key() -> None:
         logging.getLogger("launch_agent").removeHandler(handler)
     assert "key=********" in stream.getvalue()
     assert KEY not in stream.getvalue()
+
+
+def test_text_lines_cannot_be_forged_by_a_message() -> None:
+    # A failure reason quotes a pod's log tail: its newlines and escapes stay on one line.
+    log, stream, handler = _logger("text")
+    try:
+        log.info("run failed: %s", "oops\n2026-12-01 00:00:00 ERROR forged\x1b[2J\u2028x\tend")
+    finally:
+        logging.getLogger("launch_agent").removeHandler(handler)
+    (line,) = stream.getvalue().splitlines()
+    assert line.endswith("run failed: oops\\n2026-12-01 00:00:00 ERROR forged\\x1b[2J\\u2028x\tend")

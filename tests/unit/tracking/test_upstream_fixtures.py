@@ -220,10 +220,60 @@ def test_kind_picks_one_of_several_workloads(
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [job, ray]}))
     code, _, err = _diagnose(capsys, "-f", str(path), "-o", "json")
     assert code == 2
-    assert "several workloads in the input (Job/run-abc, RayJob/other): pass --kind" in err
+    assert "several workloads in the input (Job/run-abc, RayJob/other): name one" in err
+    assert "diagnose -f FILE [NAMESPACE/]NAME" in err
     code, got, err = _diagnose(capsys, "-f", str(path), "--kind", "rayjob", "-o", "json")
     assert code == 0, err
     assert got is not None and got["state"] == "succeeded"
+    code, got, err = _diagnose(capsys, "-f", str(path), "other", "-o", "json")
+    assert code == 0, err
+    assert got is not None and got["state"] == "succeeded"
+
+
+def test_a_name_picks_one_of_several_jobs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`kubectl get jobs,pods,events` lists every Job of the namespace: --kind cannot tell two
+    Jobs apart, their name can, and the other Job's pods, Events and Workload are ignored."""
+    running = _load(UPSTREAM / "job" / "running.json")
+    oom = _load(UPSTREAM / "job" / "oomkilled.json")
+    renamed = json.loads(
+        json.dumps(oom["items"]).replace("run-abc", "run-xyz").replace('"abc"', '"xyz"')
+    )
+    path = tmp_path / "namespace.json"
+    items = [*running["items"], *renamed]
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    now = ["--now", running["_now"], "-o", "json"]
+    code, _, err = _diagnose(capsys, "-f", str(path), *now)
+    assert code == 2
+    assert "several workloads in the input (Job/run-abc, Job/run-xyz): name one" in err
+    code, got, err = _diagnose(capsys, "-f", str(path), "run-abc", *now)
+    assert code == 0, err
+    assert got is not None and got["state"] == "running"
+    code, got, err = _diagnose(capsys, "-f", str(path), "ml/run-xyz", "--kind", "job", *now)
+    assert code == 0, err
+    assert got is not None and (got["state"], got["reason"]) == ("failed", "OOMKilled")
+    assert got["pod"] is not None and got["pod"].startswith("run-xyz-")
+    code, _, err = _diagnose(capsys, "-f", str(path), "other-ns/run-xyz", *now)
+    assert code == 2
+    assert "no workload named 'other-ns/run-xyz' in the input" in err
+
+
+def test_a_workload_named_like_anothers_child_is_not_its_child(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Jobs `train` and `train-2` are siblings: only a JobSet's Jobs are named after it."""
+    running = _load(UPSTREAM / "job" / "running.json")
+    oom = _load(UPSTREAM / "job" / "oomkilled.json")
+    renamed = json.loads(
+        json.dumps(oom["items"]).replace("run-abc", "run-abc-2").replace('"abc"', '"abc2"')
+    )
+    path = tmp_path / "siblings.json"
+    items = [*running["items"], *renamed]
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    code, _, err = _diagnose(capsys, "-f", str(path), "--now", running["_now"], "-o", "json")
+    assert code == 2
+    assert "several workloads in the input (Job/run-abc, Job/run-abc-2)" in err
 
 
 def test_a_rayjobs_submitter_job_is_not_the_workload(

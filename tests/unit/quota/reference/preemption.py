@@ -20,6 +20,9 @@ R7 (only when x's own leaf stays within its min, i.e. G(x, parent(leaf)) holds):
   what makes the no-ping-pong argument (I4) hold for multi-resource requests.
 R8 (leaf policy `LowerPriority`): then the runs of x's own leaf with p < p(x), lowest priority
 first, latest admission first. Candidates from other queues come first, as in Kueue.
+No preemption while borrowing, R8 included (the cycle fix, docs/quota.md "Termination"): a
+plan with victims in x's own leaf is refused when, after its minimized evictions, x's leaf
+would not stay within its min with x.
 Minimization: walk the victims in reverse and keep running any whose eviction is not needed.
 A count resource (`runs`, `sweep_schedulers`) never triggers R7: when x fits on everything but
 counts, only R8 may free a slot.
@@ -201,6 +204,8 @@ def plan_preemption(
         if not plan.fits():
             return None
         plan.minimize()
+        if any(v.leaf == x.leaf for v in plan.victims) and not ledger.within_min(x.leaf, x.request):
+            return None
         return list(plan.victims)
     finally:
         for run in list(plan.victims):
