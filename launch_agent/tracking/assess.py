@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 from launch_agent.model.config import TrackingConfig
 from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
 from launch_agent.tracking import events as ev
-from launch_agent.tracking import kueue
+from launch_agent.tracking import kueue, volcano
 from launch_agent.tracking.fields import mappings, name_of, text, timestamp
 from launch_agent.tracking.pods import (
     NO_MAIN,
@@ -253,6 +253,11 @@ def assess(
     if status.phase is Phase.SUCCEEDED:
         return Assessment(RunState.SUCCEEDED, None)
     if status.phase is Phase.FAILED:
+        short = volcano.shortfalls(workload) if _is_volcano(workload, status) else ()
+        if short:
+            return _volcano_short(
+                workload, status, short, pods, now=now, policy=policy, graces=graces, main=main
+            )
         return _failed(workload, status, summary)
     if status.phase is Phase.STOPPED:
         own = summary.own_failure
@@ -327,6 +332,35 @@ def assess(
     if warning is None and found is not None:
         warning = _event_diagnosis(found, Severity.WARNING)
     return Assessment(RunState.STARTING, warning)
+
+
+def _is_volcano(workload: Mapping[str, Any], status: WorkloadStatus) -> bool:
+    # The phase Failed (not Terminated, which a policy writes), of a Volcano Job.
+    return group_kind(workload)[0] == "batch.volcano.sh" and status.reason == "Failed"
+
+
+def _volcano_short(
+    workload: Mapping[str, Any],
+    status: WorkloadStatus,
+    short: tuple[volcano.Shortfall, ...],
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    now: datetime,
+    policy: TrackingPolicy,
+    graces: Graces,
+    main: MainContainer,
+) -> Assessment:
+    """A Volcano Job failed by a task short of its own minAvailable (`tracking/volcano.py`):
+    only that task's pods explain it, and the message says which task."""
+    why = "; ".join(s.sentence() for s in short)
+    mine = volcano.pods_of(short, list(pods))
+    summary = summarize_pods(mine, now, policy.unschedulable_deadline, graces=graces, main=main)
+    state, diag = _failed(workload, dataclasses.replace(status, message=why), summary)
+    if diag is not None and diag.pod is not None:
+        diag = dataclasses.replace(
+            diag, message=f"{diag.message} ({describe_kind(workload)}: {why})"
+        )
+    return Assessment(state, diag)
 
 
 def assess_deleted(

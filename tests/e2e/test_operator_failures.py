@@ -329,3 +329,33 @@ async def test_pytorchjob_restarting_is_still_running(ops_env: Env) -> None:
         await until(lambda: agent.runs.get(item.id) is None, message="run finished")
         assert item.failure is None, item.failure
         assert succeeded(agent) == 1
+
+
+async def test_volcano_task_short_of_its_min_available_fails_the_run(ops_env: Env) -> None:
+    """volcano `state/running.go`: the job's 2 successes meet its minAvailable 2, but its
+    master task (minAvailable 1 by default) had none: Failed, and the master's pod says why."""
+    env = ops_env
+    use_spec(
+        env,
+        "volcano-job.yaml",
+        "volcano",
+        lambda t: t.replace("      minAvailable: 3\n", "      minAvailable: 2\n").replace(
+            "          replicas: 2\n", "          replicas: 2\n          minAvailable: 1\n"
+        ),
+    )
+    env.cluster.script("volcano.sh/task-spec=master", "exit code=3 after=2s")
+    env.cluster.script("volcano.sh/task-spec=worker", "succeed after=10s")
+    item = push(env, "vc-master-failed", "volcano")
+    async with env.running(env.agent(config(env, "volcano"))) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="claimed")
+        await until(
+            lambda: item.state is ItemState.FAILED,
+            advance=lambda: env.advance(2),
+            within=30,
+            message="run failed",
+        )
+        assert item.failure is not None
+        message = item.failure.message
+        assert "exited with code 3" in message and "-master-0" in message, message
+        assert "task master had 0 succeeded pods, fewer than its minAvailable 1" in message
+        assert succeeded(agent) is None

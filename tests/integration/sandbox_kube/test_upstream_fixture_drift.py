@@ -28,6 +28,7 @@ from tests.integration.sandbox_kube.test_kueue_sim import KUEUE_CRDS, cluster_qu
 from tests.integration.sandbox_kube.test_operator_events import trainjob
 from tests.integration.sandbox_kube.test_operator_restarts import pytorchjob
 from tests.integration.sandbox_kube.test_operator_retries import rayjob, volcano
+from tests.integration.sandbox_kube.test_volcano_tasks import master_workers
 
 UPSTREAM = Path(__file__).resolve().parents[2] / "fixtures" / "upstream"
 Items = list[dict[str, Any]]
@@ -108,6 +109,14 @@ async def _volcano_all_done(kube: KubeApiServer, cluster: SimulatedCluster) -> I
     items = await _volcano_one_failed(kube, cluster)
     del items
     cluster.advance(30)
+    return _all(kube, "jobs.batch.volcano.sh")
+
+
+async def _volcano_task_short(kube: KubeApiServer, cluster: SimulatedCluster) -> Items:
+    kube.objects.create("jobs.batch.volcano.sh", master_workers(2, 1))
+    cluster.script("volcano.sh/task-spec=master", "exit code=1 after=2s")
+    cluster.script("volcano.sh/task-spec=worker", "succeed after=5s")
+    cluster.advance(10)
     return _all(kube, "jobs.batch.volcano.sh")
 
 
@@ -204,6 +213,7 @@ CASES: list[tuple[str, str, Scenario]] = [
     ("rayjob/failed-after-backoff", "RayJob", _rayjob_failed),
     ("volcano/one-pod-failed-still-running", "Job", _volcano_one_failed),
     ("volcano/failed-all-pods-done", "Job", _volcano_all_done),
+    ("volcano/task-min-available-short", "Job", _volcano_task_short),
     ("jobset/jobcreationfailed", "JobSet", _jobset_creation_failed),
     ("jobset/failed-jobs-oom", "JobSet", _jobset_failed),
     ("trainjob/failed-jobs-exit-code", "TrainJob", _trainjob_failed),
