@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 from launch_agent.model.config import TrackingConfig
 from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
 from launch_agent.tracking import events as ev
-from launch_agent.tracking import kueue, volcano
+from launch_agent.tracking import kueue, ray, volcano
 from launch_agent.tracking.fields import mappings, name_of, text, timestamp
 from launch_agent.tracking.pods import (
     NO_MAIN,
@@ -303,9 +303,14 @@ def assess(
     if status.phase is Phase.RUNNING or summary.running:
         return Assessment(RunState.RUNNING, warning)
     found = ev.explain(about)
+    # Without Events (expired, or an agent that restarted), a RayJob's mirrored RayCluster
+    # status still says which pod could not be created (`tracking/ray.py`).
+    refused = ray.replica_failure(workload) if found is None else None
     since = started_at or _started_at(workload, kueue_workload)
     if since is not None and not summary.started and now - since >= policy.start_timeout:
         head = f"{describe_kind(workload)} did not start within {_duration(policy.start_timeout)}"
+        if refused is not None:
+            return Assessment(RunState.FAILED, _refused(refused, Severity.TERMINAL, head + ": "))
         # Pods that cannot be created explain most; then what a pod shows; then other Events.
         if found is not None and (found.reason in _CREATION or warning is None):
             return Assessment(
@@ -331,7 +336,13 @@ def assess(
         )
     if warning is None and found is not None:
         warning = _event_diagnosis(found, Severity.WARNING)
+    if warning is None and refused is not None:
+        warning = _refused(refused, Severity.WARNING)
     return Assessment(RunState.STARTING, warning)
+
+
+def _refused(found: ray.ReplicaFailure, severity: Severity, head: str = "") -> Diagnosis:
+    return Diagnosis(Reason.FAILED_CREATE, head + found.sentence(), severity, detail=found.message)
 
 
 def _is_volcano(workload: Mapping[str, Any], status: WorkloadStatus) -> bool:

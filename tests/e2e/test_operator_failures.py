@@ -147,6 +147,53 @@ async def test_rayjob_exhausting_its_retries_fails_with_upstream_words(ops_env: 
         await until(lambda: agent.runs.get(item.id) is None, message="record released")
 
 
+async def test_rayjob_head_pod_refused_fails_with_the_rayclusters_event(ops_env: Env) -> None:
+    """KubeRay's RayCluster `<rayjob>-<random>` (not named like any pod of the run) cannot
+    create its head pod: only its `FailedToCreateHeadPod` Events and `ReplicaFailure` say
+    so. The agent files them under the run, fails it at the start deadline with their words,
+    and deleting the RayJob takes the RayCluster with it (ownerReference GC)."""
+    env = ops_env
+    use_spec(env, "rayjob.yaml", "ray")
+    env.kube.objects.create(
+        "resourcequotas",
+        {"metadata": {"name": "mem-quota"}, "spec": {"hard": {"limits.memory": "4Gi"}}},
+        namespace=NS,
+    )
+    item = push(env, "ray-head-refused", "ray")
+    async with env.running(env.agent(config(env, "ray", start_timeout_seconds=300))) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="claimed")
+        await until(
+            lambda: env.kube.objects.list("rayclusters.ray.io", namespace=NS), message="cluster"
+        )
+        [rc] = env.kube.objects.list("rayclusters.ray.io", namespace=NS)
+        assert agent.tracker is not None
+        tracker = agent.tracker
+        await until(lambda: tracker.events.of(item.id), message="the Event reached the agent")
+        assert item.state is ItemState.CLAIMED  # a refused create is not final before the deadline
+        await until(
+            lambda: item.state is ItemState.FAILED,
+            advance=lambda: env.advance(30),
+            within=30,
+            message="failed at the start deadline",
+        )
+        assert item.failure is not None
+        message = item.failure.message
+        assert "did not start within 5m" in message, message
+        assert "FailedToCreateHeadPod" in message and "Failed to create head Pod" in message
+        assert "exceeded quota: mem-quota" in message, message
+        await until(
+            lambda: not env.kube.objects.list("rayjobs", namespace=NS),
+            advance=lambda: env.advance(5),
+            message="the RayJob is deleted",
+        )
+        # Its RayCluster goes by ownerReference GC, nothing is left behind.
+        await until(
+            lambda: not env.kube.objects.list("rayclusters.ray.io", namespace=NS),
+            advance=lambda: env.advance(5),
+            message=f"RayCluster {rc['metadata']['name']} collected",
+        )
+
+
 # --- Volcano ------------------------------------------------------------------------------
 
 

@@ -98,6 +98,15 @@ async def _rayjob_failed(kube: KubeApiServer, cluster: SimulatedCluster) -> Item
     return _all(kube, "rayjobs")
 
 
+async def _raycluster_head_refused(kube: KubeApiServer, cluster: SimulatedCluster) -> Items:
+    kube.objects.create(
+        "resourcequotas", {"metadata": {"name": "q"}, "spec": {"hard": {"pods": "0"}}}
+    )
+    kube.objects.create("rayjobs", rayjob("rj", "run"))
+    cluster.advance(5)
+    return [*_all(kube, "rayjobs"), *kube.objects.list("rayclusters.ray.io")]
+
+
 async def _volcano_one_failed(kube: KubeApiServer, cluster: SimulatedCluster) -> Items:
     kube.objects.create("jobs.batch.volcano.sh", volcano("vj"))
     cluster.script("volcano.sh/task-spec=worker", "fail after=2s; succeed after=20s")
@@ -211,6 +220,8 @@ Scenario = Callable[[KubeApiServer, SimulatedCluster], Any]
 CASES: list[tuple[str, str, Scenario]] = [
     ("rayjob/retrying-is-not-final", "RayJob", _rayjob_retrying),
     ("rayjob/failed-after-backoff", "RayJob", _rayjob_failed),
+    ("rayjob/raycluster-head-refused-within-deadline", "RayJob", _raycluster_head_refused),
+    ("rayjob/raycluster-head-refused-within-deadline", "RayCluster", _raycluster_head_refused),
     ("volcano/one-pod-failed-still-running", "Job", _volcano_one_failed),
     ("volcano/failed-all-pods-done", "Job", _volcano_all_done),
     ("volcano/task-min-available-short", "Job", _volcano_task_short),
@@ -225,7 +236,9 @@ CASES: list[tuple[str, str, Scenario]] = [
 ]
 
 
-@pytest.mark.parametrize(("case", "kind", "scenario"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("case", "kind", "scenario"), CASES, ids=[f"{c[0]}[{c[1]}]" for c in CASES]
+)
 async def test_the_sandbox_writes_the_fixture_words(
     kube: KubeApiServer, cluster: SimulatedCluster, case: str, kind: str, scenario: Scenario
 ) -> None:
