@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 from launch_agent.model.config import TrackingConfig
 from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
 from launch_agent.tracking import events as ev
-from launch_agent.tracking import kueue, ray, volcano
+from launch_agent.tracking import jobset_startup, kueue, ray, volcano
 from launch_agent.tracking.fields import mappings, name_of, text, timestamp
 from launch_agent.tracking.pods import (
     NO_MAIN,
@@ -300,14 +300,18 @@ def assess(
             detail=status.message,
         )
         return Assessment(RunState.RUNNING, warning or retry)
-    if status.phase is Phase.RUNNING or summary.running:
+    # A JobSet creating its replicatedJobs in order (startupPolicy, dependsOn) has not started
+    # its main work while an earlier stage runs: starting, under the start deadline.
+    stage = jobset_startup.waiting(workload)
+    if stage is None and (status.phase is Phase.RUNNING or summary.running):
         return Assessment(RunState.RUNNING, warning)
     found = ev.explain(about)
     # Without Events (expired, or an agent that restarted), a RayJob's mirrored RayCluster
     # status still says which pod could not be created (`tracking/ray.py`).
     refused = ray.replica_failure(workload) if found is None else None
     since = started_at or _started_at(workload, kueue_workload)
-    if since is not None and not summary.started and now - since >= policy.start_timeout:
+    started = summary.started and stage is None
+    if since is not None and not started and now - since >= policy.start_timeout:
         head = f"{describe_kind(workload)} did not start within {_duration(policy.start_timeout)}"
         if refused is not None:
             return Assessment(RunState.FAILED, _refused(refused, Severity.TERMINAL, head + ": "))
@@ -330,10 +334,8 @@ def assess(
                     detail=warning.detail,
                 ),
             )
-        return Assessment(
-            RunState.FAILED,
-            Diagnosis(Reason.START_TIMEOUT, f"{head} and no Event says why", Severity.TERMINAL),
-        )
+        said = f"{head}: {stage}" if stage is not None else f"{head} and no Event says why"
+        return Assessment(RunState.FAILED, Diagnosis(Reason.START_TIMEOUT, said, Severity.TERMINAL))
     if warning is None and found is not None:
         warning = _event_diagnosis(found, Severity.WARNING)
     if warning is None and refused is not None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from launch_agent.model.run_state import RunState
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 from tests.e2e.conftest import CRDS, EXAMPLE_SPECS, Env, run_spec, until
 from tests.e2e.test_quota_kueue import KUEUE_SPEC, install_kueue
@@ -281,6 +282,79 @@ async def test_kueue_deactivation_fails_the_run_with_its_reason(env: Env) -> Non
         # tests/integration/sandbox_kube/test_kueue_deactivation.py; the failed run's Job is
         # the agent's to clean up.)
         await until(lambda: agent.runs.get(item.id) is None, message="record released")
+
+
+# --- JobSet startup order -------------------------------------------------------------------
+
+
+def _workers_depend_on_the_driver(text: str) -> str:
+    """jobset `depends_on.go`: the workers' Jobs are created once the driver's completed."""
+    return text.replace(
+        "        - name: workers\n          replicas: 1\n",
+        "        - name: workers\n          replicas: 1\n"
+        "          dependsOn: [{name: driver, status: Complete}]\n",
+    )
+
+
+async def test_jobset_waiting_on_depends_on_is_starting_then_fails_at_the_deadline(
+    ops_env: Env,
+) -> None:
+    """The driver runs and never completes: the workers are never created. Not "running"
+    (the old judgement, which would hold the slot forever): starting, then failed at the
+    start deadline with what the JobSet waits for."""
+    env = ops_env
+    use_spec(env, "jobset-gke.yaml", "jobset-tpu", _workers_depend_on_the_driver)
+    env.cluster.script("jobset.sigs.k8s.io/replicatedjob-name=driver", "run")
+    item = push(env, "js-waits", "jobset-tpu")
+    async with env.running(
+        env.agent(config(env, "jobset-tpu", start_timeout_seconds=300))
+    ) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="claimed")
+        await until(lambda: agent.runs.get(item.id), message="tracked")
+        record = agent.runs.get(item.id)
+        assert record is not None and agent.tracker is not None
+        tracker = agent.tracker
+        # The tracker judges the run on every event of its pods: once its cache holds the
+        # running driver pod, that judgement has been made.
+        await until(
+            lambda: any(
+                (p.get("status") or {}).get("phase") == "Running" for p in tracker.pods_of(record)
+            ),
+            advance=lambda: env.advance(1),
+            message="the agent saw the driver run",
+        )
+        assert record.state is RunState.STARTING, record.state
+        assert [j["metadata"]["name"] for j in env.kube.objects.list("jobs", namespace=NS)] == [
+            record.name + "-driver-0"
+        ]
+        await until(
+            lambda: item.state is ItemState.FAILED,
+            advance=lambda: env.advance(30),
+            within=30,
+            message="failed at the start deadline",
+        )
+        assert item.failure is not None
+        message = item.failure.message
+        assert "did not start within 5m" in message, message
+        assert "replicatedJob workers dependsOn driver being Complete" in message, message
+
+
+async def test_jobset_depends_on_reached_runs_to_success(ops_env: Env) -> None:
+    env = ops_env
+    use_spec(env, "jobset-gke.yaml", "jobset-tpu", _workers_depend_on_the_driver)
+    env.cluster.script("jobset.sigs.k8s.io/replicatedjob-name=driver", "succeed after=10s")
+    env.cluster.script("jobset.sigs.k8s.io/replicatedjob-name=workers", "succeed after=10s")
+    item = push(env, "js-in-turn", "jobset-tpu")
+    async with env.running(env.agent(config(env, "jobset-tpu"))) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="claimed")
+        await until(
+            lambda: agent.runs.get(item.id) is None,
+            advance=lambda: env.advance(2),
+            within=30,
+            message="run finished",
+        )
+        assert item.failure is None, item.failure
+        assert succeeded(agent) == 1
 
 
 # --- JobSet / Trainer creation failures (Events only) ---------------------------------------

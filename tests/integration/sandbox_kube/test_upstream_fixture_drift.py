@@ -139,6 +139,17 @@ async def _jobset_creation_failed(kube: KubeApiServer, cluster: SimulatedCluster
     return _all(kube, "jobsets")
 
 
+async def _jobset_in_order(kube: KubeApiServer, cluster: SimulatedCluster) -> Items:
+    body = jobset("js", replicas=1)
+    driver = {**body["spec"]["replicatedJobs"][0], "name": "driver"}
+    body["spec"]["replicatedJobs"].insert(0, driver)
+    body["spec"]["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    cluster.script("jobset.sigs.k8s.io/replicatedjob-name=driver", "run start=60s")
+    kube.objects.create("jobsets", body)
+    cluster.advance(5)
+    return _all(kube, "jobsets")
+
+
 async def _jobset_failed(kube: KubeApiServer, cluster: SimulatedCluster) -> Items:
     kube.objects.create("jobsets", jobset("js", annotations={ANNOTATION: "oomkilled after=2s"}))
     cluster.advance(10)
@@ -227,6 +238,7 @@ CASES: list[tuple[str, str, Scenario]] = [
     ("volcano/task-min-available-short", "Job", _volcano_task_short),
     ("jobset/jobcreationfailed", "JobSet", _jobset_creation_failed),
     ("jobset/failed-jobs-oom", "JobSet", _jobset_failed),
+    ("jobset/startup-in-order-driver-not-ready", "JobSet", _jobset_in_order),
     ("trainjob/failed-jobs-exit-code", "TrainJob", _trainjob_failed),
     ("pytorchjob/restarting-is-not-failed", "PyTorchJob", _pytorch_restarting),
     ("pytorchjob/backoff-limit-exceeded", "PyTorchJob", _pytorch_backoff),
