@@ -105,7 +105,13 @@ async def test_a_refused_head_pod_is_the_rayclusters_event_and_condition(
     await assert_status_matches_crd(crds, rj)
     # Retried after the API back-off (1 s, doubling): attempts at 0, 1, 3, 7 and 15 s.
     cluster.advance(30)
-    assert sum(int(e.get("count") or 1) for e in _warnings(kube, "FailedToCreateHeadPod")) == 5
+    assert (
+        sum(
+            int((e.get("series") or {}).get("count") or e.get("count") or 1)
+            for e in _warnings(kube, "FailedToCreateHeadPod")
+        )
+        == 5
+    )
     assert kube.objects.list("pods") == []
     # The quota goes: the next retry creates the pods, the condition is cleared, the job runs.
     kube.objects.delete("resourcequotas", "no-pods")
