@@ -187,7 +187,6 @@ def _release(ctx: Ctx, rj: Obj, status: dict[str, Any], deployment: str) -> None
     subs = ctx.children(rj, "Job")
     ns = rj["metadata"]["namespace"]
     clusters = ctx.children(rj, "RayCluster") if served(ctx, raycluster.RESOURCE) else []
-    pods = [p for rc in clusters for p in ctx.children(rc, "Pod")]
     _delete_cluster(ctx, rj, clusters)
     for sub in subs:
         if not sub["metadata"].get("deletionTimestamp"):
@@ -201,7 +200,9 @@ def _release(ctx: Ctx, rj: Obj, status: dict[str, Any], deployment: str) -> None
     uid = rj["metadata"]["uid"]
     if clusters or subs:
         requeues[uid] = ctx.t + REQUEUE_SECONDS
-    if any(ctx.store.by_uid(o["metadata"]["uid"]) for o in (*clusters, *pods, *subs)) or (
+    # Gone is a Get that finds nothing: the RayCluster (its pods still terminating, they go by
+    # GC) and the submitter Job, both deleted in the background.
+    if any(ctx.store.by_uid(o["metadata"]["uid"]) for o in (*clusters, *subs)) or (
         requeues.get(uid, 0.0) > ctx.t
     ):
         ctx.wake_at(requeues.get(uid, ctx.t + REQUEUE_SECONDS))
