@@ -30,12 +30,14 @@ _SERIES: weakref.WeakKeyDictionary[Store, dict[tuple[str, ...], tuple[str, int]]
     weakref.WeakKeyDictionary()
 )
 # Components that record through client-go's events.k8s.io/v1 recorder
-# (`staging/src/k8s.io/client-go/tools/events`), with the `action` of each reason:
-# kube-scheduler (`pkg/scheduler/scheduler.go`, `events.NewEventBroadcasterAdapter`;
-# `schedule_one.go` records FailedScheduling with action "Scheduling", Scheduled with
-# "Binding"; `framework/preemption/preemption.go` Preempted with "Preempting") and KubeRay
-# v1.7 (`raycluster_controller.go` / `rayjob_controller.go`: `events.EventRecorder`,
-# actions `utils.CreateAction` "Create", `DeleteAction` "Delete", ...).
+# (`staging/src/k8s.io/client-go/tools/events`), with the `action` of each reason: kube-scheduler
+# (`pkg/scheduler/scheduler.go`, `events.NewEventBroadcasterAdapter`; `schedule_one.go` records
+# FailedScheduling with action "Scheduling", Scheduled with "Binding";
+# `framework/preemption/preemption.go` Preempted with "Preempting"), KubeRay v1.7
+# (`raycluster_controller.go` / `rayjob_controller.go`: `events.EventRecorder`, actions
+# `utils.CreateAction` "Create", `DeleteAction` "Delete", ...; `_kuberay_action`) and JobSet
+# v0.12 (`jobset_controller.go`: `Record events.EventRecorder`, every Event with action
+# "Reconciling").
 EVENTS_V1_ACTIONS: dict[str, dict[str, str]] = {
     "default-scheduler": {
         "FailedScheduling": "Scheduling",
@@ -44,6 +46,7 @@ EVENTS_V1_ACTIONS: dict[str, dict[str, str]] = {
     },
     "raycluster-controller": {},
     "rayjob-controller": {},
+    "jobset": {"": "Reconciling"},
 }
 
 
@@ -206,7 +209,8 @@ class Ctx:
         """
         meta = involved["metadata"]
         namespace = meta.get("namespace") or "default"
-        action = EVENTS_V1_ACTIONS[source].get(reason) or _kuberay_action(reason)
+        actions = EVENTS_V1_ACTIONS[source]
+        action = actions.get(reason) or actions.get("") or _kuberay_action(reason)
         instance = f"{source}-sandbox-node"  # NewRecorder: `<controller>-<hostname>`
         key = (namespace, str(meta["uid"]), kind, action, reason, source)
         rt = self.store.rt("events.events.k8s.io")
