@@ -64,7 +64,25 @@ def packaged_crds(kinds: Iterable[KindInfo] = KINDS) -> list[dict[str, Any]]:
         schema = json.loads(entry.read_text(encoding="utf-8"))
         schema.pop("x-launch-agent-source", None)
         crds.append(crd_for(info, schema))
+        if info.kind == "RayJob":
+            crds.append(_raycluster_crd(info))
     return crds
+
+
+def _raycluster_crd(rayjob: KindInfo) -> dict[str, Any]:
+    """KubeRay installs the RayCluster CRD beside RayJob's, and the sandbox's RayJob controller
+    creates a RayCluster per RayJob (`sandbox/cluster/raycluster.py`). The agent never renders
+    one, so its schema is not shipped: served without validation."""
+    group = rayjob.api_version.rpartition("/")[0]
+    crd = crd_for(rayjob, {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+    crd["metadata"]["name"] = f"rayclusters.{group}"
+    crd["spec"]["names"] = {
+        "plural": "rayclusters",
+        "singular": "raycluster",
+        "kind": "RayCluster",
+        "listKind": "RayClusterList",
+    }
+    return crd
 
 
 def crd_for(info: KindInfo, schema: dict[str, Any]) -> dict[str, Any]:

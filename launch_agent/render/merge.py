@@ -151,6 +151,11 @@ def _merge_named(
         # containers); a named one with the base item of that name.
         unnamed = label == str(i)
         pos = (i if i < len(base) else None) if unnamed else where.get(label)
+        if unnamed and pos is not None:
+            # Paths name an item by its name and a name resolves to its first item; an
+            # unnamed item at the index of a later duplicate merges with that first one, so
+            # what the policy checks (the path) is what is changed.
+            pos = where.get(item_label(out[pos], pos), pos)
         if pos is None:
             new_label = item_label(item, len(out))
             where.setdefault(new_label, len(out))

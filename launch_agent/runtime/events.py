@@ -57,8 +57,18 @@ def event_view(obj: Obj) -> Obj:
         "firstTimestamp": obj.get("firstTimestamp"),
         "lastTimestamp": obj.get("lastTimestamp"),
         "eventTime": obj.get("eventTime"),
+        # An Event recorded through events.k8s.io/v1 (kube-scheduler, KubeRay) has no count
+        # and no first/last timestamps in this view (`pkg/apis/events/v1/conversion.go`):
+        # its repeats are `series.count` and `series.lastObservedTime`.
+        "series": _series(obj.get("series")),
         "source": obj.get("source"),
     }
+
+
+def _series(value: object) -> dict[str, Any] | None:
+    if not isinstance(value, dict):
+        return None
+    return {"count": value.get("count"), "lastObservedTime": value.get("lastObservedTime")}
 
 
 def about(event: Mapping[str, Any]) -> tuple[str, str, str]:

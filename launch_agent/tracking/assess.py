@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 from launch_agent.model.config import TrackingConfig
 from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
 from launch_agent.tracking import events as ev
-from launch_agent.tracking import kueue
+from launch_agent.tracking import jobset_startup, kueue, ray, volcano
 from launch_agent.tracking.fields import mappings, name_of, one_line, text, timestamp
 from launch_agent.tracking.pods import (
     NO_MAIN,
@@ -275,6 +275,11 @@ def assess(
     if status.phase is Phase.SUCCEEDED:
         return Assessment(RunState.SUCCEEDED, None)
     if status.phase is Phase.FAILED:
+        short = volcano.shortfalls(workload) if _is_volcano(workload, status) else ()
+        if short:
+            return _volcano_short(
+                workload, status, short, pods, now=now, policy=policy, graces=graces, main=main
+            )
         return _failed(workload, status, summary)
     if status.phase is Phase.STOPPED:
         own = summary.own_failure
@@ -328,11 +333,20 @@ def assess(
             detail=status.message,
         )
         return Assessment(RunState.RUNNING, warning or retry)
-    if status.phase is Phase.RUNNING or summary.running:
+    # A JobSet creating its replicatedJobs in order (startupPolicy, dependsOn) has not started
+    # its main work while an earlier stage runs: starting, under the start deadline.
+    stage = jobset_startup.waiting(workload)
+    if stage is None and (status.phase is Phase.RUNNING or summary.running):
         return Assessment(RunState.RUNNING, warning)
+    # Without Events (expired, or an agent that restarted), a RayJob's mirrored RayCluster
+    # status still says which pod could not be created (`tracking/ray.py`).
+    refused = ray.replica_failure(workload) if found is None else None
     since = started_at or _started_at(workload, kueue_workload)
-    if since is not None and not summary.started and now - since >= policy.start_timeout:
+    started = summary.started and stage is None
+    if since is not None and not started and now - since >= policy.start_timeout:
         head = f"{describe_kind(workload)} did not start within {_duration(policy.start_timeout)}"
+        if refused is not None:
+            return Assessment(RunState.FAILED, _refused(refused, Severity.TERMINAL, head + ": "))
         # Pods that cannot be created explain most; then what a pod shows; then other Events.
         if found is not None and (found.reason in _CREATION or warning is None):
             return Assessment(
@@ -352,13 +366,46 @@ def assess(
                     detail=warning.detail,
                 ),
             )
-        return Assessment(
-            RunState.FAILED,
-            Diagnosis(Reason.START_TIMEOUT, f"{head} and no Event says why", Severity.TERMINAL),
-        )
+        said = f"{head}: {stage}" if stage is not None else f"{head} and no Event says why"
+        return Assessment(RunState.FAILED, Diagnosis(Reason.START_TIMEOUT, said, Severity.TERMINAL))
     if warning is None and found is not None:
         warning = _event_diagnosis(found, Severity.WARNING)
+    if warning is None and refused is not None:
+        warning = _refused(refused, Severity.WARNING)
     return Assessment(RunState.STARTING, warning)
+
+
+def _refused(found: ray.ReplicaFailure, severity: Severity, head: str = "") -> Diagnosis:
+    return Diagnosis(Reason.FAILED_CREATE, head + found.sentence(), severity, detail=found.message)
+
+
+def _is_volcano(workload: Mapping[str, Any], status: WorkloadStatus) -> bool:
+    # The phase Failed (not Terminated, which a policy writes), of a Volcano Job.
+    return group_kind(workload)[0] == "batch.volcano.sh" and status.reason == "Failed"
+
+
+def _volcano_short(
+    workload: Mapping[str, Any],
+    status: WorkloadStatus,
+    short: tuple[volcano.Shortfall, ...],
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    now: datetime,
+    policy: TrackingPolicy,
+    graces: Graces,
+    main: MainContainer,
+) -> Assessment:
+    """A Volcano Job failed by a task short of its own minAvailable (`tracking/volcano.py`):
+    only that task's pods explain it, and the message says which task."""
+    why = "; ".join(s.sentence() for s in short)
+    mine = volcano.pods_of(short, list(pods))
+    summary = summarize_pods(mine, now, policy.unschedulable_deadline, graces=graces, main=main)
+    state, diag = _failed(workload, dataclasses.replace(status, message=why), summary)
+    if diag is not None and diag.pod is not None:
+        diag = dataclasses.replace(
+            diag, message=f"{diag.message} ({describe_kind(workload)}: {why})"
+        )
+    return Assessment(state, diag)
 
 
 def assess_deleted(

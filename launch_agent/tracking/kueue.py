@@ -197,7 +197,13 @@ def workload_status(workload: Mapping[str, Any]) -> KueueStatus:
             message=", ".join(waiting),
         )
     reserved = conds.get("QuotaReserved", {})
-    if reserved.get("status") == "False" and reserved.get("reason") in INADMISSIBLE_REASONS:
+    # A reason of the wrong type (a list, as a CRD without status validation allows) is none.
+    refused = reserved.get("reason")
+    if (
+        reserved.get("status") == "False"
+        and isinstance(refused, str)
+        and refused in INADMISSIBLE_REASONS
+    ):
         return make(KueueState.INADMISSIBLE, "QuotaReserved")
     return make(KueueState.PENDING, "QuotaReserved")
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from launch_agent.model.run_state import RunState
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 from tests.e2e.conftest import CRDS, EXAMPLE_SPECS, Env, run_spec, until
 from tests.e2e.test_quota_kueue import KUEUE_SPEC, install_kueue
@@ -147,6 +148,53 @@ async def test_rayjob_exhausting_its_retries_fails_with_upstream_words(ops_env: 
         await until(lambda: agent.runs.get(item.id) is None, message="record released")
 
 
+async def test_rayjob_head_pod_refused_fails_with_the_rayclusters_event(ops_env: Env) -> None:
+    """KubeRay's RayCluster `<rayjob>-<random>` (not named like any pod of the run) cannot
+    create its head pod: only its `FailedToCreateHeadPod` Events and `ReplicaFailure` say
+    so. The agent files them under the run, fails it at the start deadline with their words,
+    and deleting the RayJob takes the RayCluster with it (ownerReference GC)."""
+    env = ops_env
+    use_spec(env, "rayjob.yaml", "ray")
+    env.kube.objects.create(
+        "resourcequotas",
+        {"metadata": {"name": "mem-quota"}, "spec": {"hard": {"limits.memory": "4Gi"}}},
+        namespace=NS,
+    )
+    item = push(env, "ray-head-refused", "ray")
+    async with env.running(env.agent(config(env, "ray", start_timeout_seconds=300))) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="claimed")
+        await until(
+            lambda: env.kube.objects.list("rayclusters.ray.io", namespace=NS), message="cluster"
+        )
+        [rc] = env.kube.objects.list("rayclusters.ray.io", namespace=NS)
+        assert agent.tracker is not None
+        tracker = agent.tracker
+        await until(lambda: tracker.events.of(item.id), message="the Event reached the agent")
+        assert item.state is ItemState.CLAIMED  # a refused create is not final before the deadline
+        await until(
+            lambda: item.state is ItemState.FAILED,
+            advance=lambda: env.advance(30),
+            within=30,
+            message="failed at the start deadline",
+        )
+        assert item.failure is not None
+        message = item.failure.message
+        assert "did not start within 5m" in message, message
+        assert "FailedToCreateHeadPod" in message and "Failed to create head Pod" in message
+        assert "exceeded quota: mem-quota" in message, message
+        await until(
+            lambda: not env.kube.objects.list("rayjobs", namespace=NS),
+            advance=lambda: env.advance(5),
+            message="the RayJob is deleted",
+        )
+        # Its RayCluster goes by ownerReference GC, nothing is left behind.
+        await until(
+            lambda: not env.kube.objects.list("rayclusters.ray.io", namespace=NS),
+            advance=lambda: env.advance(5),
+            message=f"RayCluster {rc['metadata']['name']} collected",
+        )
+
+
 # --- Volcano ------------------------------------------------------------------------------
 
 
@@ -234,6 +282,79 @@ async def test_kueue_deactivation_fails_the_run_with_its_reason(env: Env) -> Non
         # tests/integration/sandbox_kube/test_kueue_deactivation.py; the failed run's Job is
         # the agent's to clean up.)
         await until(lambda: agent.runs.get(item.id) is None, message="record released")
+
+
+# --- JobSet startup order -------------------------------------------------------------------
+
+
+def _workers_depend_on_the_driver(text: str) -> str:
+    """jobset `depends_on.go`: the workers' Jobs are created once the driver's completed."""
+    return text.replace(
+        "        - name: workers\n          replicas: 1\n",
+        "        - name: workers\n          replicas: 1\n"
+        "          dependsOn: [{name: driver, status: Complete}]\n",
+    )
+
+
+async def test_jobset_waiting_on_depends_on_is_starting_then_fails_at_the_deadline(
+    ops_env: Env,
+) -> None:
+    """The driver runs and never completes: the workers are never created. Not "running"
+    (the old judgement, which would hold the slot forever): starting, then failed at the
+    start deadline with what the JobSet waits for."""
+    env = ops_env
+    use_spec(env, "jobset-gke.yaml", "jobset-tpu", _workers_depend_on_the_driver)
+    env.cluster.script("jobset.sigs.k8s.io/replicatedjob-name=driver", "run")
+    item = push(env, "js-waits", "jobset-tpu")
+    async with env.running(
+        env.agent(config(env, "jobset-tpu", start_timeout_seconds=300))
+    ) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="claimed")
+        await until(lambda: agent.runs.get(item.id), message="tracked")
+        record = agent.runs.get(item.id)
+        assert record is not None and agent.tracker is not None
+        tracker = agent.tracker
+        # The tracker judges the run on every event of its pods: once its cache holds the
+        # running driver pod, that judgement has been made.
+        await until(
+            lambda: any(
+                (p.get("status") or {}).get("phase") == "Running" for p in tracker.pods_of(record)
+            ),
+            advance=lambda: env.advance(1),
+            message="the agent saw the driver run",
+        )
+        assert record.state is RunState.STARTING, record.state
+        assert [j["metadata"]["name"] for j in env.kube.objects.list("jobs", namespace=NS)] == [
+            record.name + "-driver-0"
+        ]
+        await until(
+            lambda: item.state is ItemState.FAILED,
+            advance=lambda: env.advance(30),
+            within=30,
+            message="failed at the start deadline",
+        )
+        assert item.failure is not None
+        message = item.failure.message
+        assert "did not start within 5m" in message, message
+        assert "replicatedJob workers dependsOn driver being Complete" in message, message
+
+
+async def test_jobset_depends_on_reached_runs_to_success(ops_env: Env) -> None:
+    env = ops_env
+    use_spec(env, "jobset-gke.yaml", "jobset-tpu", _workers_depend_on_the_driver)
+    env.cluster.script("jobset.sigs.k8s.io/replicatedjob-name=driver", "succeed after=10s")
+    env.cluster.script("jobset.sigs.k8s.io/replicatedjob-name=workers", "succeed after=10s")
+    item = push(env, "js-in-turn", "jobset-tpu")
+    async with env.running(env.agent(config(env, "jobset-tpu"))) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="claimed")
+        await until(
+            lambda: agent.runs.get(item.id) is None,
+            advance=lambda: env.advance(2),
+            within=30,
+            message="run finished",
+        )
+        assert item.failure is None, item.failure
+        assert succeeded(agent) == 1
 
 
 # --- JobSet / Trainer creation failures (Events only) ---------------------------------------
@@ -329,3 +450,33 @@ async def test_pytorchjob_restarting_is_still_running(ops_env: Env) -> None:
         await until(lambda: agent.runs.get(item.id) is None, message="run finished")
         assert item.failure is None, item.failure
         assert succeeded(agent) == 1
+
+
+async def test_volcano_task_short_of_its_min_available_fails_the_run(ops_env: Env) -> None:
+    """volcano `state/running.go`: the job's 2 successes meet its minAvailable 2, but its
+    master task (minAvailable 1 by default) had none: Failed, and the master's pod says why."""
+    env = ops_env
+    use_spec(
+        env,
+        "volcano-job.yaml",
+        "volcano",
+        lambda t: t.replace("      minAvailable: 3\n", "      minAvailable: 2\n").replace(
+            "          replicas: 2\n", "          replicas: 2\n          minAvailable: 1\n"
+        ),
+    )
+    env.cluster.script("volcano.sh/task-spec=master", "exit code=3 after=2s")
+    env.cluster.script("volcano.sh/task-spec=worker", "succeed after=10s")
+    item = push(env, "vc-master-failed", "volcano")
+    async with env.running(env.agent(config(env, "volcano"))) as agent:
+        await until(lambda: item.state is ItemState.CLAIMED, message="claimed")
+        await until(
+            lambda: item.state is ItemState.FAILED,
+            advance=lambda: env.advance(2),
+            within=30,
+            message="run failed",
+        )
+        assert item.failure is not None
+        message = item.failure.message
+        assert "exited with code 3" in message and "-master-0" in message, message
+        assert "task master had 0 succeeded pods, fewer than its minAvailable 1" in message
+        assert succeeded(agent) is None

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from launch_agent.tracking import jobset_startup, volcano
 from launch_agent.tracking.views import Meta
 
 Obj = dict[str, Any]
@@ -117,6 +118,10 @@ def tracking_view(obj: Obj, suspend_paths: Iterable[Path] = BUILTIN_SUSPEND_PATH
         for path in (*BUILTIN_SUSPEND_PATHS, *suspend_paths):
             if len(path) >= 2 and path[0] == "spec":  # metadata and status are kept whole
                 _copy_path(spec, kept, path[1:])
+        # The few spec fields the judgement reads (a Volcano Job's task minAvailable, a
+        # JobSet's startup order and dependsOn).
+        kept.update(volcano.tracked_spec(obj))
+        kept.update(jobset_startup.tracked_spec(obj))
         slim["spec"] = kept
     return slim
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from launch_agent.sandbox.cluster.clock import Clock
@@ -25,6 +25,29 @@ _AGGREGATED: weakref.WeakKeyDictionary[Store, dict[tuple[str, ...], str]] = (
 )
 _SIMILAR: weakref.WeakKeyDictionary[Store, dict[tuple[str, ...], int]] = weakref.WeakKeyDictionary()
 AGGREGATE_MAX_EVENTS = 10
+# store -> isomorphic key -> (the stored events.k8s.io Event's name, occurrences).
+_SERIES: weakref.WeakKeyDictionary[Store, dict[tuple[str, ...], tuple[str, int]]] = (
+    weakref.WeakKeyDictionary()
+)
+# Components that record through client-go's events.k8s.io/v1 recorder
+# (`staging/src/k8s.io/client-go/tools/events`), with the `action` of each reason: kube-scheduler
+# (`pkg/scheduler/scheduler.go`, `events.NewEventBroadcasterAdapter`; `schedule_one.go` records
+# FailedScheduling with action "Scheduling", Scheduled with "Binding";
+# `framework/preemption/preemption.go` Preempted with "Preempting"), KubeRay v1.7
+# (`raycluster_controller.go` / `rayjob_controller.go`: `events.EventRecorder`, actions
+# `utils.CreateAction` "Create", `DeleteAction` "Delete", ...; `_kuberay_action`) and JobSet
+# v0.12 (`jobset_controller.go`: `Record events.EventRecorder`, every Event with action
+# "Reconciling").
+EVENTS_V1_ACTIONS: dict[str, dict[str, str]] = {
+    "default-scheduler": {
+        "FailedScheduling": "Scheduling",
+        "Scheduled": "Binding",
+        "Preempted": "Preempting",
+    },
+    "raycluster-controller": {},
+    "rayjob-controller": {},
+    "jobset": {"": "Reconciling"},
+}
 
 
 class Ctx:
@@ -103,7 +126,8 @@ class Ctx:
         self.store.delete(rt, meta["namespace"], meta["name"], grace_period=0)
 
     def event(self, involved: Obj, kind: str, reason: str, message: str, source: str) -> None:
-        """Record a core/v1 Event about `involved` (what `kubectl describe` shows).
+        """Record an Event about `involved` as its component does: through the events.k8s.io/v1
+        recorder for the components in `EVENTS_V1_ACTIONS` (`event_v1`), else core/v1.
 
         Repeats are correlated as client-go's recorder does
         (`staging/src/k8s.io/client-go/tools/record/events_cache.go`): the same Event (object,
@@ -114,6 +138,9 @@ class Ctx:
         refused create leaves a handful of Events, not thousands. (The aggregator's 10-minute
         window is not modelled: similar Events are combined for the life of the store.)
         """
+        if source in EVENTS_V1_ACTIONS:
+            self.event_v1(involved, kind, reason, message, source)
+            return
         meta = involved["metadata"]
         namespace = meta.get("namespace") or "default"
         now = self.ts()
@@ -168,6 +195,96 @@ class Ctx:
         seen[key] = created["metadata"]["name"]
         self._mirror(created)
 
+    def event_v1(self, involved: Obj, kind: str, reason: str, note: str, source: str) -> None:
+        """An events.k8s.io/v1 Event, as `tools/events` (`recordToSink`, `getKey`) records it.
+
+        Occurrences are folded by their isomorphic key (type, action, reason, reporting
+        controller and instance, regarding object) — not by their note: the second one turns
+        the stored Event into a series (`series.count` 2, `lastObservedTime`), later ones
+        raise the count, and the note stays the first occurrence's. `eventTime` is the first
+        occurrence; the deprecated fields stay empty. (Upstream writes the series again only
+        every 30 minutes and 6 minutes after its last occurrence, `refreshExistingEventSeries`
+        and `finishSeries`; here every occurrence is written.) The core/v1 view the API server
+        serves is written beside it (`_core_view`).
+        """
+        meta = involved["metadata"]
+        namespace = meta.get("namespace") or "default"
+        actions = EVENTS_V1_ACTIONS[source]
+        action = actions.get(reason) or actions.get("") or _kuberay_action(reason)
+        instance = f"{source}-sandbox-node"  # NewRecorder: `<controller>-<hostname>`
+        key = (namespace, str(meta["uid"]), kind, action, reason, source)
+        rt = self.store.rt("events.events.k8s.io")
+        series = _SERIES.setdefault(self.store, {})
+        now = timestamp_micro(self.clock.now())
+        known = series.get(key)
+        current = self.store.find(rt, namespace, known[0]) if known else None
+        self.writes += 1
+        if current is not None and known is not None:
+            count = known[1] + 1
+            series[key] = (known[0], count)
+            body = {**current, "series": {"count": count, "lastObservedTime": now}}
+            stored = self.store.update(rt, namespace, known[0], body)
+        else:
+            # recorderImpl.makeEvent: name `<regarding>.<UnixNano hex>`; the simulated clock
+            # stands still within a pass, so the number of Events so far keeps names apart.
+            nanos = int(self.clock.now().timestamp() * 1e9) + len(series)
+            name = f"{meta['name']}.{nanos:x}"
+            stored = self.store.create(
+                rt,
+                namespace,
+                {
+                    "metadata": {"name": name, "namespace": namespace},
+                    "eventTime": now,
+                    "reportingController": source,
+                    "reportingInstance": instance,
+                    "action": action,
+                    "reason": reason,
+                    "regarding": {
+                        "apiVersion": involved["apiVersion"],
+                        "kind": involved["kind"],
+                        "name": meta["name"],
+                        "namespace": namespace,
+                        "uid": meta["uid"],
+                    },
+                    "note": note,
+                    "type": kind,
+                },
+            )
+            series[key] = (name, 1)
+        self._core_view(stored)
+
+    def _core_view(self, event: Obj) -> None:
+        """The core/v1 view of an events.k8s.io/v1 Event (`pkg/apis/events/v1/conversion.go`,
+        `Convert_v1_Event_To_core_Event`): `involvedObject` is `regarding`, `message` the
+        `note`, `source` the empty `deprecatedSource`, `firstTimestamp` / `lastTimestamp`
+        the empty deprecated ones and `count` the deprecated 0 (omitted); `eventTime`,
+        `series`, `action` and the reporting fields as they are."""
+        rt = self.store.rt("events")
+        meta = event["metadata"]
+        body: Obj = {
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "involvedObject": event.get("regarding"),
+            "reason": event.get("reason"),
+            "message": event.get("note"),
+            "source": {},
+            "firstTimestamp": None,
+            "lastTimestamp": None,
+            "type": event.get("type"),
+            "eventTime": event.get("eventTime"),
+            "action": event.get("action"),
+            "reportingComponent": event.get("reportingController"),
+            "reportingInstance": event.get("reportingInstance"),
+        }
+        if event.get("series"):
+            body["series"] = event["series"]
+        current = self.store.find(rt, meta["namespace"], meta["name"])
+        if current is None:
+            self.store.create(rt, meta["namespace"], body)
+        else:
+            self.store.update(
+                rt, meta["namespace"], meta["name"], {**body, "metadata": current["metadata"]}
+            )
+
     def _mirror(self, event: Obj) -> None:
         """The events.k8s.io/v1 view of a core/v1 Event, as `pkg/apis/events/v1/conversion.go`
         maps it: `regarding`, `note`, `reportingController`, `deprecatedCount`,
@@ -203,6 +320,26 @@ class Ctx:
             for _, obj in self.store.dependents(owner["metadata"]["uid"])
             if obj["kind"] == kind and is_controlled_by(obj, owner)
         ]
+
+
+def _kuberay_action(reason: str) -> str:
+    """ray-operator `controllers/ray/utils/constant.go`: the action of a KubeRay Event."""
+    for prefix, action in (
+        ("Created", "Create"),
+        ("FailedToCreate", "Create"),
+        ("Deleted", "Delete"),
+        ("FailedToDelete", "Delete"),
+        ("Updated", "Update"),
+        ("FailedToUpdate", "Update"),
+    ):
+        if reason.startswith(prefix):
+            return action
+    return "Validate"
+
+
+def timestamp_micro(moment: datetime) -> str:
+    """metav1.MicroTime as JSON (RFC 3339 with microseconds, `RFC3339Micro`)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def owner_ref(owner: Obj) -> dict[str, Any]:

@@ -23,6 +23,12 @@ from launch_agent.sandbox.kube.store import Obj
 # --- JobSet -----------------------------------------------------------------------------------
 # kubernetes-sigs/jobset v0.12 `pkg/controllers/jobset_controller.go` (reconcile,
 # reconcileReplicatedJobs, createJobs) and `failure_policy.go` (executeFailurePolicy).
+# `startup_policy.go` and `depends_on.go`: with `startupPolicy.startupPolicyOrder: InOrder`
+# a replicatedJob's Jobs are created only once every earlier one has all its Jobs ready,
+# succeeded or failed (`allReplicasStarted`), with the conditions StartupPolicyInProgress then
+# StartupPolicyCompleted; a replicatedJob with `dependsOn` is created only once each
+# dependency reached `Ready` (ready + succeeded + failed Jobs = replicas) or `Complete`
+# (succeeded = replicas). The in-order resume of a suspended JobSet is not modelled.
 
 FAILED_JOBS = ("FailedJobs", "jobset failed due to one or more job failures")
 MAX_RESTARTS = ("ReachedMaxRestarts", "jobset failed due to reaching max number of restarts")
@@ -55,11 +61,28 @@ def reconcile_jobset(ctx: Ctx, js: Obj) -> None:
             current.append(job)
     jobs = {j["metadata"]["name"]: j for j in ctx.children(js, "Job")}
     rj_status, conditions = [], list(status.get("conditions") or [])
+    # calculateReplicatedJobStatuses: the counts the startup rules read, from the Jobs of
+    # this attempt as they are at the start of the pass.
+    counts = {
+        rj["name"]: job_counts([j for j in current if _replicated_job(j) == rj["name"]])
+        for rj in spec.get("replicatedJobs") or []
+    }
+    in_order = (spec.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder"
+    replicas_of: dict[str, int] = {}
+    waiting = False  # an InOrder replicatedJob was created and is not started yet
     for rj in spec.get("replicatedJobs") or []:
+        replicas_of[rj["name"]] = int(rj.get("replicas", 1))
+        create = (
+            not waiting
+            and _dependency_reached(rj, replicas_of, counts)
+            and not (in_order and not suspend and _all_started(rj, counts))
+        )
         mine = []
         for i in range(int(rj.get("replicas", 1))):
             job_name = f"{name}-{rj['name']}-{i}"
             found = jobs.get(job_name)
+            if found is None and not create:
+                continue  # reconcileReplicatedJobs: not yet (dependsOn, startupPolicy)
             if found is None:
                 try:
                     job = ctx.create("jobs", js["metadata"]["namespace"], _child_job(js, rj, i))
@@ -76,7 +99,13 @@ def reconcile_jobset(ctx: Ctx, js: Obj) -> None:
                 job = found
             mine.append(job)
         rj_status.append({"name": rj["name"], **job_counts(mine)})
+        if create and in_order and not suspend:
+            # "return to wait for jobs to be ready" before the next replicatedJob.
+            waiting = True
     status["replicatedJobsStatus"] = rj_status
+    if in_order and not suspend:
+        conditions = _startup_condition(ctx, js, conditions, completed=not waiting, now=now)
+        status["conditions"] = conditions
     failed = [j for j in current if has_condition(j, "Failed")]
     policy = spec.get("successPolicy") or {}
     targets = policy.get("targetReplicatedJobs") or [
@@ -117,6 +146,76 @@ def reconcile_jobset(ctx: Ctx, js: Obj) -> None:
         )
     status.setdefault("restarts", restarts)
     ctx.set_status(js, status)
+
+
+def _replicated_job(job: Obj) -> str:
+    return str((job["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name"))
+
+
+def _all_started(rj: dict[str, Any], counts: dict[str, dict[str, int]]) -> bool:
+    """startup_policy.go `allReplicasStarted`: every Job ready, succeeded or failed."""
+    got = counts.get(rj["name"]) or {}
+    return int(rj.get("replicas", 1)) == got.get("failed", 0) + got.get("ready", 0) + got.get(
+        "succeeded", 0
+    )
+
+
+def _dependency_reached(
+    rj: dict[str, Any], replicas_of: dict[str, int], counts: dict[str, dict[str, int]]
+) -> bool:
+    """depends_on.go `dependencyReachedStatus`: `Complete` needs every Job of the dependency
+    succeeded, `Ready` every one ready, succeeded or failed."""
+    for dep in rj.get("dependsOn") or []:
+        got, wanted = counts.get(dep.get("name", "")), replicas_of.get(dep.get("name", ""))
+        if got is None or wanted is None:
+            return False
+        if dep.get("status") == "Complete" and wanted != got["succeeded"]:
+            return False
+        if (
+            dep.get("status") == "Ready"
+            and wanted != got["failed"] + got["ready"] + got["succeeded"]
+        ):
+            return False
+    return True
+
+
+STARTUP = {
+    True: (
+        "StartupPolicyCompleted",
+        "InOrderStartupPolicyCompleted",
+        "in order startup policy has completed",
+    ),
+    False: (
+        "StartupPolicyInProgress",
+        "InOrderStartupPolicyInProgress",
+        "in order startup policy is in progress",
+    ),
+}
+
+
+def _startup_condition(
+    ctx: Ctx, js: Obj, conditions: list[dict[str, Any]], *, completed: bool, now: str
+) -> list[dict[str, Any]]:
+    """setInOrderStartupPolicy{InProgress,Completed}Condition through `updateCondition`: the
+    two are exclusive (the other one turns False), a change is a Normal Event."""
+    kind, reason, message = STARTUP[completed]
+    other = STARTUP[not completed][0]
+    out = [dict(c) for c in conditions]
+    changed = False
+    for cond in out:
+        if cond.get("type") == other and cond.get("status") == "True":
+            cond["status"] = "False"
+            changed = True
+    existing = next((c for c in out if c.get("type") == kind), None)
+    if existing is None:
+        out.append(condition(kind, True, reason, message, now))
+        changed = True
+    elif existing.get("status") != "True":
+        existing.update(condition(kind, True, reason, message, now))
+        changed = True
+    if changed:
+        ctx.event(js, "Normal", reason, message, SOURCE)
+    return out
 
 
 def _child_job(js: Obj, rj: dict[str, Any], index: int) -> Obj:

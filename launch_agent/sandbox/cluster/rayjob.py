@@ -2,10 +2,17 @@
 
 Follows ray-project/kuberay `ray-operator/controllers/ray/rayjob_controller.go`
 (`RayJobReconciler.Reconcile`, one `jobDeploymentStatus` state per pass) and the status shape of
-`apis/ray/v1/rayjob_types.go`. The RayCluster is not a separate object here: its head and worker
-pods are the RayJob's children (named after `status.rayClusterName`), and the Ray job itself is
-played by the submitter Job's pods (the Ray job fails when a submitter pod exits non-zero, as
-`ray job submit` does when it tails a failed job).
+`apis/ray/v1/rayjob_types.go`. The RayCluster is a separate object, as upstream
+(`getOrCreateRayClusterInstance`, `constructRayClusterForRayJob`): named
+`status.rayClusterName` (`utils.GenerateRayClusterName`: `<rayjob>-<5 random>`), owned by the
+RayJob (so it goes with it by ownerReference GC), reconciled by `raycluster.py`, which makes
+the head and worker pods and reports a refused pod in its own Events and status; the RayJob
+waits in Initializing until the RayCluster's `state` is `ready`, copying its status into
+`rayClusterStatus` meanwhile. Retrying and Suspending delete the RayCluster
+(`deleteClusterResources`); `shutdownAfterJobFinishes` deletes it `ttlSecondsAfterFinished`
+after the end (`handleShutdownAfterJobFinishes`), keeping the submitter Job and its logs. The
+Ray job itself is played by the submitter Job's pods (the Ray job fails when a submitter pod
+exits non-zero, as `ray job submit` does when it tails a failed job).
 
 The Nth submitter pod of a RayJob, across all its retries, plays the Nth attempt of its outcome
 (the submitter Job carries `ATTEMPTS_OF`, so the count lives on the RayJob): with
@@ -19,22 +26,16 @@ import hashlib
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from launch_agent.sandbox.cluster.children import (
-    RUN_FOREVER,
-    elapsed,
-    ensure_pod,
-    is_ready,
-    pod_phase,
-)
+from launch_agent.sandbox.cluster import raycluster
+from launch_agent.sandbox.cluster.children import elapsed, pod_phase, served
 from launch_agent.sandbox.cluster.common import Ctx, has_condition, owner_ref
+from launch_agent.sandbox.cluster.events import warn_once
+from launch_agent.sandbox.kube.errors import ApiError
 from launch_agent.sandbox.kube.store import Obj, Store
 
 # Read by `SimulatedCluster._outcome_for`: count this object's pods' attempts on another object.
 ATTEMPTS_OF = "sandbox.launch-agent.io/attempts-of"
 SOURCE = "rayjob-controller"
-# ray-operator/controllers/ray/common/pod.go: AutoscalerContainerName, BuildAutoscalerContainer.
-AUTOSCALER = "autoscaler"
-AUTOSCALER_IMAGE = "quay.io/kuberay/autoscaler:v1.4.2"
 TERMINAL = ("Complete", "Failed", "ValidationFailed")
 REQUEUE_SECONDS = 3.0  # rayjob_controller.go RayJobDefaultRequeueDuration
 # When a RayJob's release may next be checked (the operator's requeue), per store and uid.
@@ -114,11 +115,14 @@ def _deadline(ctx: Ctx, rj: Obj, status: dict[str, Any]) -> bool:
 def _initializing(ctx: Ctx, rj: Obj, status: dict[str, Any]) -> None:
     if _suspending(rj, status) or _deadline(ctx, rj, status):
         return
-    head, workers = _ensure_cluster(ctx, rj, status)
-    ready = is_ready(head) and all(is_ready(w) for w in workers)
-    status["rayClusterStatus"] = _cluster_status(head, workers, ready)
-    if not ready:
-        return  # "Wait for the RayCluster.Status.State to be ready before submitting the job."
+    rc = _get_or_create_cluster(ctx, rj, status)
+    if rc is None:
+        return
+    head = raycluster.head_pod(ctx, rc)
+    if (rc.get("status") or {}).get("state") != "ready" or head is None:
+        # "Wait for the RayCluster.Status.State to be ready before submitting the job."
+        status["rayClusterStatus"] = dict(rc.get("status") or {})
+        return
     ns = rj["metadata"]["namespace"]
     status["dashboardURL"] = f"{status['rayClusterName']}-head-svc.{ns}.svc.cluster.local:8265"
     if not _submitters(ctx, rj):
@@ -129,6 +133,9 @@ def _initializing(ctx: Ctx, rj: Obj, status: dict[str, Any]) -> None:
 def _running(ctx: Ctx, rj: Obj, status: dict[str, Any]) -> None:
     if _suspending(rj, status) or _deadline(ctx, rj, status):
         return
+    rc = _cluster(ctx, rj, status)
+    if rc is not None:
+        status["rayClusterStatus"] = dict(rc.get("status") or {})
     subs = _submitters(ctx, rj)
     if not subs:
         return
@@ -177,14 +184,10 @@ def _running(ctx: Ctx, rj: Obj, status: dict[str, Any]) -> None:
 def _release(ctx: Ctx, rj: Obj, status: dict[str, Any], deployment: str) -> None:
     """The JobDeploymentStatusSuspending / Retrying case: delete the cluster and the submitter,
     reset the Ray job fields, then Suspended or New (the next pass starts a new attempt)."""
-    pods = ctx.children(rj, "Pod")
     subs = ctx.children(rj, "Job")
     ns = rj["metadata"]["namespace"]
-    if any(not p["metadata"].get("deletionTimestamp") for p in pods):
-        for pod in pods:
-            ctx.delete(pod)
-        cluster = status.get("rayClusterName")
-        ctx.event(rj, "Normal", "DeletedRayCluster", f"Deleted cluster {ns}/{cluster}", SOURCE)
+    clusters = ctx.children(rj, "RayCluster") if served(ctx, raycluster.RESOURCE) else []
+    _delete_cluster(ctx, rj, clusters)
     for sub in subs:
         if not sub["metadata"].get("deletionTimestamp"):
             ctx.delete(sub, propagation="Background")
@@ -195,9 +198,11 @@ def _release(ctx: Ctx, rj: Obj, status: dict[str, Any], deployment: str) -> None
     # RayJobDefaultRequeueDuration and the status stays Suspending / Retrying meanwhile.
     requeues = _REQUEUES.setdefault(ctx.store, {})
     uid = rj["metadata"]["uid"]
-    if pods or subs:
+    if clusters or subs:
         requeues[uid] = ctx.t + REQUEUE_SECONDS
-    if any(ctx.store.by_uid(o["metadata"]["uid"]) for o in (*pods, *subs)) or (
+    # Gone is a Get that finds nothing: the RayCluster (its pods still terminating, they go by
+    # GC) and the submitter Job, both deleted in the background.
+    if any(ctx.store.by_uid(o["metadata"]["uid"]) for o in (*clusters, *subs)) or (
         requeues.get(uid, 0.0) > ctx.t
     ):
         ctx.wake_at(requeues.get(uid, ctx.t + REQUEUE_SECONDS))
@@ -232,10 +237,67 @@ def _check_backoff_limit(rj: Obj, status: dict[str, Any]) -> None:
 
 
 def _finished(ctx: Ctx, rj: Obj) -> None:
-    """handleShutdownAfterJobFinishes: the cluster goes, the submitter Job stays."""
-    if rj["spec"].get("shutdownAfterJobFinishes"):
-        for pod in ctx.children(rj, "Pod"):
-            ctx.delete(pod)
+    """handleShutdownAfterJobFinishes: `ttlSecondsAfterFinished` after `endTime` the cluster
+    goes (`deleteClusterResources`), the submitter Job stays for its logs."""
+    if not rj["spec"].get("shutdownAfterJobFinishes") or not served(ctx, raycluster.RESOURCE):
+        return
+    ended = (rj.get("status") or {}).get("endTime")
+    left = float(rj["spec"].get("ttlSecondsAfterFinished") or 0) - (
+        elapsed(ctx, ended) if ended else 0.0
+    )
+    if left > 0:
+        ctx.wake_at(ctx.t + left)
+        return
+    _delete_cluster(ctx, rj, ctx.children(rj, "RayCluster"))
+
+
+def _delete_cluster(ctx: Ctx, rj: Obj, clusters: list[Obj]) -> None:
+    ns = rj["metadata"]["namespace"]
+    for rc in clusters:
+        if not rc["metadata"].get("deletionTimestamp"):
+            ctx.delete(rc)
+            message = f"Deleted cluster {ns}/{rc['metadata']['name']}"
+            ctx.event(rj, "Normal", "DeletedRayCluster", message, SOURCE)
+
+
+def _cluster(ctx: Ctx, rj: Obj, status: dict[str, Any]) -> Obj | None:
+    if not served(ctx, raycluster.RESOURCE):
+        return None
+    name = status.get("rayClusterName")
+    return next(
+        (
+            rc
+            for rc in ctx.children(rj, "RayCluster")
+            if rc["metadata"]["name"] == name and not rc["metadata"].get("deletionTimestamp")
+        ),
+        None,
+    )
+
+
+def _get_or_create_cluster(ctx: Ctx, rj: Obj, status: dict[str, Any]) -> Obj | None:
+    """getOrCreateRayClusterInstance: the RayCluster `status.rayClusterName`, created if
+    missing (Event `CreatedRayCluster`, or Warning `FailedToCreateRayCluster`)."""
+    found = _cluster(ctx, rj, status)
+    if found is not None:
+        return found
+    ns, name = rj["metadata"]["namespace"], str(status["rayClusterName"])
+    if not served(ctx, raycluster.RESOURCE):
+        # The API server's NotFound for a resource it does not serve (KubeRay's RayCluster
+        # CRD missing).
+        message = (
+            f"Failed to create RayCluster {ns}/{name}:"
+            " the server could not find the requested resource"
+        )
+        warn_once(ctx, rj, "FailedToCreateRayCluster", message, SOURCE)
+        return None
+    try:
+        created = ctx.create(raycluster.RESOURCE, ns, raycluster.cluster_for(rj, name))
+    except ApiError as exc:
+        message = f"Failed to create RayCluster {ns}/{name}: {exc.message}"
+        warn_once(ctx, rj, "FailedToCreateRayCluster", message, SOURCE)
+        return None
+    ctx.event(rj, "Normal", "CreatedRayCluster", f"Created RayCluster {ns}/{name}", SOURCE)
+    return created
 
 
 # --- children ---------------------------------------------------------------------------------
@@ -262,79 +324,6 @@ def _app_exit_code(pod: Obj) -> int | None:
         if code:
             return int(code)
     return None
-
-
-def _ensure_cluster(ctx: Ctx, rj: Obj, status: dict[str, Any]) -> tuple[Obj, list[Obj]]:
-    rcs = rj["spec"].get("rayClusterSpec") or {}
-    cluster = status["rayClusterName"]
-    existing = {p["metadata"]["name"]: p for p in ctx.children(rj, "Pod")}
-    if not existing:
-        ns = rj["metadata"]["namespace"]
-        ctx.event(rj, "Normal", "CreatedRayCluster", f"Created RayCluster {ns}/{cluster}", SOURCE)
-    base = {
-        "ray.io/cluster": cluster,
-        "ray.io/is-ray-node": "yes",
-        "app.kubernetes.io/created-by": "kuberay-operator",
-    }
-    head_t = dict((rcs.get("headGroupSpec") or {}).get("template") or {})
-    if rcs.get("enableInTreeAutoscaling"):
-        # BuildAutoscalerContainer: the head pod gets an `autoscaler` sidecar container.
-        hspec = dict(head_t.get("spec") or {})
-        containers = list(hspec.get("containers") or [])
-        if not any(c.get("name") == AUTOSCALER for c in containers):
-            containers.append(
-                {
-                    "name": AUTOSCALER,
-                    "image": AUTOSCALER_IMAGE,
-                    "imagePullPolicy": "IfNotPresent",
-                    "command": ["/bin/bash", "-lc", "--"],
-                    "args": [
-                        "ray kuberay-autoscaler --cluster-name $(RAY_CLUSTER_NAME)"
-                        " --cluster-namespace $(RAY_CLUSTER_NAMESPACE)"
-                    ],
-                }
-            )
-        head_t = {**head_t, "spec": {**hspec, "containers": containers}}
-    head = ensure_pod(
-        ctx,
-        rj,
-        existing,
-        f"{cluster}-head",
-        head_t,
-        labels={**base, "ray.io/node-type": "head", "ray.io/group": "headgroup"},
-        annotations=RUN_FOREVER,
-    )
-    workers = []
-    for group in rcs.get("workerGroupSpecs") or []:
-        gname = group.get("groupName", "workers")
-        for i in range(int(group.get("replicas", group.get("minReplicas", 0)))):
-            labels = {**base, "ray.io/node-type": "worker", "ray.io/group": gname}
-            workers.append(
-                ensure_pod(
-                    ctx,
-                    rj,
-                    existing,
-                    f"{cluster}-{gname}-worker-{i}",
-                    group.get("template") or {},
-                    labels=labels,
-                    annotations=RUN_FOREVER,
-                )
-            )
-    return head, workers
-
-
-def _cluster_status(head: Obj, workers: list[Obj], ready: bool) -> dict[str, Any]:
-    ready_workers = sum(1 for w in workers if is_ready(w))
-    return {
-        "state": "ready" if ready else "",
-        "desiredWorkerReplicas": len(workers),
-        "availableWorkerReplicas": ready_workers,
-        "readyWorkerReplicas": ready_workers,
-        "head": {
-            "podName": head["metadata"]["name"],
-            "podIP": (head.get("status") or {}).get("podIP", ""),
-        },
-    }
 
 
 def _create_submitter(ctx: Ctx, rj: Obj, status: dict[str, Any], head: Obj) -> None:

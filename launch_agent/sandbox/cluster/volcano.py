@@ -10,6 +10,13 @@ With policies, a pod failure (event `PodFailed`, or a matching `exitCode`) or a 
 is alive), `RestartJob` (every pod killed, `retryCount` + 1, Restarting, then Pending, or Failed
 once `retryCount` reaches `maxRetry`, default 3), `TerminateJob` (Terminating, Terminated) or
 `CompleteJob` (Completing, Completed). Volcano writes no reason or message in `status.state`.
+
+Task-level `minAvailable` (`spec.tasks[].minAvailable`): the mutating webhook
+(`pkg/webhooks/admission/jobs/mutate/mutate_job.go`, `patchDefaultMinAvailable` and
+`mutateSpec`) defaults a task's to its `replicas` and the job's to the sum of its tasks'; when
+every pod has finished and the job's `minAvailable` is at least that sum, a task with fewer
+succeeded pods than its own `minAvailable` fails the job, whatever the job-level count says
+(`state/running.go`, `Execute`, `TotalTaskMinAvailable` in `state/util.go`).
 """
 
 from __future__ import annotations
@@ -36,6 +43,34 @@ DEFAULT_MAX_RETRY = 3  # pkg/webhooks/admission/jobs/mutate/mutate_job.go: Defau
 
 def _replicas(spec: dict[str, Any]) -> int:
     return sum(int(t.get("replicas", 1)) for t in spec.get("tasks") or [])
+
+
+def _task_min(task: dict[str, Any]) -> int:
+    # mutate_job.go `mutateSpec`: a task without minAvailable gets its replicas.
+    value = task.get("minAvailable")
+    return int(task.get("replicas", 1)) if value is None else int(value)
+
+
+def _total_task_min(spec: dict[str, Any]) -> int:
+    """state/util.go `TotalTaskMinAvailable`."""
+    return sum(_task_min(t) for t in spec.get("tasks") or [])
+
+
+def _job_min(spec: dict[str, Any]) -> int:
+    # mutate_job.go `patchDefaultMinAvailable`: 0 or absent is the sum of the tasks'.
+    return int(spec.get("minAvailable") or 0) or _total_task_min(spec)
+
+
+def _short_task(spec: dict[str, Any], tasks: dict[str, dict[str, dict[str, int]]]) -> bool:
+    """running.go: with job minAvailable >= the tasks' sum, a task (counted in
+    taskStatusCount) whose succeeded pods are fewer than its minAvailable fails the job."""
+    if _job_min(spec) < _total_task_min(spec):
+        return False
+    for task in spec.get("tasks") or []:
+        counted = tasks.get(task.get("name", "task"))
+        if counted is not None and counted["phase"].get("Succeeded", 0) < _task_min(task):
+            return True
+    return False
 
 
 def reconcile_volcano(ctx: Ctx, job: Obj) -> None:
@@ -74,9 +109,11 @@ def reconcile_volcano(ctx: Ctx, job: Obj) -> None:
     pods = ctx.children(job, "Pod")
     counts, tasks = _count(pods)
     replicas = _replicas(spec)
-    min_available = int(spec.get("minAvailable", replicas))
+    min_available = _job_min(spec)
     if new_phase == phase:
-        new_phase = _next_phase(spec, phase, counts, replicas, min_available)
+        new_phase = _next_phase(
+            spec, phase, counts, tasks=tasks, replicas=replicas, min_available=min_available
+        )
     if new_phase != phase or not state.get("phase"):
         now = ctx.ts()
         state = {"phase": new_phase, "lastTransitionTime": now}
@@ -101,7 +138,13 @@ def reconcile_volcano(ctx: Ctx, job: Obj) -> None:
 
 
 def _next_phase(
-    spec: dict[str, Any], phase: str, counts: Counter[str], replicas: int, min_available: int
+    spec: dict[str, Any],
+    phase: str,
+    counts: Counter[str],
+    *,
+    tasks: dict[str, dict[str, dict[str, int]]],
+    replicas: int,
+    min_available: int,
 ) -> str:
     alive = counts["Terminating"] + counts["Pending"] + counts["Running"]
     if phase in AFTER_KILL:
@@ -112,11 +155,13 @@ def _next_phase(
         return "Running" if min_available <= done else phase
     if phase != "Running":
         return phase
-    # runningState.Execute, SyncJob (task-level minAvailable is not modelled)
+    # runningState.Execute, SyncJob
     min_success = spec.get("minSuccess")
     if min_success is not None and counts["Succeeded"] >= int(min_success):
         return "Completed"
     if counts["Succeeded"] + counts["Failed"] == replicas:
+        if _short_task(spec, tasks):
+            return "Failed"
         if min_success is not None and counts["Succeeded"] < int(min_success):
             return "Failed"
         return "Completed" if counts["Succeeded"] >= min_available else "Failed"

@@ -15,8 +15,11 @@ following the upstream controller's rules (each module names the upstream file a
 - LeaderWorkerSet (leaderworkerset.x-k8s.io/v1, `operators.py`): pods `<lws>-<g>` (leader)
   and `<lws>-<g>-<i>`; `replicas`, `readyReplicas`, `updatedReplicas`, conditions
   `Available` / `Progressing`, `hpaPodSelector`; groups recreated on a pod restart.
-- RayJob (ray.io/v1, `rayjob.py`): head and worker pods (they run until the job ends), then a
-  submitter Job named like the RayJob that plays the outcome; `jobStatus`,
+- RayJob (ray.io/v1, `rayjob.py`): a RayCluster `<rayjob>-<5 random>` (ray.io/v1,
+  `raycluster.py`: head and worker pods that run until the job ends, `state`, conditions
+  `HeadPodReady` / `RayClusterProvisioned` / `ReplicaFailure`, `FailedToCreateHeadPod` /
+  `FailedToCreateWorkerPod` Warning Events), then a submitter Job named like the RayJob
+  that plays the outcome; `jobStatus`,
   `jobDeploymentStatus` (with `Retrying` / `New` for `spec.backoffLimit`), `rayClusterName`,
   `rayClusterStatus`, `startTime`, `endTime`, `succeeded` / `failed`, `reason`, `message`
   (honours `activeDeadlineSeconds`, `shutdownAfterJobFinishes`, `suspend`).
@@ -38,6 +41,7 @@ from launch_agent.sandbox.cluster.common import Ctx
 from launch_agent.sandbox.cluster.jobsets import reconcile_jobset, reconcile_trainjob
 from launch_agent.sandbox.cluster.operators import reconcile_lws
 from launch_agent.sandbox.cluster.pytorchjob import reconcile_pytorchjob
+from launch_agent.sandbox.cluster.raycluster import reconcile_raycluster
 from launch_agent.sandbox.cluster.rayjob import reconcile_rayjob
 from launch_agent.sandbox.cluster.volcano import reconcile_volcano
 from launch_agent.sandbox.kube.store import Obj
@@ -48,5 +52,6 @@ CONTROLLERS: dict[str, Callable[[Ctx, Obj], None]] = {
     "trainjobs.trainer.kubeflow.org": reconcile_trainjob,
     "leaderworkersets.leaderworkerset.x-k8s.io": reconcile_lws,
     "rayjobs.ray.io": reconcile_rayjob,
+    "rayclusters.ray.io": reconcile_raycluster,
     "jobs.batch.volcano.sh": reconcile_volcano,
 }

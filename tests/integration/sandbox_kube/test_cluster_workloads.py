@@ -26,6 +26,7 @@ CRD_FILES = {
     "TrainJob": "trainer.kubeflow.org_trainjobs.yaml",
     "LeaderWorkerSet": "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
     "RayJob": "ray.io_rayjobs.yaml",
+    "RayCluster": "ray.io_rayclusters.yaml",
     "Job": "batch.volcano.sh_jobs.yaml",
 }
 

@@ -28,6 +28,7 @@ from tests.integration.sandbox_kube.test_kueue_sim import KUEUE_CRDS, cluster_qu
 from tests.integration.sandbox_kube.test_operator_events import trainjob
 from tests.integration.sandbox_kube.test_operator_restarts import pytorchjob
 from tests.integration.sandbox_kube.test_operator_retries import rayjob, volcano
+from tests.integration.sandbox_kube.test_volcano_tasks import master_workers
 
 UPSTREAM = Path(__file__).resolve().parents[2] / "fixtures" / "upstream"
 Items = list[dict[str, Any]]
@@ -97,6 +98,15 @@ async def _rayjob_failed(kube: KubeApiServer, cluster: SimulatedCluster) -> Item
     return _all(kube, "rayjobs")
 
 
+async def _raycluster_head_refused(kube: KubeApiServer, cluster: SimulatedCluster) -> Items:
+    kube.objects.create(
+        "resourcequotas", {"metadata": {"name": "q"}, "spec": {"hard": {"pods": "0"}}}
+    )
+    kube.objects.create("rayjobs", rayjob("rj", "run"))
+    cluster.advance(5)
+    return [*_all(kube, "rayjobs"), *kube.objects.list("rayclusters.ray.io")]
+
+
 async def _volcano_one_failed(kube: KubeApiServer, cluster: SimulatedCluster) -> Items:
     kube.objects.create("jobs.batch.volcano.sh", volcano("vj"))
     cluster.script("volcano.sh/task-spec=worker", "fail after=2s; succeed after=20s")
@@ -111,11 +121,30 @@ async def _volcano_all_done(kube: KubeApiServer, cluster: SimulatedCluster) -> I
     return _all(kube, "jobs.batch.volcano.sh")
 
 
+async def _volcano_task_short(kube: KubeApiServer, cluster: SimulatedCluster) -> Items:
+    kube.objects.create("jobs.batch.volcano.sh", master_workers(2, 1))
+    cluster.script("volcano.sh/task-spec=master", "exit code=1 after=2s")
+    cluster.script("volcano.sh/task-spec=worker", "succeed after=5s")
+    cluster.advance(10)
+    return _all(kube, "jobs.batch.volcano.sh")
+
+
 async def _jobset_creation_failed(kube: KubeApiServer, cluster: SimulatedCluster) -> Items:
     body = jobset("js", replicas=1)
     body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["restartPolicy"] = (
         "Always"
     )
+    kube.objects.create("jobsets", body)
+    cluster.advance(5)
+    return _all(kube, "jobsets")
+
+
+async def _jobset_in_order(kube: KubeApiServer, cluster: SimulatedCluster) -> Items:
+    body = jobset("js", replicas=1)
+    driver = {**body["spec"]["replicatedJobs"][0], "name": "driver"}
+    body["spec"]["replicatedJobs"].insert(0, driver)
+    body["spec"]["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    cluster.script("jobset.sigs.k8s.io/replicatedjob-name=driver", "run start=60s")
     kube.objects.create("jobsets", body)
     cluster.advance(5)
     return _all(kube, "jobsets")
@@ -202,10 +231,14 @@ Scenario = Callable[[KubeApiServer, SimulatedCluster], Any]
 CASES: list[tuple[str, str, Scenario]] = [
     ("rayjob/retrying-is-not-final", "RayJob", _rayjob_retrying),
     ("rayjob/failed-after-backoff", "RayJob", _rayjob_failed),
+    ("rayjob/raycluster-head-refused-within-deadline", "RayJob", _raycluster_head_refused),
+    ("rayjob/raycluster-head-refused-within-deadline", "RayCluster", _raycluster_head_refused),
     ("volcano/one-pod-failed-still-running", "Job", _volcano_one_failed),
     ("volcano/failed-all-pods-done", "Job", _volcano_all_done),
+    ("volcano/task-min-available-short", "Job", _volcano_task_short),
     ("jobset/jobcreationfailed", "JobSet", _jobset_creation_failed),
     ("jobset/failed-jobs-oom", "JobSet", _jobset_failed),
+    ("jobset/startup-in-order-driver-not-ready", "JobSet", _jobset_in_order),
     ("trainjob/failed-jobs-exit-code", "TrainJob", _trainjob_failed),
     ("pytorchjob/restarting-is-not-failed", "PyTorchJob", _pytorch_restarting),
     ("pytorchjob/backoff-limit-exceeded", "PyTorchJob", _pytorch_backoff),
@@ -215,7 +248,9 @@ CASES: list[tuple[str, str, Scenario]] = [
 ]
 
 
-@pytest.mark.parametrize(("case", "kind", "scenario"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("case", "kind", "scenario"), CASES, ids=[f"{c[0]}[{c[1]}]" for c in CASES]
+)
 async def test_the_sandbox_writes_the_fixture_words(
     kube: KubeApiServer, cluster: SimulatedCluster, case: str, kind: str, scenario: Scenario
 ) -> None:

@@ -61,12 +61,16 @@ def events_v1(item: Item) -> Item:
     """A core/v1 Event as `kubectl get events.events.k8s.io -o json` prints it."""
     if item.get("kind") != "Event" or item.get("apiVersion") != "v1":
         return item
-    first = item.get("firstTimestamp") or item["metadata"].get("creationTimestamp")
+    first = (
+        item.get("firstTimestamp")
+        or item.get("eventTime")
+        or item["metadata"].get("creationTimestamp")
+    )
     new: Item = {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
         "metadata": item["metadata"],
-        "eventTime": first.replace("Z", ".000000Z"),
+        "eventTime": first if "." in first else first.replace("Z", ".000000Z"),
         "reportingController": (item.get("source") or {}).get("component", "kubelet"),
         "reportingInstance": "gpu-node-3",
         "action": "Failed",
@@ -75,7 +79,10 @@ def events_v1(item: Item) -> Item:
         "note": item.get("message"),
         "type": item.get("type"),
     }
-    if (item.get("count") or 1) > 1:
+    if isinstance(item.get("series"), dict):
+        # Recorded through events.k8s.io/v1 already (the core view of one): its series as is.
+        new["series"] = item["series"]
+    elif (item.get("count") or 1) > 1:
         last = item.get("lastTimestamp") or first
         new["series"] = {"count": item["count"], "lastObservedTime": last.replace("Z", ".4829Z")}
     return new
