@@ -47,7 +47,6 @@ async def test_chaos_short_ends_with_nothing_lost_duplicated_orphaned_or_reporte
     assert set(result["outcomes"]) == {"succeed", "fail", "stop", "preempt"}, problems
     assert set(result["kinds"]) == {"jobs", "jobsets", "pytorchjobs"}, problems
     assert result["builds"] >= 1, "some runs needed a Kaniko build"
-    assert result["requeued"] >= 1, "preempted runs were requeued"
     assert result["kills"] == 3, text
     assert len(result["kill_phases"]) == 3
     assert set(result["kill_phases"]) <= {*PHASES, RANDOM}, result["kill_phases"]
@@ -56,3 +55,4 @@ async def test_chaos_short_ends_with_nothing_lost_duplicated_orphaned_or_reporte
     assert verdict == {"lost": 0, "duplicated": 0, "orphaned": 0, "double_reported": 0}, (
         problems + "\n" + text
     )
+    assert result["requeued"] >= 1, "preempted runs were requeued"
