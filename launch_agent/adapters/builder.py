@@ -69,6 +69,7 @@ from launch_agent.model.build import BuildRequest, BuildSource, Destination, Sou
 from launch_agent.model.build_source import SourceError, check_build_arg
 from launch_agent.model.config import GitSourceConfig
 from launch_agent.render.kaniko import COMPONENT, CONTAINER, KanikoSettings, kaniko_job
+from launch_agent.render.kaniko import job_name as kaniko_job_name
 from launch_agent.tracking.build_pods import (
     BuildContext,
     BuildState,
@@ -340,6 +341,7 @@ class ImageBuilder:
             if await self.registry.exists(self.destination, request.tag):
                 self.stats.skipped += 1
                 log.info("image %s exists; build skipped", request.image)
+                await self._clean_up_leftover(request)
                 return request.image, True
         except RegistryError as exc:
             # Not knowing is not fatal: build, and let Kaniko's push report real problems.
@@ -462,6 +464,17 @@ class ImageBuilder:
             )
         except KubeError as exc:
             return f"(the build log could not be read: {exc})"
+
+    async def _clean_up_leftover(self, request: BuildRequest) -> None:
+        """The build Job (and its context) of an agent killed while it built this image:
+        Kaniko pushed, so the image exists and the build is skipped, but nobody else would
+        ever delete them (the Job's TTL goes only after the 10 minute `ttlSecondsAfterFinished`
+        where a TTL controller runs; the context never). Found by `bench chaos`."""
+        assert self._jobs is not None, "build() checked that the builder was entered"
+        name = kaniko_job_name(self.settings.builder.build_job_name, request.tag)
+        if self._jobs.get(self.settings.namespace, name) is not None:
+            log.info("deleting build Job %s left by an earlier build of %s", name, request.image)
+            await self._clean_up(name, f"{request.tag}.tgz")
 
     async def _clean_up(self, job_name: str | None, object_name: str | None) -> None:
         if job_name is not None:

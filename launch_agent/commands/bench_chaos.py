@@ -9,27 +9,36 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 from pathlib import Path
 
 from launch_agent.demo.chaos import ChaosResult, chaos
 
 DESCRIPTION = """\
-Chaos: --runs items over two queues (succeeding, failing and stopped-from-the-UI Jobs),
---replicas `launch-agent run` processes with leader election, --kills SIGKILLs of the leader
-at random moments (each killed agent restarted after about a second), and faults the whole
-time: Kubernetes 5xx, 429, connection resets, latency, dropped watches and forced 410s; W&B
-5xx and one outage of --outage-seconds. At the end, from the W&B and Kubernetes servers' own
-records: lost, duplicated, orphaned and double-reported items. --seed replays the plan (items,
-outcomes, fault and kill draws; process timing is not replayed); --json FILE writes the counts
-and timings.
+Chaos: --runs items over four queues: batch/v1 Jobs on two small quota leaves (quota.mode:
+agent, so runs wait and borrowed runs are evicted), JobSets and PyTorchJobs; succeeding,
+failing (exit code 3), stopped from the W&B UI, Jobs preempted by the cluster once (the
+agent must requeue them once, with _resume_count 1), and Jobs that name a job artifact and
+no image (git source over HTTP, context in a PVC, a Kaniko Job, the sandbox registry).
+--replicas `launch-agent run` processes with leader election; --kills SIGKILLs of the
+leader, each aimed at one phase of a run (pop, build, create, ack, tracking, report,
+clean-up) and fired when the next request of that phase reaches the W&B or Kubernetes server
+(a phase that does not occur within 10 s: a kill at that moment, shown as "random"); each
+killed agent is restarted after about a second. Faults the whole time: Kubernetes 5xx, 429,
+connection resets, latency, dropped watches and forced 410s; W&B 5xx and one outage of
+--outage-seconds. At the end, from the W&B and Kubernetes servers' own records: lost,
+duplicated, orphaned (workloads, their children, Secrets, Kaniko Jobs, build contexts) and
+double-reported items, and the kills by phase. --seed replays the plan (items, outcomes,
+fault and kill draws; process timing is not replayed); --json FILE writes the counts,
+kills_by_phase and timings.
 """
 
 
 def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "chaos",
-        help="SIGKILL agent replicas at random under faults; count lost/duplicated/orphaned runs",
+        help="SIGKILL agent replicas in every phase under faults; count lost/duplicated/orphaned",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -52,6 +61,9 @@ def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="seconds for every item to end (default: 120 + outage + runs)",
     )
     parser.add_argument("--json", metavar="FILE", help="also write the results here as JSON")
+    parser.add_argument(
+        "--logs", metavar="DIR", help="keep the agents' logs here (one file per replica)"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -60,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
         print("bench chaos: --runs and --replicas must be >= 1, --kills >= 0", file=sys.stderr)
         return 2
     deadline = args.deadline or 120 + args.outage_seconds + args.runs
+    # A kill in flight cuts requests mid-body; aiohttp logs each with a traceback, which is
+    # the point of the kill, not news.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     result = asyncio.run(
         chaos(
             seed=args.seed,
@@ -69,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             outage_seconds=args.outage_seconds,
             deadline=deadline,
             say=_say,
+            logs=Path(args.logs) if args.logs else None,
         )
     )
     print(render(result))
@@ -84,9 +100,14 @@ def _say(message: str) -> None:
 
 
 def render(result: ChaosResult) -> str:
+    by_phase = ", ".join(f"{p} {n}" for p, n in result.kills_by_phase.items()) or "none"
     lines = [
-        f"chaos: seed {result.seed}, {result.runs} runs {result.outcomes},"
+        f"chaos: seed {result.seed}, {result.runs} runs {result.outcomes} {result.kinds},"
         f" {result.replicas} replicas, {result.kills} kills",
+        f"{'kills by phase':<18}{by_phase}",
+        f"{'requeued':<18}{result.requeued:>6}",
+        f"{'quota evictions':<18}{result.quota_evictions:>6}",
+        f"{'Kaniko builds':<18}{result.builds:>6}",
         f"{'lost':<18}{result.lost:>6}",
         f"{'duplicated':<18}{result.duplicated:>6}",
         f"{'orphaned':<18}{result.orphaned:>6}",

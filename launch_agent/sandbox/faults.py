@@ -9,6 +9,11 @@ The route key is server-specific: the Kubernetes API server uses "VERB resource"
 "POST jobs", "WATCH pods", "PATCH jobs/status"), the W&B server the GraphQL operation name
 (for example "popFromRunQueue") or "REST /files". A rule matches by exact key, by `*`
 (everything) or by a key ending in `*` (prefix).
+
+`Faults.observers` are called with the route key and path of every request as it arrives, and
+the fault rule picked for it (None: the request goes to its handler), before the handler runs:
+a harness in the same process (the chaos bench) acts at the moment a given request reaches the
+server, e.g. kills the process that sent it while the request is in flight.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import asyncio
 import random
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 
@@ -64,6 +69,7 @@ class Faults:
     seed: int = 0
     rules: list[FaultRule] = field(default_factory=list)
     refuse: bool = False
+    observers: list[Callable[[str, str, FaultRule | None], None]] = field(default_factory=list)
     _outage_until: float = 0.0
     _outage_status: int = 503
     _rng: random.Random = field(init=False)
@@ -96,8 +102,14 @@ class Faults:
     def in_outage(self) -> bool:
         return time.monotonic() < self._outage_until
 
-    def pick(self, key: str) -> FaultRule | None:
+    def pick(self, key: str, path: str = "") -> FaultRule | None:
         """The rule that fires for this request, if any; counts it as fired."""
+        rule = self._pick(key)
+        for observer in list(self.observers):
+            observer(key, path, rule)
+        return rule
+
+    def _pick(self, key: str) -> FaultRule | None:
         if self.in_outage:
             return FaultRule("*", status=self._outage_status, message="injected outage")
         for rule in self.rules:

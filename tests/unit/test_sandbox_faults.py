@@ -56,3 +56,23 @@ def test_request_log_is_bounded_but_counts_everything() -> None:
     assert len(log) == 3
     assert log.count("POST jobs") == 10
     assert [e.path for e in log] == ["/x/7", "/x/8", "/x/9"]
+
+
+def test_observers_see_every_request_with_the_rule_picked_for_it() -> None:
+    faults = Faults()
+    refused = faults.add(FaultRule("POST jobs", status=503, times=1))
+    seen: list[tuple[str, str, FaultRule | None]] = []
+    faults.observers.append(lambda key, path, rule: seen.append((key, path, rule)))
+    path = "/apis/batch/v1/namespaces/default/jobs"
+    assert faults.pick("POST jobs", path) is refused
+    assert faults.pick("POST jobs", path) is None
+    faults.outage(60)
+    outage = faults.pick("popFromRunQueue", "/graphql")
+    assert outage is not None and outage.status == 503
+    assert seen == [
+        ("POST jobs", path, refused),
+        ("POST jobs", path, None),
+        ("popFromRunQueue", "/graphql", outage),
+    ]
+    faults.clear()  # the fault script goes; observers stay until their owner removes them
+    assert faults.observers

@@ -139,7 +139,7 @@ class KubeApp:
                 scheme, _, token = header.partition(" ")
                 if scheme.lower() != "bearer" or token.strip() not in tokens:
                     raise ApiError(401, "Unauthorized", "Unauthorized")
-            rule = self.faults.pick(key)
+            rule = self.faults.pick(key, request.path)
             if rule is not None:
                 request[FAULT] = rule
             await self.faults.delay_for(rule)

@@ -264,7 +264,7 @@ class WandbServer:
         return secrets.compare_digest(key, self.api_key)
 
     async def _apply_faults(self, request: web.Request, key: str) -> web.Response | None:
-        rule: FaultRule | None = self.faults.pick(key)
+        rule: FaultRule | None = self.faults.pick(key, request.path)
         if rule is None:
             return None
         await self.faults.delay_for(rule)

@@ -1,0 +1,72 @@
+"""A build cut short by a SIGKILL leaves its Kaniko Job and context behind; the next build of
+the same image cleans them up.
+
+Found by `launch-agent bench chaos --runs 40 --kills 7 --seed 4`: the leader was killed while
+its Kaniko Job ran; Kaniko pushed, so the successor found the image in the registry and
+skipped the build, and nothing ever deleted the dead agent's Job or its context object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+from launch_agent.sandbox.wandb import ItemState
+from tests.e2e import build_support
+from tests.e2e.build_support import KANIKO_NS, Builds
+from tests.e2e.conftest import until
+from tests.e2e.test_builds import git_job, image_of, job_spec, workload_of
+
+s3_endpoint = build_support.s3_endpoint
+s3_builds = build_support.s3_builds
+
+
+def _as_left_by_a_killed_agent(job: dict[str, Any]) -> dict[str, Any]:
+    """The Kaniko Job as the API server kept it after its agent died: finished, not deleted."""
+    left = copy.deepcopy(job)
+    for key in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"):
+        left["metadata"].pop(key, None)
+    left["metadata"].pop("finalizers", None)
+    left.pop("status", None)
+    return left
+
+
+async def test_a_build_job_and_context_left_by_a_killed_agent_go_with_the_next_build(
+    s3_builds: Builds,
+) -> None:
+    b, env = s3_builds, s3_builds.env
+    job = await git_job(b)
+    first = env.push(job_spec("k1", job))
+    async with env.running(env.agent(b.config())) as agent:
+        workload = await until(
+            lambda: workload_of(env, first), advance=lambda: env.advance(1), within=30
+        )
+        tag = image_of(workload).rsplit(":", 1)[1]
+        await until(
+            lambda: agent.runs.get(first.id) is None,
+            advance=lambda: env.advance(1),
+            message="first run finished",
+        )
+    assert await b.leftovers() == ([], [], [])
+    # What an agent SIGKILLed during that build would have left: its Kaniko Job (Kaniko had
+    # pushed: the image is in the registry) and the context it uploaded.
+    (kaniko,) = b.kaniko_jobs
+    env.kube.objects.create("jobs", _as_left_by_a_killed_agent(kaniko), KANIKO_NS)
+    key = f"contexts/{tag}.tgz"
+    await asyncio.to_thread(b.s3.put_object, Bucket=b.bucket, Key=key, Body=b"context")
+    assert [j["metadata"]["name"] for j in b.build_jobs()] == [kaniko["metadata"]["name"]]
+    assert await b.context_objects() == [key]
+
+    second = env.push(job_spec("k2", job))
+    async with env.running(env.agent(b.config())) as agent:
+        again = await until(
+            lambda: workload_of(env, second), advance=lambda: env.advance(1), within=30
+        )
+        assert image_of(again).endswith(f":{tag}")  # the build was skipped: the image exists
+        await until(lambda: second.state is ItemState.CLAIMED, message="second ack")
+        await until(
+            lambda: not b.build_jobs(), advance=lambda: env.advance(1), message="leftover Job"
+        )
+    assert len(b.kaniko_jobs) == 2  # the first build's and the re-created leftover: no new one
+    assert await b.leftovers() == ([], [], [])
