@@ -160,3 +160,21 @@ async def test_on_1_30_failed_comes_at_once(kube: KubeApiServer) -> None:
         sim.advance(10)
     conds = _conditions(_job(kube, "pre"))
     assert conds["FailureTarget"][1] == conds["Failed"][1] == "PodFailurePolicy"
+
+
+async def test_a_deleted_pod_never_scheduled_still_ends(
+    kube: KubeApiServer, cluster: SimulatedCluster
+) -> None:
+    # A pod counts only once Failed under a policy: one deleted before any kubelet ran it is
+    # marked Failed by the pod GC (`gcUnscheduledTerminating`), or the Job would wait forever.
+    cluster.script("run=u", "unschedulable")
+    body = job_body("u", labels={"run": "u"}, podFailurePolicy=_policy(ON_DISRUPTION))
+    kube.objects.create("jobs", body)
+    cluster.step()
+    [pod] = _pods(kube, "u")
+    kube.objects.delete("pods", pod["metadata"]["name"])
+    cluster.advance(5)
+    assert _pods(kube, "u") == []
+    job = _job(kube, "u")
+    assert job["status"]["failed"] == 1
+    assert _conditions(job)["Failed"][1] == "BackoffLimitExceeded"
