@@ -8,7 +8,10 @@ failed pods after the 10 s doubling back-off until `backoffLimit` (for `restartP
 OnFailure`, container restarts count instead); finish with `SuccessCriteriaMet` + `Complete`
 or `FailureTarget` + `Failed` (reasons `BackoffLimitExceeded`, `DeadlineExceeded`); honour
 `suspend` (active pods are deleted, condition `Suspended`) and `activeDeadlineSeconds`;
-delete a finished Job `ttlSecondsAfterFinished` later.
+delete a finished Job `ttlSecondsAfterFinished` later. A `podFailurePolicy` decides, rule by
+rule, what a Failed pod does (`match_pod_failure_policy`): `FailJob` fails the Job with reason
+`PodFailurePolicy` in the controller's words, `Ignore` does not count it; under a policy a pod
+counts, and is replaced, only once it is Failed (`onlyReplaceFailedPods`).
 
 Versions (`pkg/controller/job/job_controller.go`, `delayTerminalCondition`, true from 1.31 with
 the `JobManagedBy` / `JobPodReplacementPolicy` feature gates): on 1.31+ a Job that meets its
