@@ -40,6 +40,7 @@ from launch_agent.model.safe_load import ITEM_LIMITS, check_value
 from launch_agent.render import generated, naming, shape
 from launch_agent.render.apiserver import metadata_problems, process_problems, size_problems
 from launch_agent.render.decisions import NO_DECISIONS, Admission, apply_decisions
+from launch_agent.render.disruption_rule import add_disruption_rule
 from launch_agent.render.edit import child_map, main_container
 from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, known_kinds, lookup
 from launch_agent.render.kubelet import escape, expanded_field, references
@@ -293,6 +294,9 @@ def render(
         spec_body["entrypoint"] = shlex.join(head + [quote(a) for a in run.args or ()])
 
     _apply_defaults(manifest, info, spec, settings)
+    if info.builtin and info.api_version == "batch/v1" and info.kind == "Job":
+        # A disruption must outlive its pod: render/disruption_rule.py.
+        add_disruption_rule(spec_body)
 
     if spec.kueue_queue_name:
         workload_labels[L.KUEUE_QUEUE_NAME] = spec.kueue_queue_name

@@ -31,6 +31,7 @@ Precedence, strongest first:
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -157,6 +158,13 @@ def _failed(workload: Mapping[str, Any], status: WorkloadStatus, summary: PodSum
     if own.reason is Reason.DEADLINE_EXCEEDED:
         return Assessment(RunState.FAILED, own)
     disruption = summary.disruption
+    failed_itself = _disruption_rule(workload, status)
+    if failed_itself is not None:
+        # The Job's own record that a disrupted pod failed it (the rule render adds): it holds
+        # after the pod is deleted, and whatever its other pods did, that pod decided.
+        if disruption is not None and disruption.pod == failed_itself.pod:
+            return Assessment(RunState.PREEMPTED, _terminal(disruption))
+        return Assessment(RunState.PREEMPTED, failed_itself)
     if disruption is not None and summary.own_failure is None:
         # Every failed pod was taken away by the cluster: infrastructure, requeue the run.
         return Assessment(RunState.PREEMPTED, _terminal(disruption))
@@ -165,6 +173,33 @@ def _failed(workload: Mapping[str, Any], status: WorkloadStatus, summary: PodSum
         if explanation is not None:
             return Assessment(RunState.FAILED, _terminal(explanation))
     return Assessment(RunState.FAILED, own)
+
+
+# kubernetes `pkg/controller/job/pod_failure_policy.go` (`matchPodFailurePolicy`, an
+# `onPodConditions` rule with action FailJob): the message of the Job's FailureTarget / Failed.
+_DISRUPTION_RULE = re.compile(
+    r"Pod (?P<namespace>[^/\s]+)/(?P<pod>\S+) has condition DisruptionTarget matching FailJob"
+    r" rule at index \d+"
+)
+
+
+def _disruption_rule(workload: Mapping[str, Any], status: WorkloadStatus) -> Diagnosis | None:
+    """A batch/v1 Job failed by a podFailurePolicy rule on `DisruptionTarget`: the cluster took
+    a pod away (render/disruption_rule.py adds the rule so that this survives the pod)."""
+    if group_kind(workload) != ("batch", "Job") or status.reason != "PodFailurePolicy":
+        return None
+    found = _DISRUPTION_RULE.fullmatch((status.message or "").strip())
+    if found is None:
+        return None
+    pod = found["pod"]
+    return Diagnosis(
+        Reason.PREEMPTED,
+        f"pod {pod} was taken away by the cluster (DisruptionTarget), and {describe_kind(workload)}"
+        f" failed on it by its podFailurePolicy: {_said(status.message or '')}",
+        Severity.TERMINAL,
+        pod=pod,
+        detail=status.message,
+    )
 
 
 def _started_at(

@@ -8,7 +8,10 @@ failed pods after the 10 s doubling back-off until `backoffLimit` (for `restartP
 OnFailure`, container restarts count instead); finish with `SuccessCriteriaMet` + `Complete`
 or `FailureTarget` + `Failed` (reasons `BackoffLimitExceeded`, `DeadlineExceeded`); honour
 `suspend` (active pods are deleted, condition `Suspended`) and `activeDeadlineSeconds`;
-delete a finished Job `ttlSecondsAfterFinished` later.
+delete a finished Job `ttlSecondsAfterFinished` later. A `podFailurePolicy` decides, rule by
+rule, what a Failed pod does (`match_pod_failure_policy`): `FailJob` fails the Job with reason
+`PodFailurePolicy` in the controller's words, `Ignore` does not count it; under a policy a pod
+counts, and is replaced, only once it is Failed (`onlyReplaceFailedPods`).
 
 Versions (`pkg/controller/job/job_controller.go`, `delayTerminalCondition`, true from 1.31 with
 the `JobManagedBy` / `JobPodReplacementPolicy` feature gates): on 1.31+ a Job that meets its
@@ -106,17 +109,24 @@ class JobController:
                     self._untrack(ctx, pod)
             return
         succeeded, failed = int(status.get("succeeded", 0)), int(status.get("failed", 0))
+        policy = spec.get("podFailurePolicy")
+        # `onlyReplaceFailedPods`: with a pod failure policy, a pod counts (and is replaced)
+        # only once it is Failed, so the policy can read its final conditions and exit codes.
+        only_failed = policy is not None or spec.get("podReplacementPolicy") == "Failed"
+        fail_job: str | None = None
         for pod in pods:
             phase = (pod.get("status") or {}).get("phase")
             tracked = TRACKING in (pod["metadata"].get("finalizers") or [])
-            if tracked and (
-                phase in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp")
-            ):
+            deleted = bool(pod["metadata"].get("deletionTimestamp")) and not only_failed
+            if tracked and (phase in ("Succeeded", "Failed") or deleted):
                 if phase == "Succeeded":
                     succeeded += 1
                 else:
-                    failed += 1
-                    self._last_failure[uid] = ctx.t
+                    message, counts = match_pod_failure_policy(policy, pod)
+                    if counts:
+                        failed += 1
+                        self._last_failure[uid] = ctx.t
+                    fail_job = fail_job or message
                 self._untrack(ctx, pod)
         active = [
             p
@@ -168,8 +178,10 @@ class JobController:
         parallelism = int(spec.get("parallelism", 1))
         backoff = int(spec.get("backoffLimit", 6))
         failure: tuple[str, str] | None = None
+        if fail_job is not None:
+            failure = ("PodFailurePolicy", fail_job)
         over = restarts if spec["template"]["spec"].get("restartPolicy") == "OnFailure" else failed
-        if over > backoff:
+        if failure is None and over > backoff:
             failure = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
         deadline = spec.get("activeDeadlineSeconds")
         started = _seconds(ctx, start)
@@ -203,7 +215,9 @@ class JobController:
         wanted = parallelism if completions is None else min(parallelism, completions - succeeded)
         if completions is None and succeeded:
             wanted = 0
-        missing, created = wanted - len(active), 0
+        # `manageJob`: pods still terminating are not replaced yet when only failed ones are.
+        waiting = _terminating(pods) if only_failed else 0
+        missing, created = wanted - len(active) - waiting, 0
         if missing > 0:
             retry_at = self._retry_at(uid, failed)
             refused = self._refused.get(uid)
@@ -371,3 +385,72 @@ def _ready(pod: Obj) -> bool:
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (pod.get("status") or {}).get("conditions") or []
     )
+
+
+def match_pod_failure_policy(policy: Any, pod: Obj) -> tuple[str | None, bool]:
+    """kubernetes `pkg/controller/job/pod_failure_policy.go` (`matchPodFailurePolicy`): the
+    first rule a failed pod matches decides; (the Job's failure message for `FailJob`, whether
+    the pod counts towards `backoffLimit`). `Ignore` does not count; `Count`, `FailJob` and no
+    match do. A rule whose action this controller does not know (`FailIndex`, which needs
+    `backoffLimitPerIndex`, not modelled) is skipped, as the API tells clients to."""
+    rules = policy.get("rules") if isinstance(policy, dict) else None
+    if not isinstance(rules, list):
+        return None, True
+    meta, status = pod["metadata"], pod.get("status") or {}
+    for index, rule in enumerate(rules):
+        action = rule.get("action")
+        if action not in ("Ignore", "Count", "FailJob"):
+            continue
+        if rule.get("onExitCodes") is not None:
+            container = _on_exit_codes(status, rule["onExitCodes"])
+            if container is None:
+                continue
+            code = container["state"]["terminated"]["exitCode"]
+            said = (
+                f"Container {container['name']} for pod {meta['namespace']}/{meta['name']}"
+                f" failed with exit code {code} matching {action} rule at index {index}"
+            )
+        elif rule.get("onPodConditions") is not None:
+            found = _on_pod_conditions(status, rule["onPodConditions"])
+            if found is None:
+                continue
+            said = (
+                f"Pod {meta['namespace']}/{meta['name']} has condition {found} matching"
+                f" {action} rule at index {index}"
+            )
+        else:
+            continue
+        if action == "Ignore":
+            return None, False
+        return (said if action == "FailJob" else None), True
+    return None, True
+
+
+def _on_exit_codes(status: dict[str, Any], requirement: dict[str, Any]) -> dict[str, Any] | None:
+    """`matchOnExitCodes`: the first terminated container, app containers before init ones,
+    that exited non-zero with a code the operator accepts."""
+    name = requirement.get("containerName")
+    values = set(requirement.get("values") or [])
+    negate = requirement.get("operator") == "NotIn"
+    if requirement.get("operator") not in ("In", "NotIn"):
+        return None
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for cs in status.get(key) or []:
+            terminated = (cs.get("state") or {}).get("terminated")
+            if terminated is None or (name is not None and cs.get("name") != name):
+                continue
+            code = terminated.get("exitCode", 0)
+            if code != 0 and (code in values) != negate:
+                return dict(cs)
+    return None
+
+
+def _on_pod_conditions(status: dict[str, Any], patterns: list[dict[str, Any]]) -> str | None:
+    """`matchOnPodConditions`: the type of the first pod condition (in the pod's order) that
+    some pattern names with its status; the API server defaults a pattern's status to True."""
+    for cond in status.get("conditions") or []:
+        for pattern in patterns:
+            want = pattern.get("status") or "True"
+            if cond.get("type") == pattern.get("type") and cond.get("status") == want:
+                return str(cond["type"])
+    return None

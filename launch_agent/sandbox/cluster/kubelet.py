@@ -282,9 +282,17 @@ class Kubelet:
         finalizers (the Job controller's) may keep it a little longer.
         """
         meta, status = pod["metadata"], pod.get("status") or {}
+        terminal = status.get("phase") in ("Succeeded", "Failed")
+        if sim.bound_at is None and not terminal:
+            # No kubelet ever ran it (the API server deleted it with grace 0, having no node):
+            # the pod GC (`gc_controller.go`, `gcUnscheduledTerminating` ->
+            # `markFailedAndDeletePod`) marks it Failed. That matters: under a podFailurePolicy
+            # the Job controller counts a pod, and lets it go, only once it is Failed.
+            ctx.confirm_deleted(ctx.set_status(pod, {**status, "phase": "Failed"}))
+            return
         if meta.get("deletionGracePeriodSeconds") == 0:
             return
-        if status.get("phase") in ("Succeeded", "Failed") or sim.bound_at is None:
+        if terminal:
             ctx.confirm_deleted(pod)
             return
         if sim.term_at is None:

@@ -117,11 +117,17 @@ def admit_job(obj: dict[str, Any]) -> Causes:
         ("backoffLimit", 6),
         ("completionMode", "NonIndexed"),
         ("suspend", False),
-        ("podReplacementPolicy", "TerminatingOrFailed"),
+        # pkg/apis/batch/v1/defaults.go (`SetDefaults_Job`): `Failed` under a pod failure
+        # policy, the only value validation.go allows with one.
+        (
+            "podReplacementPolicy",
+            "Failed" if spec.get("podFailurePolicy") is not None else "TerminatingOrFailed",
+        ),
         ("manualSelector", None),
     ):
         if default is not None:
             spec.setdefault(key, default)
+    causes += _pod_failure_policy(spec)
     if "completions" not in spec and spec.get("parallelism", 1) == 1:
         spec["completions"] = 1
     for key in ("parallelism", "completions", "backoffLimit", "activeDeadlineSeconds"):
@@ -130,6 +136,44 @@ def admit_job(obj: dict[str, Any]) -> Causes:
             causes.append((f"spec.{key}", f"Invalid value: {value!r}: must be >= 0"))
     if spec.get("activeDeadlineSeconds") == 0:
         causes.append(("spec.activeDeadlineSeconds", "Invalid value: 0: must be greater than 0"))
+    return causes
+
+
+def _pod_failure_policy(spec: dict[str, Any]) -> Causes:
+    """`SetDefaults_Job` (a pattern's `status` defaults to True) and the checks of
+    pkg/apis/batch/validation/validation.go (`validateJobSpec`, `validatePodFailurePolicy`,
+    `validatePodReplacementPolicy`) that a policy the agent renders could trip."""
+    policy = spec.get("podFailurePolicy")
+    if policy is None:
+        return []
+    path = "spec.podFailurePolicy"
+    rules = policy.get("rules") if isinstance(policy, dict) else None
+    if not isinstance(rules, list):
+        return [(f"{path}.rules", "Required value")]
+    causes: Causes = []
+    if len(rules) > 20:
+        causes.append((f"{path}.rules", f"Too many: {len(rules)}: must have at most 20 items"))
+    for rule in rules:
+        for pattern in (rule.get("onPodConditions") or []) if isinstance(rule, dict) else []:
+            if isinstance(pattern, dict):
+                pattern.setdefault("status", "True")
+    restart = (spec.get("template") or {}).get("spec", {}).get("restartPolicy")
+    if restart != "Never":
+        causes.append(
+            (
+                "spec.template.spec.restartPolicy",
+                f'Invalid value: "{restart}": only "Never" is supported when podFailurePolicy'
+                " is specified",
+            )
+        )
+    replacement = spec.get("podReplacementPolicy")
+    if replacement != "Failed":
+        causes.append(
+            (
+                "spec.podReplacementPolicy",
+                f'Unsupported value: "{replacement}": supported values: "Failed"',
+            )
+        )
     return causes
 
 

@@ -207,6 +207,11 @@ VARIANTS: dict[str, Predicate] = {
         "failed", "BackoffLimitExceeded"
     ),
     "Job: PodFailurePolicy with no pod left to explain it": verdict("failed", "PodFailurePolicy"),
+    "Job: a disruption recorded by its podFailurePolicy, the pod gone": both(
+        verdict("preempted", "Preempted"),
+        words("has condition DisruptionTarget matching FailJob rule at index"),
+        lambda c: '"kind": "Pod"' not in c.text,
+    ),
     "TrainJob: FailedJobs copied from the JobSet": both(
         lambda c: c.kind == "trainjob" and c.state == "failed", words('"FailedJobs"')
     ),
