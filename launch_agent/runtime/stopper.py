@@ -105,7 +105,7 @@ class Stopper:
         candidates = [
             r
             for r in self.runs
-            if r.acked and not r.finishing and r.run_id and r.entity and r.project
+            if (r.acked or r.adopted) and not r.finishing and r.run_id and r.entity and r.project
         ]
         if candidates:
             wall, mono = self.now(), self.clock()
