@@ -188,6 +188,8 @@ class Dispatcher:
             item.id,
             record.workload,
         )
+        # Counted as a create answering 409 is: the pop found its workload.
+        self.metrics.submits.labels(queue=item.queue, kind=record.kind, outcome="adopted").inc()
         await self._ack(item, record)
 
     def _over_cap(self, item: RunQueueItem) -> None:
