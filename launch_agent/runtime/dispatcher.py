@@ -136,6 +136,8 @@ class Dispatcher:
         self.clock = clock
         # Scheduler items already warned about the cap (W&B offers them again every lease).
         self._capped: set[str] = set()
+        # Items whose dispatch has not ended (bounded by the items popped at once).
+        self._in_flight: set[str] = set()
         self.namespaces = frozenset(config.namespaces)
 
     async def _fail(
@@ -147,10 +149,23 @@ class Dispatcher:
 
     async def dispatch(self, item: RunQueueItem, popped_at: float | None = None) -> None:
         """Handle one popped item to the end of its ack (or its failure)."""
+        if item.id in self._in_flight:
+            # Its lease lapsed during the dispatch (a long build or create) and W&B offered it
+            # again: the dispatch in flight creates and acks it. Two at once would stamp it
+            # twice for the quota's ordering and answer each other's ack with success: false.
+            log.info("item %s offered again while its dispatch is in flight: left to it", item.id)
+            return
         existing = self.runs.get(item.id)
         if existing is not None:
             await self._offered_again(item, existing)
             return
+        self._in_flight.add(item.id)
+        try:
+            await self._dispatch_new(item, popped_at)
+        finally:
+            self._in_flight.discard(item.id)
+
+    async def _dispatch_new(self, item: RunQueueItem, popped_at: float | None) -> None:
         try:
             if item.problem is None and is_scheduler_item(item.run_spec):
                 with self.schedulers.place(item.id) as placed:
@@ -178,10 +193,9 @@ class Dispatcher:
         became of its workload (a custom resource that ended is deleted, and then a create
         would succeed): the offer is acked. A run already over waits for this ack before its
         clean-up (`Finisher._settle`). A record without a workload yet is a dispatch of the
-        same item still in flight (its lease lapsed during a long build): that dispatch acks."""
+        same item still in flight: that dispatch acks."""
         if record.last is None:
-            log.info("item %s offered again while its dispatch is in flight: left to it", item.id)
-            return
+            return  # a record whose create has not answered is a dispatch's: it acks
         log.warning(
             "item %s offered again by W&B (its ack was lost, its lease lapsed): %s exists"
             " already; acking it, not creating it again",

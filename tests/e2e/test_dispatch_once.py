@@ -18,9 +18,10 @@ from pathlib import Path
 from launch_agent.model.config import AgentConfig
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
-from tests.e2e.conftest import CRDS, Env, poll_rounds, until
+from tests.e2e.conftest import CRDS, Env, poll_rounds, run_spec, until
 from tests.e2e.test_operator_failures import NS, push, use_spec
 from tests.e2e.test_process import START_TIMEOUT, agent_process, write_config
+from tests.e2e.test_quota_agent import quota_agent, running, setup
 from tests.e2e.test_report_once import PROC_AGENT
 
 QUEUE = "jobset-tpu"
@@ -130,3 +131,30 @@ async def test_a_run_whose_lease_lapsed_keeps_its_workload_until_the_offer_is_ac
     assert item.pops == 2, item.history
     assert created(env) == 1
     assert claims(item) == 1 and item.failure is None
+
+
+async def test_an_item_offered_again_during_its_create_is_dispatched_once(env: Env) -> None:
+    """The quota stall `bench chaos` saw after "acked by another agent (our lease lapsed)".
+
+    The create of a run is held in the API server until W&B offers its item again. A second
+    dispatch of the item stamped it again for the quota's ordering (the first ticket was then
+    never created nor abandoned, so every later run of the leaf waited behind it), and its ack
+    won, so the first dispatch's lost and dropped the run's record: the Job stayed suspended,
+    untracked, and so did every Job after it."""
+    setup(env, {"a": "a.1"})
+    env.cluster.script("launch-agent.io/queue=qa", "succeed after=1000s")
+    clock = WandbClock()
+    env.state.clock = clock
+    env.state.lease_seconds = 3600
+    first = env.push(run_spec("slow-create"), "qa")
+    held = env.kube.faults.add(FaultRule("POST jobs", delay=3, times=1))
+    async with env.running(quota_agent(env, queues=["qa"])) as agent:
+        await until(lambda: held.fired == 1, message="the create held")
+        clock.shift += 3601  # the lease lapses while the create is held
+        await until(lambda: first.pops == 2, message="W&B offered the item again")
+        second = env.push(run_spec("after-it"), "qa")
+        await until(lambda: running(env, first), within=30, message="the first run admitted")
+        await until(lambda: running(env, second), within=30, message="the next run admitted")
+        assert agent.runs.get(first.id) is not None, "the run is tracked"
+    assert first.state is ItemState.CLAIMED and claims(first) == 1
+    assert sum(1 for r in env.kube.log if r.key == "POST jobs" and r.status == 201) == 2
