@@ -14,7 +14,7 @@ unless the runSpec names one), so every crash window ends well:
 
 `ackRunQueueItem` answering `success: false` means our lease lapsed before the ack: the item is
 offered again and acked then; the workload stays tracked. `WandbAckUncertain` (an earlier
-attempt may have been applied) counts as acked.
+attempt may have been applied, or not) is handled the same way: the item is not known acked.
 
 Every problem that belongs to the item fails it with `failRunQueueItem` and a message a person
 can act on; the agent goes on with the next item. Problems that are not the item's fault (the
@@ -406,8 +406,11 @@ class Dispatcher:
         try:
             won = await self.wandb.ack(item.id, record.run_id)
         except WandbAckUncertain as exc:
-            log.warning("%s; the workload exists, so the item counts as acked", exc)
-            won = True
+            # It may have landed or not (the chaos bench saw such items offered again): the
+            # workload stays tracked, the item not known acked; the offer is acked if it comes,
+            # and W&B's item state is read before the run's clean-up (`Finisher._settle`).
+            log.warning("%s; the item is settled when offered again or when the run ends", exc)
+            return
         except WandbUnavailable as exc:
             log.warning(
                 "ack of item %s not sent (%s): W&B offers it again after its lease and the"

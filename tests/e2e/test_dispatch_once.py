@@ -55,8 +55,8 @@ class WandbClock:
         return time.time() + self.shift
 
 
-async def created_then_killed_before_the_ack(env: Env, tmp_path: Path) -> RunQueueItem:
-    """A JobSet run whose creator is SIGKILLed while its ack is held in the W&B server."""
+async def jobset_queue(env: Env) -> None:
+    """Queue `jobset-tpu` serves JobSets (deleted when they end), which succeed after 10 s."""
     await env.kube.load_crds_from(CRDS)
     env.kube.objects.create(
         "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, ""
@@ -64,6 +64,11 @@ async def created_then_killed_before_the_ack(env: Env, tmp_path: Path) -> RunQue
     use_spec(env, "jobset-gke.yaml", QUEUE)
     for job in ("driver", "workers"):
         env.cluster.script(f"jobset.sigs.k8s.io/replicatedjob-name={job}", "succeed after=10s")
+
+
+async def created_then_killed_before_the_ack(env: Env, tmp_path: Path) -> RunQueueItem:
+    """A JobSet run whose creator is SIGKILLed while its ack is held in the W&B server."""
+    await jobset_queue(env)
     item = push(env, "once-ack", QUEUE)
     held = env.wandb.faults.add(FaultRule("ackRunQueueItem", delay=5, status=503, times=1))
     config = write_config(env, tmp_path / "a.yaml", queues=[QUEUE], namespaces=[NS])
@@ -131,6 +136,48 @@ async def test_a_run_whose_lease_lapsed_keeps_its_workload_until_the_offer_is_ac
     assert item.pops == 2, item.history
     assert created(env) == 1
     assert claims(item) == 1 and item.failure is None
+
+
+async def test_an_ack_refused_after_a_lost_attempt_is_settled_before_the_clean_up(
+    env: Env,
+) -> None:
+    """`WandbAckUncertain`: the first attempt's connection is cut (it never reached W&B) and the
+    retry is refused, the lease having lapsed meanwhile. Counted as acked, the JobSet was
+    deleted when it ended and W&B's next offer of the item created it again."""
+    await jobset_queue(env)
+    clock = WandbClock()
+    env.state.clock = clock
+    env.state.lease_seconds = 3600
+    item = push(env, "once-unsure", QUEUE)
+    lost = env.wandb.faults.add(FaultRule("ackRunQueueItem", drop=True, times=1))
+    no_pops: list[FaultRule] = []
+
+    def lapse_on_the_lost_attempt(key: str, path: str, rule: FaultRule | None) -> None:
+        if rule is lost and not no_pops:
+            clock.shift += 3601  # the retry finds the lease lapsed
+            # The next pop waits until the run ended, as it would behind a slow W&B.
+            no_pops.append(env.wandb.faults.add(FaultRule("popFromRunQueue", status=503)))
+
+    env.wandb.faults.observers.append(lapse_on_the_lost_attempt)
+    async with env.running(env.agent(successor(env))) as agent:
+        await until(
+            lambda: no_pops and env.wandb.log.count("field:ackRunQueueItem") >= 2, message="retry"
+        )
+        assert item.state is ItemState.PENDING, "neither attempt claimed the item"
+        env.state.set_run_state("ent", "proj", "once-unsure", "running")
+        await until(
+            # The code before deleted the JobSet; now W&B is asked for the item's state first.
+            lambda: jobsets(env) == 0 or env.wandb.log.count("GetRunQueueItem") >= 1,
+            advance=lambda: env.advance(2),
+            within=30,
+            message="the run ended",
+        )
+        env.wandb.faults.remove(no_pops[0])
+        await until(lambda: item.state is ItemState.CLAIMED, message="the offer acked")
+        assert created(env) == 1, "the item offered again was created a second time"
+        await until(lambda: agent.runs.get(item.id) is None, message="cleaned up once acked")
+        assert jobsets(env) == 0
+    assert item.pops == 2 and claims(item) == 1 and item.failure is None
 
 
 async def test_an_item_offered_again_during_its_create_is_dispatched_once(env: Env) -> None:
