@@ -309,7 +309,7 @@ class Finisher:
                 return  # stopping during a W&B outage: the next start adopts and settles it
             if not done:
                 self.unsettled[record.rqi_id] = (record, state)
-                self._later_again(record, state, "settling of its item")
+                self._later_again(record, state, "settling the item")
                 return
         if not await self._clean_up(record, state):
             self._later_again(record, state, "clean-up")
