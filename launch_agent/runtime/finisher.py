@@ -354,8 +354,23 @@ class Finisher:
         match state:
             case NotSent():
                 return None
-            case Refused():
-                return False  # asked again later
+            case Refused(error=error):
+                # An error answer (an older server without `runQueueItem`): asking again gets
+                # the same. An ack still settles a LEASED item; otherwise the run is cleaned up
+                # as it was before W&B could be asked, rather than kept for ever.
+                claimed = await self.reporter.claim(record.rqi_id, record.run_id)
+                if isinstance(claimed, NotSent):
+                    return None
+                if claimed == Sent(True):
+                    record.acked = True
+                else:
+                    log.warning(
+                        "W&B cannot say whether item %s of %s was acked (%s): cleaned up",
+                        record.rqi_id,
+                        record.workload,
+                        error,
+                    )
+                return True
             case Sent(value=None):
                 log.warning(
                     "item %s of %s is not in queue %r in W&B: nothing left to settle",

@@ -108,6 +108,30 @@ async def test_an_adopted_run_is_acked_while_its_lease_runs_and_never_created_ag
     assert claims(item) == 1 and item.failure is None
 
 
+async def test_a_server_that_cannot_tell_the_items_state_still_gets_the_ack(
+    env: Env, tmp_path: Path
+) -> None:
+    """`GetRunQueueItem` answered with an error (a server without it): asking again gets the
+    same, so the run is neither kept for ever nor cleaned up un-acked while its lease runs."""
+    clock = WandbClock()
+    env.state.clock = clock
+    env.state.lease_seconds = 3600
+    item = await created_then_killed_before_the_ack(env, tmp_path)
+    env.wandb.faults.add(FaultRule("GetRunQueueItem", graphql_error=True, message="unknown"))
+    async with env.running(env.agent(successor(env))) as b:
+        await until(lambda: b.runs.get(item.id) is not None, message="b adopted the JobSet")
+        await until(
+            lambda: b.runs.get(item.id) is None,
+            advance=lambda: env.advance(2),
+            within=30,
+            message="the run ended and was cleaned up",
+        )
+        assert item.state is ItemState.CLAIMED, item.history
+        clock.shift += 3601
+        await poll_rounds(b, 3)
+    assert item.pops == 1 and created(env) == 1 and claims(item) == 1
+
+
 async def test_a_run_whose_lease_lapsed_keeps_its_workload_until_the_offer_is_acked(
     env: Env, tmp_path: Path
 ) -> None:
