@@ -5,13 +5,16 @@ Names are deterministic (queue spec + run-queue-item id) and so is the run id (f
 unless the runSpec names one), so every crash window ends well:
 
 - crash before the create: the lease lapses, W&B offers the item again, it is created then;
-- crash after the create, before the ack: the item is offered again, the create answers 409,
-  the existing workload is adopted (never a second one) and acked;
+- crash after the create, before the ack: the restarted agent adopts the workload without
+  knowing whether the item was acked. While the workload exists, a second pop of the item finds
+  its record (or its create answers 409) and only acks it; when the run ends, the finisher
+  acks the item or, its lease lapsed, keeps the workload until W&B offers the item again and
+  that offer is acked (`Finisher._settle`), so an item never gets a second workload;
 - crash after the ack: the restarted agent adopts the workload from its labels.
 
-`ackRunQueueItem` answering `success: false` means another agent won the item after our lease
-lapsed: its create 409s onto the same workload and it owns the run; this agent stops tracking
-it. `WandbAckUncertain` (an earlier attempt may have been applied) counts as acked.
+`ackRunQueueItem` answering `success: false` means our lease lapsed before the ack: the item is
+offered again and acked then; the workload stays tracked. `WandbAckUncertain` (an earlier
+attempt may have been applied, or not) is handled the same way: the item is not known acked.
 
 Every problem that belongs to the item fails it with `failRunQueueItem` and a message a person
 can act on; the agent goes on with the next item. Problems that are not the item's fault (the
@@ -133,6 +136,8 @@ class Dispatcher:
         self.clock = clock
         # Scheduler items already warned about the cap (W&B offers them again every lease).
         self._capped: set[str] = set()
+        # Items whose dispatch has not ended (bounded by the items popped at once).
+        self._in_flight: set[str] = set()
         self.namespaces = frozenset(config.namespaces)
 
     async def _fail(
@@ -144,6 +149,23 @@ class Dispatcher:
 
     async def dispatch(self, item: RunQueueItem, popped_at: float | None = None) -> None:
         """Handle one popped item to the end of its ack (or its failure)."""
+        if item.id in self._in_flight:
+            # Its lease lapsed during the dispatch (a long build or create) and W&B offered it
+            # again: the dispatch in flight creates and acks it. Two at once would stamp it
+            # twice for the quota's ordering and answer each other's ack with success: false.
+            log.info("item %s offered again while its dispatch is in flight: left to it", item.id)
+            return
+        existing = self.runs.get(item.id)
+        if existing is not None:
+            await self._offered_again(item, existing)
+            return
+        self._in_flight.add(item.id)
+        try:
+            await self._dispatch_new(item, popped_at)
+        finally:
+            self._in_flight.discard(item.id)
+
+    async def _dispatch_new(self, item: RunQueueItem, popped_at: float | None) -> None:
         try:
             if item.problem is None and is_scheduler_item(item.run_spec):
                 with self.schedulers.place(item.id) as placed:
@@ -164,6 +186,25 @@ class Dispatcher:
                 "the run queue item is nested too deeply to handle (limits.max_item_depth)",
                 "malformed",
             )
+
+    async def _offered_again(self, item: RunQueueItem, record: RunRecord) -> None:
+        """W&B offers an item this process has a workload for (created or adopted): its ack
+        was lost and its lease lapsed. The run is never rendered or created again, whatever
+        became of its workload (a custom resource that ended is deleted, and then a create
+        would succeed): the offer is acked. A run already over waits for this ack before its
+        clean-up (`Finisher._settle`). A record without a workload yet is a dispatch of the
+        same item still in flight: that dispatch acks."""
+        if record.last is None:
+            return  # a record whose create has not answered is a dispatch's: it acks
+        log.warning(
+            "item %s offered again by W&B (its ack was lost, its lease lapsed): %s exists"
+            " already; acking it, not creating it again",
+            item.id,
+            record.workload,
+        )
+        # Counted as a create answering 409 is: the pop found its workload.
+        self.metrics.submits.labels(queue=item.queue, kind=record.kind, outcome="adopted").inc()
+        await self._ack(item, record)
 
     def _over_cap(self, item: RunQueueItem) -> None:
         """W&B's agent: warn, do not ack; the lease lapses and W&B offers the item again."""
@@ -365,8 +406,11 @@ class Dispatcher:
         try:
             won = await self.wandb.ack(item.id, record.run_id)
         except WandbAckUncertain as exc:
-            log.warning("%s; the workload exists, so the item counts as acked", exc)
-            won = True
+            # It may have landed or not (the chaos bench saw such items offered again): the
+            # workload stays tracked, the item not known acked; the offer is acked if it comes,
+            # and W&B's item state is read before the run's clean-up (`Finisher._settle`).
+            log.warning("%s; the item is settled when offered again or when the run ends", exc)
+            return
         except WandbUnavailable as exc:
             log.warning(
                 "ack of item %s not sent (%s): W&B offers it again after its lease and the"
@@ -379,12 +423,17 @@ class Dispatcher:
             log.error("W&B refused the ack of item %s: %s", item.id, exc)
             return
         if not won:
+            if record.acked:
+                return  # claimed meanwhile by this process (the finisher settling the run)
+            # Our lease lapsed: W&B offers the item again (or another agent claimed it). The
+            # workload's name is the item's, so any claim of the item is of this workload: it
+            # stays tracked (dropping it left an unreported run and its quota held), and the
+            # item is acked when offered again or settled when the run ends (`Finisher._settle`).
             log.warning(
-                "item %s was acked by another agent (our lease lapsed): leaving %s to it",
+                "ack of item %s answered success: false (our lease lapsed): %s stays tracked",
                 item.id,
                 record.workload,
             )
-            self.runs.remove(record)
             return
         record.acked = True
 

@@ -108,6 +108,9 @@ class Finisher:
         self._reported: dict[str, tuple[RunState, int]] = {}
         # (due on `clock`, tie-breaker, record, assessment) of those clean-ups.
         self._later: list[tuple[float, int, RunRecord, Assessment]] = []
+        # Runs over whose item W&B may still offer again (`_settle`): item id -> (record,
+        # state). Handled again as soon as the dispatcher acks the item offered again.
+        self.unsettled: dict[str, tuple[RunRecord, RunState]] = {}
         self._seq = itertools.count()
 
     def submit(self, record: RunRecord, assessment: Assessment) -> None:
@@ -126,6 +129,10 @@ class Finisher:
             await self.checks.close()
 
     def _due(self) -> None:
+        for rqi_id, (record, state) in list(self.unsettled.items()):
+            if record.acked:
+                del self.unsettled[rqi_id]
+                self._queue.put_nowait((record, Assessment(state, None)))
         now = self.clock()
         while self._later and self._later[0][0] <= now:
             _, _, record, assessment = heapq.heappop(self._later)
@@ -144,6 +151,7 @@ class Finisher:
                 # another replica while its clean-up waited to be tried again).
                 if self.runs.get(record.rqi_id) is None:
                     self._reported.pop(record.rqi_id, None)
+                    self.unsettled.pop(record.rqi_id, None)
                 continue
             try:
                 await self.handle(record, assessment)
@@ -288,23 +296,121 @@ class Finisher:
                 pass  # W&B answered; a refusal is final, asking again gets the same answer
             case _:
                 assert_never(sent)
-        await self._finish(record, state)
+        # A failure W&B accepted is final: W&B never offers a FAILED item again.
+        failed = state is RunState.FAILED and isinstance(sent, Sent)
+        await self._finish(record, state, settled=failed)
 
-    async def _finish(self, record: RunRecord, state: RunState) -> None:
-        """Clean up and remove the record; if the clean-up failed, try it again later."""
+    async def _finish(self, record: RunRecord, state: RunState, *, settled: bool = False) -> None:
+        """Clean up and remove the record once W&B will not offer its item again; if the
+        clean-up failed, or the item may be offered again, try it again later."""
+        if not settled:
+            done = await self._settle(record)
+            if done is None:
+                return  # stopping during a W&B outage: the next start adopts and settles it
+            if not done:
+                self.unsettled[record.rqi_id] = (record, state)
+                self._later_again(record, state, "settling the item")
+                return
         if not await self._clean_up(record, state):
-            tries = self._reported.get(record.rqi_id, (state, 0))[1]
-            self._reported[record.rqi_id] = (state, tries + 1)
-            delay = backoff_delay(
-                self.clean_up_retry_base, self.clean_up_retry_cap, tries, 0.0, jitter=0.0
-            )
-            log.info("clean-up of %s is tried again in %.1fs", record.workload, delay)
-            entry = (self.clock() + delay, next(self._seq), record, Assessment(state, None))
-            heapq.heappush(self._later, entry)
+            self._later_again(record, state, "clean-up")
             return
+        self.unsettled.pop(record.rqi_id, None)
         self._reported.pop(record.rqi_id, None)
         self.runs.remove(record)
         self.handled += 1
+
+    def _later_again(self, record: RunRecord, state: RunState, what: str) -> None:
+        """Handle the run again later (only its clean-up: it was reported), with a growing delay."""
+        tries = self._reported.get(record.rqi_id, (state, 0))[1]
+        self._reported[record.rqi_id] = (state, tries + 1)
+        delay = backoff_delay(
+            self.clean_up_retry_base, self.clean_up_retry_cap, tries, 0.0, jitter=0.0
+        )
+        log.info("%s of %s is tried again in %.1fs", what, record.workload, delay)
+        entry = (self.clock() + delay, next(self._seq), record, Assessment(state, None))
+        heapq.heappush(self._later, entry)
+
+    async def _settle(self, record: RunRecord) -> bool | None:
+        """True once W&B will not offer the run's item again: it is CLAIMED (acked) or FAILED.
+        False while it may (PENDING or LEASED, its ack lost); None: stopping during an outage.
+
+        The workload is the only proof that the item has run: names are deterministic, so while
+        it exists a second pop of the item answers 409 and adopts it, but a custom resource is
+        deleted when it ends (and a Job by its TTL). Cleaned up with its item un-acked (the
+        process that created it killed before its ack reached W&B), W&B offered the item again
+        once its lease lapsed and it was created a second time. So an un-acked item is acked
+        here while its lease (the killed process's) still runs; once it lapsed, W&B accepts no
+        ack (`success: false` for any item not LEASED: the sandbox's model of wandb's server,
+        whose agent reads that as "already acknowledged", `Api.ack_run_queue_item` in
+        wandb/sdk/internal/internal_api.py), so the record and its workload stay until W&B
+        offers the item again and the dispatcher acks that offer (`Dispatcher._offered_again`).
+        Neither the W&B run (a run that never called wandb.init has none) nor anything else a
+        deleted workload leaves says the item ran; the item's state in W&B is the one record.
+        """
+        if record.acked:
+            return True
+        ref = ItemRef(self.queue_entity, record.queue, record.rqi_id)
+        state = await self.reporter.item_state(ref)
+        match state:
+            case NotSent():
+                return None
+            case Refused(error=error):
+                # An error answer (an older server without `runQueueItem`): asking again gets
+                # the same. An ack still settles a LEASED item; otherwise the run is cleaned up
+                # as it was before W&B could be asked, rather than kept for ever.
+                claimed = await self.reporter.claim(record.rqi_id, record.run_id)
+                if isinstance(claimed, NotSent):
+                    return None
+                if claimed == Sent(True):
+                    record.acked = True
+                else:
+                    log.warning(
+                        "W&B cannot say whether item %s of %s was acked (%s): cleaned up",
+                        record.rqi_id,
+                        record.workload,
+                        error,
+                    )
+                return True
+            case Sent(value=None):
+                log.warning(
+                    "item %s of %s is not in queue %r in W&B: nothing left to settle",
+                    record.rqi_id,
+                    record.workload,
+                    record.queue,
+                )
+                return True
+            case Sent(value="CLAIMED"):
+                record.acked = True
+                return True
+            case Sent(value="FAILED"):
+                return True
+            case Sent(value="LEASED"):
+                pass
+            case Sent():
+                log.info(
+                    "item %s of %s is offered again by W&B (its ack was lost and its lease"
+                    " lapsed): the workload stays until the item is popped and acked",
+                    record.rqi_id,
+                    record.workload,
+                )
+                return False
+            case _:
+                assert_never(state)
+        claimed = await self.reporter.claim(record.rqi_id, record.run_id)
+        match claimed:
+            case NotSent():
+                return None
+            case Sent(value=True):
+                log.info(
+                    "acked item %s of %s (its ack had been lost)", record.rqi_id, record.workload
+                )
+                record.acked = True
+                return True
+            case Sent() | Refused():
+                # The lease lapsed meanwhile, or the dispatcher acked the offer first.
+                return record.acked
+            case _:
+                assert_never(claimed)
 
     async def _failure_message(self, record: RunRecord, diag: Diagnosis) -> str:
         # The reason word first: people search for "OOMKilled", dashboards group by it.

@@ -190,6 +190,18 @@ class Reporter:
     async def already_failed(self, ref: ItemRef) -> Delivery[bool]:
         """Whether W&B has the item `FAILED` (wandb `QueuedRun.state`), retried through an
         outage like a report: `NotSent` when the agent stops first."""
+        state = await self.item_state(ref)
+        match state:
+            case Sent(value=found):
+                return Sent(found == FAILED)
+            case Refused() | NotSent():
+                return state
+            case _:
+                assert_never(state)
+
+    async def item_state(self, ref: ItemRef) -> Delivery[str | None]:
+        """The item's state in W&B (`PENDING`, `LEASED`, `CLAIMED`, `FAILED`; None: the queue
+        holds no such item), retried through an outage like a report."""
         outcome = await self._retrying(
             f"state of item {ref.item_id}",
             lambda: self.wandb.run_queue_item(ref.entity, ref.queue, ref.item_id),
@@ -197,7 +209,21 @@ class Reporter:
         match outcome:
             case Sent(value=found):
                 self.sent["verify"] += 1
-                return Sent(found is not None and found.state == FAILED)
+                return Sent(None if found is None else found.state)
+            case Refused() | NotSent():
+                return outcome
+            case _:
+                assert_never(outcome)
+
+    async def claim(self, item_id: str, run_name: str) -> Delivery[bool]:
+        """`ackRunQueueItem` for a workload that exists already (an adopted run whose ack was
+        lost), retried through an outage; `Sent(False)`: W&B answered `success: false`."""
+        outcome = await self._retrying(
+            f"ackRunQueueItem {item_id}", lambda: self.wandb.ack(item_id, run_name)
+        )
+        match outcome:
+            case Sent(value=won):
+                return Sent(won)
             case Refused() | NotSent():
                 return outcome
             case _:

@@ -46,6 +46,10 @@ class RunRecord:
     kind: str
     label: str = ""
     started: float = field(default_factory=monotonic)  # adopted runs: when first seen
+    # This process saw W&B claim the item (its ack, or the item CLAIMED when asked). An adopted
+    # workload does not say whether the ack of the process that created it landed (a kill
+    # between the create and the ack): False until W&B is asked, which the finisher does
+    # before the workload is cleaned up (`Finisher._settle`).
     acked: bool = False
     adopted: bool = False
     state: RunState | None = None
@@ -101,7 +105,6 @@ class RunRecord:
             name=meta.name,
             api_version=str(obj.get("apiVersion") or ""),
             kind=str(obj.get("kind") or ""),
-            acked=True,
             adopted=True,
             scheduler=meta.annotation(SCHEDULER_MARK) == "true",
             last=obj,

@@ -102,10 +102,12 @@ class Stopper:
         )
 
     async def check(self) -> None:
+        # Every run whose workload exists, acked or not: an adopted run's ack is not known
+        # (`RunRecord.acked`), and W&B answers "not stopped" for a run it does not have.
         candidates = [
             r
             for r in self.runs
-            if r.acked and not r.finishing and r.run_id and r.entity and r.project
+            if r.last is not None and not r.finishing and r.run_id and r.entity and r.project
         ]
         if candidates:
             wall, mono = self.now(), self.clock()

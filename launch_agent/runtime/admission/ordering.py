@@ -19,6 +19,11 @@ class StampOrder:
         self._head = 0
 
     def stamp(self, rqi_id: str) -> None:
+        if rqi_id in self._order:
+            # Stamped by a dispatch of the same item still in flight: a second ticket would
+            # replace the first, which then is never created nor abandoned, and every later
+            # ticket would wait behind it for good (the quota stall `bench chaos` saw).
+            return
         self._order[rqi_id] = self._tickets
         self._tickets += 1
 

@@ -56,3 +56,17 @@ def test_created_runs_come_out_in_stamp_order() -> None:
     assert [r.rqi_id for r in order.created(record("a")) or []] == ["a", "c"]
     assert not order.stamped("a") and not order.stamped("c")
     assert order.abandon("never-stamped") == []
+
+
+def test_an_item_stamped_twice_keeps_one_ticket_and_blocks_no_later_run() -> None:
+    """Two dispatches of one item (W&B offered it again while the first was in flight) stamp
+    it twice; the second stamp replaced the first ticket, which was then never created nor
+    abandoned, and every later run waited behind it for good (the chaos bench's quota stall)."""
+    order = StampOrder()
+    order.stamp("a")
+    order.stamp("a")
+    order.stamp("b")
+    assert [r.rqi_id for r in order.created(record("a")) or []] == ["a"]
+    assert order.abandon("a") == [], "a's second dispatch ends: nothing left to abandon"
+    assert [r.rqi_id for r in order.created(record("b")) or []] == ["b"]
+    assert not order.stamped("b")

@@ -117,7 +117,8 @@ def test_run_record_is_rebuilt_from_a_workloads_labels() -> None:
     assert record is not None
     assert (record.rqi_id, record.queue, record.run_id) == ("UnVuUXVldWVJdGVtOjc=", "q1", "abc")
     assert (record.namespace, record.name, record.kind) == ("ml", "basic-7", "Job")
-    assert record.adopted and record.acked
+    # Whether the creator's ack reached W&B is unknown: W&B is asked before the clean-up.
+    assert record.adopted and not record.acked
     assert record.label == "UnVuUXVldWVJdGVtOjc"
     assert RunRecord.from_object({"metadata": {"name": "x"}}) is None
 
