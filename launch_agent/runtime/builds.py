@@ -48,6 +48,7 @@ from launch_agent.adapters.object_store import ContextStore, ObjectStore, PvcSto
 from launch_agent.adapters.registry import RegistryClient, docker_config_auths
 from launch_agent.adapters.tls import CABundleError, client_ssl_context
 from launch_agent.adapters.wandb_client import RunQueueItem
+from launch_agent.aio import race
 from launch_agent.model.build import (
     DestinationError,
     SourceKind,
@@ -283,8 +284,13 @@ class BuildService:
             await self.reporter.fail(item.id, f"cannot build this run: {exc}", "agent", "job")
             return None
         try:
-            info = await self.read_job(job)
-            spec = spec_for(run, info, job, self.allowed_schemes)
+            # The read retries through a W&B outage (`job_info`); one SDK read in flight can
+            # take a minute, which shutdown does not wait for.
+            read = await race(self.read_job(job), self.stopping, name=f"job-read {item.id}")
+            if read is None:
+                log.info("stopping: item %s is left for the next start", item.id)
+                return None
+            spec = spec_for(run, read.result(), job, self.allowed_schemes)
         except JobArtifactUnavailable as exc:
             # W&B did not answer: not the item's fault; it is offered again after its lease.
             log.warning("item %s left for a later pop: %s", item.id, exc)
@@ -413,7 +419,7 @@ async def open_builds(
     )
 
     async def read_job(name: str) -> Mapping[str, Any]:
-        return await job_info(name, config.base_url, api_key)
+        return await job_info(name, config.base_url, api_key, stop=stopping)
 
     log.info(
         "Kaniko builds: context in %s, images to %s, build Jobs in namespace %s",
