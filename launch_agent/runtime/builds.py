@@ -32,7 +32,7 @@ import asyncio
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -79,7 +79,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PYTHON = "3.11"
 _RUNTIME = re.compile(r"^(\d{1,2}\.\d{1,3})(?!\d)")
-JobReader = Callable[[str], Awaitable[Mapping[str, Any]]]
+JobReader = Callable[[str], Coroutine[Any, Any, Mapping[str, Any]]]
 
 
 class JobSpecError(ValueError):

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from launch_agent.sandbox.wandb import ItemState
+from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 from tests.e2e.conftest import CRDS, EXAMPLE_SPECS, Env, run_spec, until
 from tests.e2e.test_leader_failover import ELECTION, holder
 from tests.e2e.test_process import START_TIMEOUT, agent_process, write_config
@@ -39,6 +39,10 @@ async def crd_env(env: Env) -> Env:
     shutil.copy(EXAMPLE_SPECS / "pytorchjob.yaml", env.specs_dir / "pytorchjob.yaml")
     env.state.add_queue(QUEUE)
     return env
+
+
+def state_of(item: RunQueueItem) -> ItemState:
+    return item.state  # read afresh: the sandbox changes it while the test awaits
 
 
 def workloads(env: Env) -> list[dict[str, Any]]:
@@ -98,7 +102,7 @@ async def test_a_standby_judges_a_deletion_it_did_not_see_from_wandb(
                     within=START_TIMEOUT,
                     message="a saw the PyTorchJob end and deleted it",
                 )
-                assert item.state is ItemState.CLAIMED and item.failure is None
+                assert state_of(item) is ItemState.CLAIMED and item.failure is None
                 env.state.set_run_state("ent", "proj", run, wandb_state)
                 # b's resourceVersion is gone from the event log: it must relist.
                 env.kube.compact(PLURAL)
@@ -118,11 +122,12 @@ async def test_a_standby_judges_a_deletion_it_did_not_see_from_wandb(
                 within=START_TIMEOUT,
                 message="b judged the deletion",
             )
+    final = env.state.items[item.id]  # not `item`: mypy keeps the narrowing from above
     if failed:
-        assert item.state is ItemState.FAILED
-        assert item.failure is not None
-        assert "deleted before it finished" in item.failure.message
-        assert "W&B says the run crashed" in item.failure.message
+        assert final.state is ItemState.FAILED
+        assert final.failure is not None
+        assert "deleted before it finished" in final.failure.message
+        assert "W&B says the run crashed" in final.failure.message
     else:
-        assert item.state is ItemState.CLAIMED, item.failure
-        assert item.failure is None
+        assert final.state is ItemState.CLAIMED, final.failure
+        assert final.failure is None
