@@ -21,9 +21,11 @@ Why it looks like this:
   the first one creates and acks (`_active`). Another replica that pops it builds the same tag
   (the Kaniko Job name is derived from it, so it adopts the same Job) and its create 409s onto
   the same workload.
-- **Failures are the item's.** A job artifact that cannot be read or describes no buildable
-  source fails the item at stage `agent`; a failed build (`BuildFailed`) fails it at stage
-  `build` with the reason and the tail of Kaniko's log.
+- **Failures are the item's, outages are not.** A job artifact W&B says does not exist, or
+  that describes no buildable source, fails the item at stage `agent`; W&B not answering is
+  retried (`job_info`) and, when the agent stops first, leaves the item for the next start;
+  a failed build (`BuildFailed`) fails it at stage `build` with the reason and the tail of
+  Kaniko's log.
 """
 
 from __future__ import annotations
