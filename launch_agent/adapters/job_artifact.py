@@ -6,7 +6,7 @@ where the code is; the job artifact does. Its `wandb-job.json` has `source_type`
 image, plus the entry point). The wandb SDK downloads it (`Api().artifact(name, type="job")`),
 the same read path W&B's agent uses, so every auth and URL detail of the real server holds.
 
-The SDK blocks (HTTP, files), so `job_info` runs it in the default executor; the download goes
+The SDK blocks (HTTP, files), so `job_info` runs it in a daemon thread; the download goes
 to a private temporary directory that is removed before returning.
 
 Only W&B's answer about the job fails its item (no such entity, project or artifact; no
@@ -20,16 +20,20 @@ no `CommError`), which used to fail build runs for good (found by `launch-agent 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from launch_agent.adapters.retry import GaveUp, Retryable, RetryPolicy, call_with_retries
 from launch_agent.model.safe_load import load_json
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 JOB_FILE = "wandb-job.json"
 # One SDK read: wandb-core gives up on a request after 60 s of its own retries.
@@ -118,10 +122,38 @@ async def job_info(
 
 
 async def _read_once(name: str, base_url: str, api_key: str, seconds: float) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
     call = functools.partial(fetch_job_info, name, base_url, api_key)
     try:
         async with asyncio.timeout(seconds):
-            return await loop.run_in_executor(None, call)
+            return await _in_daemon_thread(call, f"job-read {name}")
     except TimeoutError:
         raise JobArtifactUnavailable(f"job artifact {name}: no answer in {seconds:g}s") from None
+
+
+def _in_daemon_thread(call: Callable[[], T], name: str) -> asyncio.Future[T]:
+    """`call()` in a daemon thread of its own, not the default executor: a read stuck in
+    wandb-core's minute of retries when the agent stops must not hold the process's exit
+    (`asyncio.run` waits for the default executor's threads), and its result is dropped."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():  # cancelled: the caller's timeout or the agent's stop
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]  # T when error is None
+
+    def run() -> None:
+        result: T | None = None
+        error: BaseException | None = None
+        try:
+            result = call()
+        except BaseException as exc:  # delivered to the awaiting task, which handles it
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future

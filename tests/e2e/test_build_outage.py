@@ -10,6 +10,8 @@ sandbox server, at the moment that request arrives), and the run is created and 
 
 from __future__ import annotations
 
+import asyncio
+
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState
 from tests.e2e import build_support
@@ -23,6 +25,8 @@ FIRST_QUERY = "ArtifactMembershipByName"  # the first request of each read of th
 OUTAGE = "GetArtifactMembershipFileUrls"  # what the download asks, answered 503 meanwhile
 # One failed read: wandb-core's minute of retries, on a loaded machine.
 READ_BOUND = 150.0
+# A stop while a read is stuck: well under wandb-core's minute.
+STOP_BOUND = 20.0
 
 
 async def test_a_job_read_through_a_wandb_outage_is_retried_not_failed(s3_builds: Builds) -> None:
@@ -56,3 +60,23 @@ async def test_a_job_read_through_a_wandb_outage_is_retried_not_failed(s3_builds
     assert len(created) == 1
     image = created[0]["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == "registry.example/ml/train:1"
+
+
+async def test_a_stop_during_a_job_read_outage_leaves_the_item_for_the_next_start(
+    s3_builds: Builds,
+) -> None:
+    b, env = s3_builds, s3_builds.env
+    env.state.add_job("ent", "proj", "train-img", image="registry.example/ml/train:1")
+    item = env.push(run_spec("o2", docker=None, job="ent/proj/train-img:latest"))
+    outage = env.wandb.faults.add(FaultRule(OUTAGE, status=503, message="unavailable"))
+    async with env.running(env.agent(b.config())):
+        await until(lambda: outage.fired >= 1, within=60, message="the agent reads the job")
+        stopping_at = asyncio.get_running_loop().time()
+    # The agent did not wait for wandb-core's minute of retries to stop (nor does the test's
+    # loop at its end: the read runs in a daemon thread), and did not fail the item: it is
+    # still leased (W&B offers it again after its lease), nothing was created.
+    assert asyncio.get_running_loop().time() - stopping_at < STOP_BOUND
+    assert item.state is ItemState.LEASED
+    assert item.failure is None
+    assert env.jobs() == []
+    env.wandb.faults.remove(outage)
