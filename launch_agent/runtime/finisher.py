@@ -9,7 +9,8 @@ worker tasks take them in order:
 - preempted: pushed back onto its queue with `_resume_count + 1` and the same run id (so the
   W&B run resumes), at most `tracking.max_requeues` times; then failed;
 - stopped: nothing to report when W&B asked for the stop; a workload someone else deleted
-  before it finished is a failure;
+  before it finished is a failure (when only a relist saw it gone, W&B's run state decides:
+  `_unseen_deletion`);
 - succeeded: nothing to report (W&B learns success from the run itself), unless its W&B run
   never left `pending`: W&B's "failed to call wandb.init" check (`runtime/run_checks.py`);
 - a sweep scheduler that failed is reported like any run and its sweep set to `CANCELED`; a
