@@ -21,9 +21,11 @@ Why it looks like this:
   the first one creates and acks (`_active`). Another replica that pops it builds the same tag
   (the Kaniko Job name is derived from it, so it adopts the same Job) and its create 409s onto
   the same workload.
-- **Failures are the item's.** A job artifact that cannot be read or describes no buildable
-  source fails the item at stage `agent`; a failed build (`BuildFailed`) fails it at stage
-  `build` with the reason and the tail of Kaniko's log.
+- **Failures are the item's, outages are not.** A job artifact W&B says does not exist, or
+  that describes no buildable source, fails the item at stage `agent`; W&B not answering is
+  retried (`job_info`) and, when the agent stops first, leaves the item for the next start;
+  a failed build (`BuildFailed`) fails it at stage `build` with the reason and the tail of
+  Kaniko's log.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import asyncio
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,7 @@ from launch_agent.adapters.object_store import ContextStore, ObjectStore, PvcSto
 from launch_agent.adapters.registry import RegistryClient, docker_config_auths
 from launch_agent.adapters.tls import CABundleError, client_ssl_context
 from launch_agent.adapters.wandb_client import RunQueueItem
+from launch_agent.aio import race
 from launch_agent.model.build import (
     DestinationError,
     SourceKind,
@@ -78,7 +81,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PYTHON = "3.11"
 _RUNTIME = re.compile(r"^(\d{1,2}\.\d{1,3})(?!\d)")
-JobReader = Callable[[str], Awaitable[Mapping[str, Any]]]
+JobReader = Callable[[str], Coroutine[Any, Any, Mapping[str, Any]]]
 
 
 class JobSpecError(ValueError):
@@ -283,8 +286,13 @@ class BuildService:
             await self.reporter.fail(item.id, f"cannot build this run: {exc}", "agent", "job")
             return None
         try:
-            info = await self.read_job(job)
-            spec = spec_for(run, info, job, self.allowed_schemes)
+            # The read retries through a W&B outage (`job_info`); one SDK read in flight can
+            # take a minute, which shutdown does not wait for.
+            read = await race(self.read_job(job), self.stopping, name=f"job-read {item.id}")
+            if read is None:
+                log.info("stopping: item %s is left for the next start", item.id)
+                return None
+            spec = spec_for(run, read.result(), job, self.allowed_schemes)
         except JobArtifactUnavailable as exc:
             # W&B did not answer: not the item's fault; it is offered again after its lease.
             log.warning("item %s left for a later pop: %s", item.id, exc)
@@ -413,7 +421,7 @@ async def open_builds(
     )
 
     async def read_job(name: str) -> Mapping[str, Any]:
-        return await job_info(name, config.base_url, api_key)
+        return await job_info(name, config.base_url, api_key, stop=stopping)
 
     log.info(
         "Kaniko builds: context in %s, images to %s, build Jobs in namespace %s",

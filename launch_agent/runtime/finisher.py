@@ -9,7 +9,8 @@ worker tasks take them in order:
 - preempted: pushed back onto its queue with `_resume_count + 1` and the same run id (so the
   W&B run resumes), at most `tracking.max_requeues` times; then failed;
 - stopped: nothing to report when W&B asked for the stop; a workload someone else deleted
-  before it finished is a failure;
+  before it finished is a failure (when only a relist saw it gone, W&B's run state decides:
+  `_unseen_deletion`);
 - succeeded: nothing to report (W&B learns success from the run itself), unless its W&B run
   never left `pending`: W&B's "failed to call wandb.init" check (`runtime/run_checks.py`);
 - a sweep scheduler that failed is reported like any run and its sweep set to `CANCELED`; a
@@ -58,6 +59,9 @@ from launch_agent.tracking import Assessment
 from launch_agent.tracking.workloads import Phase, workload_status
 
 log = logging.getLogger(__name__)
+
+# W&B run states that say a run ended badly (`crashed`: W&B lost its process's heartbeat).
+WANDB_FAILED_STATES = frozenset({"failed", "crashed"})
 
 # Reasons whose container ran, so its log may say why.
 _HAS_LOG = frozenset(
@@ -280,6 +284,8 @@ class Finisher:
             elif stopped:
                 # Stopped from the UI and deleted by the replica (or process) that saw it.
                 log.info("run %s was stopped in W&B: nothing to report", record.run_id)
+            elif record.end_unseen and not record.deleting:
+                sent = await self._unseen_deletion(record, diagnosis)
             else:
                 diag = diagnosis or Diagnosis(
                     Reason.DELETED, "the workload was deleted", Severity.TERMINAL
@@ -299,6 +305,43 @@ class Finisher:
         # A failure W&B accepted is final: W&B never offers a FAILED item again.
         failed = state is RunState.FAILED and isinstance(sent, Sent)
         await self._finish(record, state, settled=failed)
+
+    async def _unseen_deletion(
+        self, record: RunRecord, diagnosis: Diagnosis | None
+    ) -> Delivery[object]:
+        """A workload found gone by a relist, which this process did not delete: its final
+        status is unknown (`RunRecord.end_unseen`), so "deleted before it finished" is a guess.
+
+        The usual cause is the leader's own clean-up: a custom resource is deleted as soon as it
+        ended (`_clean_up`), and a standby whose watch was down then never sees its final status
+        (found by `launch-agent bench chaos`: succeeded runs failed by the replica that took
+        over). Nothing the leader could write on the workload survives its deletion, so the
+        evidence left is W&B's: the item (already `FAILED`: `_already_there` asked) and the
+        run's own state, which the run's process reports (`finished` on success) and which W&B
+        sets to `crashed` when the process vanished. Only a W&B state that says the run failed
+        fails the item; any other (`finished`, still `running`, no run) is not reported, since
+        failing a run that succeeded is the worse error and W&B shows a vanished run as crashed
+        by itself. A deletion seen on a watch carries the final object (client-go's informers
+        and kube-apiserver: the object as it was at deletion) and is judged from it instead.
+        """
+        state = await self.checks.state_in_wandb(record)
+        if state is None:
+            return NotSent("stopping before W&B said how the run ended")
+        if state in WANDB_FAILED_STATES:
+            message = diagnosis.message if diagnosis else "the workload was deleted"
+            return await self.reporter.fail(
+                record.rqi_id,
+                f"{message}; W&B says the run {state}",
+                "run",
+                Reason.DELETED.value,
+            )
+        log.warning(
+            "%s was found deleted by a relist (its final status unseen, not deleted by this"
+            " process); W&B's run state is %r: nothing reported",
+            record.workload,
+            state or "unknown",
+        )
+        return Sent(None)
 
     async def _finish(self, record: RunRecord, state: RunState, *, settled: bool = False) -> None:
         """Clean up and remove the record once W&B will not offer its item again; if the

@@ -78,6 +78,30 @@ class RunChecks:
             log.warning("could not ask W&B whether run %s was stopped: %s", record.run_id, exc)
             return False
 
+    async def state_in_wandb(self, record: RunRecord) -> str | None:
+        """The W&B run's state (`finished`, `failed`, `crashed`, ...; "" when W&B has no such run
+        or refuses the question), asked through an outage with the reporter's retries; None when
+        the agent stops first (the next start asks again)."""
+        if not (record.run_id and record.entity and record.project):
+            return ""
+
+        async def attempt() -> str:
+            try:
+                state = await self.wandb.run_state(record.entity, record.project, record.run_id)
+            except WandbUnavailable as exc:
+                raise Retryable(exc) from exc
+            return (state or "").lower()
+
+        try:
+            return await call_with_retries(
+                attempt, self.reporter.policy, stop=self.reporter.stopping
+            )
+        except GaveUp:
+            return None
+        except WandbError as exc:
+            log.warning("could not read the W&B state of run %s: %s", record.run_id, exc)
+            return ""
+
     def succeeded(self, record: RunRecord) -> None:
         """Check, in its own task, that a succeeded run called wandb.init."""
         if not self.sweeps.check_wandb_init or record.scheduler or record.entity != self.entity:

@@ -57,6 +57,10 @@ class RunRecord:
     stop_requested_at: float | None = None
     deleting: bool = False
     deleted: bool = False
+    # The deletion was seen only as absence from a relist (no watch was open when it happened:
+    # client-go's `DeletedFinalStateUnknown`, `tools/cache/delta_fifo.go`), so `last` may
+    # predate the workload's final status.
+    end_unseen: bool = False
     finishing: bool = False
     # A sweep scheduler: counted against `max_schedulers`, not `max_jobs` (model/sweeps.py).
     scheduler: bool = False

@@ -245,6 +245,9 @@ class Tracker:
         record.last = obj
         if event.type == "DELETED":
             record.deleted = True
+            # A watch's DELETED carries the object as it was at deletion (its final status);
+            # a relist's carries only what this cache last saw (see `Finisher.handle`).
+            record.end_unseen = event.from_list
         self.evaluate(record)
 
     def pods_of(self, record: RunRecord) -> list[Mapping[str, Any]]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from wandb.errors import AuthenticationError, CommError
+from wandb.errors import AuthenticationError, CommError, UsageError
+from wandb.sdk.lib.service.service_connection import WandbApiFailedError
 
 from launch_agent.adapters.job_artifact import unavailable
 
@@ -17,6 +18,17 @@ from launch_agent.adapters.job_artifact import unavailable
         (CommError("timed out", TimeoutError()), True),
         # What it raised for an unreachable base URL.
         (AuthenticationError("the service process is busy and did not respond in time"), True),
+        # What the download raised during a W&B outage (wandb-core's own retries gave up):
+        # it used to fail the item for good.
+        (
+            WandbApiFailedError(
+                "Failed to execute API request: the service process is busy and did not"
+                " respond in time."
+            ),
+            True,
+        ),
+        (ConnectionRefusedError(), True),
+        (UsageError("artifact name must be entity/project/name"), False),
         (ValueError("Artifact 'x' not found in response"), False),
         (KeyError("source"), False),
     ],
