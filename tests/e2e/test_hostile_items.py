@@ -221,7 +221,9 @@ async def test_hostile_items_fail_clearly_or_run_safely(
             try:
                 await until(
                     lambda: all(agent.runs.get(i.id) is None for i in ordinary),
-                    advance=lambda: env.advance(30),
+                    # Small steps: each call steps a thousand workloads in one loop turn, and
+                    # 30 s at a time could take >100 ms of CPU there (the guardrail's limit).
+                    advance=lambda: env.advance(5),
                     message="every ordinary run finished",
                 )
             except AssertionError as exc:
