@@ -48,6 +48,7 @@ it, and the store finds them cached by schema object.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import re
@@ -279,6 +280,10 @@ def prepare_documents(docs: Iterable[Mapping[str, Any]]) -> None:
         if doc.get("kind") == "CustomResourceDefinition":
             for _, schema in crd_schemas(doc):
                 compile_schema(schema)
+    # The compiled programs (parse trees of many small objects) live as long as the schemas:
+    # frozen like them (`apiserver.load_crd_documents`), so full collections, which otherwise
+    # land as >100 ms pauses on whatever callback the event loop runs, do not rescan them.
+    gc.freeze()
 
 
 # --------------------------------------------------------------------------- binding
