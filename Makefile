@@ -7,12 +7,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv lint typecheck contracts test test-compiled compiled test-reference demo bench release clean
+.PHONY: help venv lint typecheck contracts test test-compiled compiled test-chaos test-reference demo bench release clean
 
 help:
 	@echo "make demo            run the agent end to end on the loopback sandbox"
 	@echo "make test            lint, type check, import contracts, then the test suite"
 	@echo "make lint            ruff, mypy --strict, import contracts, hadolint, yamllint"
+	@echo "make test-chaos      the short chaos bench (40 runs, 3 kills; out of make test for now)"
 	@echo "make test-reference  the reference wandb launch-agent against the sandbox (slow)"
 	@echo "make compiled        the quota engine compiled with mypyc, into build/compiled"
 	@echo "make bench           benchmarks (numbers, not pass/fail)"
@@ -100,6 +101,10 @@ $(REF_STAMP):
 	$(REF_VENV)/bin/python -m pip install --quiet 'wandb==0.31.0' 'kubernetes_asyncio==36.1.0' \
 		azure-core azure-identity azure-containerregistry azure-storage-blob awscli
 	touch $@
+
+# The short chaos bench (40 runs, 3 kills, 2 replicas), out of `make test` while a finding is open.
+test-chaos: $(STAMP)
+	$(BIN)/pytest -m chaos tests/e2e/test_chaos_short.py $(PYTEST_ARGS)
 
 test-reference: $(STAMP) $(REF_STAMP)
 	$(BIN)/pytest -m reference_agent tests/e2e/test_reference_agent.py $(PYTEST_ARGS)
