@@ -1,4 +1,4 @@
-"""`launch-agent bench chaos`, the short version (`make test`; the long one runs in `make bench`).
+"""`launch-agent bench chaos`, the short version (`make test-chaos`; the long one runs in `make bench`).
 
 40 runs over Jobs, JobSets and PyTorchJobs under `quota.mode: agent`: some fail, some are
 stopped from the W&B UI, some are preempted by the cluster and requeued, some need a Kaniko
