@@ -13,7 +13,7 @@ help:
 	@echo "make demo            run the agent end to end on the loopback sandbox"
 	@echo "make test            lint, type check, import contracts, then the test suite"
 	@echo "make lint            ruff, mypy --strict, import contracts, hadolint, yamllint"
-	@echo "make test-chaos      the short chaos bench (40 runs, 3 kills; out of make test for now)"
+	@echo "make test-chaos      the short chaos bench alone (40 runs, 3 kills; make test runs it too)"
 	@echo "make test-reference  the reference wandb launch-agent against the sandbox (slow)"
 	@echo "make compiled        the quota engine compiled with mypyc, into build/compiled"
 	@echo "make bench           benchmarks (numbers, not pass/fail)"
@@ -102,7 +102,7 @@ $(REF_STAMP):
 		azure-core azure-identity azure-containerregistry azure-storage-blob awscli
 	touch $@
 
-# The short chaos bench (40 runs, 3 kills, 2 replicas), out of `make test` while a finding is open.
+# The short chaos bench (40 runs, 3 kills, 2 replicas) on its own; `make test` runs it as well.
 test-chaos: $(STAMP)
 	$(BIN)/pytest -m chaos tests/e2e/test_chaos_short.py $(PYTEST_ARGS)
 

@@ -259,7 +259,7 @@ class PvcStore:
 
         def copy() -> None:
             # Written under a temporary name, then renamed: Kaniko never sees half a file.
-            partial = target.with_name(f".{target.name}.partial")
+            partial = _partial(target)
             shutil.copyfile(path, partial)
             os.replace(partial, target)
 
@@ -270,5 +270,16 @@ class PvcStore:
         return await self._run("existence check of", name, self._path(name).is_file)
 
     async def delete(self, name: str) -> None:
+        """The context, and the half copy an agent killed during `upload` left beside it."""
         target = self._path(name)
-        await self._run("delete of", name, lambda: target.unlink(missing_ok=True))
+
+        def unlink() -> None:
+            _partial(target).unlink(missing_ok=True)
+            target.unlink(missing_ok=True)
+
+        await self._run("delete of", name, unlink)
+
+
+def _partial(target: Path) -> Path:
+    """Where `PvcStore.upload` copies before its rename (a dot name: Kaniko is never given it)."""
+    return target.with_name(f".{target.name}.partial")

@@ -70,3 +70,40 @@ async def test_a_build_job_and_context_left_by_a_killed_agent_go_with_the_next_b
         )
     assert len(b.kaniko_jobs) == 2  # the first build's and the re-created leftover: no new one
     assert await b.leftovers() == ([], [], [])
+
+
+async def test_a_context_left_by_an_agent_killed_between_its_two_deletes_goes_with_the_next_build(
+    s3_builds: Builds,
+) -> None:
+    """Found by the short chaos test in a fresh-clone CI run (seed 2): a kill aimed at
+    clean-up hit the DELETE of the Kaniko Job, before the context's delete. The successor
+    skipped the build (the image exists) and saw no Job left, so it kept the context."""
+    b, env = s3_builds, s3_builds.env
+    job = await git_job(b)
+    first = env.push(job_spec("c1", job))
+    async with env.running(env.agent(b.config())) as agent:
+        workload = await until(
+            lambda: workload_of(env, first), advance=lambda: env.advance(1), within=30
+        )
+        tag = image_of(workload).rsplit(":", 1)[1]
+        await until(
+            lambda: agent.runs.get(first.id) is None,
+            advance=lambda: env.advance(1),
+            message="first run finished",
+        )
+    assert await b.leftovers() == ([], [], [])
+    key = f"contexts/{tag}.tgz"
+    await asyncio.to_thread(b.s3.put_object, Bucket=b.bucket, Key=key, Body=b"context")
+    assert await b.context_objects() == [key]
+
+    second = env.push(job_spec("c2", job))
+    async with env.running(env.agent(b.config())) as agent:
+        again = await until(
+            lambda: workload_of(env, second), advance=lambda: env.advance(1), within=30
+        )
+        assert image_of(again).endswith(f":{tag}")  # skipped: the image exists
+        await until(lambda: second.state is ItemState.CLAIMED, message="second ack")
+        # The build's skip deletes it before the build returns, so before the workload exists.
+        assert await b.context_objects() == []
+    assert len(b.kaniko_jobs) == 1  # no build ran for the second run
+    assert await b.leftovers() == ([], [], [])

@@ -4,6 +4,8 @@ reads them (wandb's kaniko_builder.py: the claim at /context, `tar:///context/<n
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,15 @@ async def test_pvc_store_writes_whole_files_and_names_the_tar_url(tmp_path: Path
     await store.delete("abc.tgz")
     await store.delete("abc.tgz")
     assert not await store.exists("abc.tgz")
+
+
+async def test_pvc_store_delete_takes_the_half_copy_of_a_killed_upload(tmp_path: Path) -> None:
+    """A SIGKILL during `upload` leaves `.<name>.partial`; the next build's delete of `<name>`
+    (`ImageBuilder._clean_up_leftover`) takes it too, or it would stay in the claim for good."""
+    (tmp_path / ".abc.tgz.partial").write_bytes(b"\x1f\x8bhalf")
+    (tmp_path / "other.tgz").write_bytes(b"x")
+    await PvcStore("contexts", tmp_path).delete("abc.tgz")
+    assert await asyncio.to_thread(os.listdir, tmp_path) == ["other.tgz"]
 
 
 @pytest.mark.parametrize("name", ["../x.tgz", "a/b.tgz", ".hidden", ""])
