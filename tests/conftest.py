@@ -9,6 +9,10 @@
   measures the machine instead of the code fails at random. A callback that *waits* (sleeps,
   blocks on a socket) costs no CPU: blockbuster catches such calls in the product's frames,
   and any callback that holds the loop for more than 1 s of wall time fails the test anyway.
+  The garbage collector's own CPU is not charged to the callback it lands in: a collection
+  walks the whole test process's heap (the sandbox's servers and cluster, fixtures, earlier
+  tests' leftovers), not the code under test, and which callback allocates the object that
+  triggers it is chance. Its wall time still counts towards the 1 s stall.
 - A test fails if it makes a blocking call (sleep, file or socket I/O) on the event loop's
   thread, detected by blockbuster, like aiohttp's own test suite.
 
@@ -22,6 +26,7 @@ import asyncio
 import asyncio.events
 import gc
 import os
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
@@ -43,17 +48,35 @@ STALL_SECONDS = float(os.environ.get("LAUNCH_AGENT_STALL_MS", "1000")) / 1000
 _slow_callbacks: list[tuple[float, float, str]] = []  # (CPU seconds, wall seconds, what)
 _watching = [False]  # a cell, so the fixture can flip it without `global`
 _original_run: Callable[[asyncio.Handle], None] = asyncio.events.Handle._run
+# CPU seconds the collector spent on the loop's thread so far, and when its current pass began.
+_gc_cpu = [0.0]
+_gc_started: dict[int, float] = {}
+
+
+def _gc_clock(phase: str, info: dict[str, int]) -> None:
+    # Collections run on the thread that allocated, so they are keyed by thread: the object
+    # stores' and the sandbox's executor threads collect too, and their passes are not the loop's.
+    thread = threading.get_ident()
+    if phase == "start":
+        _gc_started[thread] = time.thread_time()
+    elif (began := _gc_started.pop(thread, None)) is not None and thread == _loop_thread[0]:
+        _gc_cpu[0] += time.thread_time() - began
+
+
+_loop_thread = [0]
+gc.callbacks.append(_gc_clock)
 
 
 def _timed_run(self: asyncio.Handle) -> None:
     if not _watching[0]:
         _original_run(self)
         return
-    start, cpu_start = time.perf_counter(), time.thread_time()
+    start, cpu_start, gc_start = time.perf_counter(), time.thread_time(), _gc_cpu[0]
+    _loop_thread[0] = threading.get_ident()
     try:
         _original_run(self)
     finally:
-        cpu = time.thread_time() - cpu_start
+        cpu = time.thread_time() - cpu_start - (_gc_cpu[0] - gc_start)
         wall = time.perf_counter() - start
         if cpu > SLOW_CALLBACK_SECONDS or wall > STALL_SECONDS:
             _slow_callbacks.append((cpu, wall, _describe(self)))

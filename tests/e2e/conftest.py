@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,39 @@ spec:
   defaults:
     activeDeadlineSeconds: 3600
 """
+
+
+def pytorch_spec(*, worker: bool = False, overridable: Sequence[str] = ()) -> str:
+    """The PyTorchJob queue spec `ddp` on queue `q-ddp`: a Master, and a Worker if asked."""
+    replica = """\
+          replicas: 1
+          template:
+            spec:
+              containers:
+                - name: pytorch
+                  image: ${image_uri}
+"""
+    replicas = "        Master:\n" + replica + ("        Worker:\n" + replica if worker else "")
+    allowed = "".join(f"    - {path}\n" for path in overridable)
+    return (
+        """\
+apiVersion: launch-agent/v1
+kind: QueueSpec
+metadata:
+  name: ddp
+spec:
+  queues: [q-ddp]
+  namespace: default
+  template:
+    apiVersion: kubeflow.org/v1
+    kind: PyTorchJob
+    spec:
+      pytorchReplicaSpecs:
+"""
+        + replicas
+        + ("  overridable:\n" + allowed if allowed else "  overridable: []\n")
+    )
+
 
 BIG_NODE = Node(
     "sandbox-node",

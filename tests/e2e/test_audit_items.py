@@ -26,39 +26,11 @@ import pytest
 from prometheus_client import generate_latest
 
 from launch_agent.sandbox.wandb import ItemState
-from tests.e2e.conftest import BASIC_SPEC, CRDS, Env, run_spec, until
+from tests.e2e.conftest import BASIC_SPEC, CRDS, Env, pytorch_spec, run_spec, until
 
 OPEN_SPEC = BASIC_SPEC.replace("name: basic", "name: open").replace("[q1]", "[q-open]")
 OPEN_SPEC = OPEN_SPEC[: OPEN_SPEC.index("  overridable:")] + '  overridable: ["**"]\n'
-DDP_SPEC = """\
-apiVersion: launch-agent/v1
-kind: QueueSpec
-metadata:
-  name: ddp
-spec:
-  queues: [q-ddp]
-  namespace: default
-  template:
-    apiVersion: kubeflow.org/v1
-    kind: PyTorchJob
-    spec:
-      pytorchReplicaSpecs:
-        Master:
-          replicas: 1
-          template:
-            spec:
-              containers:
-                - name: pytorch
-                  image: ${image_uri}
-        Worker:
-          replicas: 1
-          template:
-            spec:
-              containers:
-                - name: pytorch
-                  image: ${image_uri}
-  overridable: []
-"""
+DDP_SPEC = pytorch_spec(worker=True)
 FORGED = "\n2026-12-01 00:00:00,000 ERROR   launch_agent.runtime.dispatcher: forged"
 
 

@@ -8,31 +8,9 @@ from typing import Any
 import pytest
 
 from launch_agent.sandbox.wandb import ItemState
-from tests.e2e.conftest import BASIC_SPEC, Env, run_spec, until
+from tests.e2e.conftest import BASIC_SPEC, Env, pytorch_spec, run_spec, until
 
-PYTORCH_SPEC = """\
-apiVersion: launch-agent/v1
-kind: QueueSpec
-metadata:
-  name: ddp
-spec:
-  queues: [q-ddp]
-  namespace: default
-  template:
-    apiVersion: kubeflow.org/v1
-    kind: PyTorchJob
-    spec:
-      pytorchReplicaSpecs:
-        Master:
-          replicas: 1
-          template:
-            spec:
-              containers:
-                - name: pytorch
-                  image: ${image_uri}
-  overridable:
-    - overrides.args
-"""
+PYTORCH_SPEC = pytorch_spec(overridable=["overrides.args"])
 
 CASES: list[tuple[str, str, dict[str, Any], str, list[str]]] = [
     # (id, queue, runSpec changes, stage, message fragments)

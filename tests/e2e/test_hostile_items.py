@@ -21,11 +21,9 @@ What must hold:
 from __future__ import annotations
 
 import asyncio
-import gc
 import re
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,23 +159,6 @@ def _judge(
     return wrong
 
 
-@pytest.fixture
-def no_automatic_gc() -> Iterator[None]:
-    """This test's process holds the sandbox's API server, W&B server and cluster, the agent and
-    a thousand hostile specs (some huge or deeply nested) in one heap; a full collection of it
-    takes 100-130 ms, which the blocking guardrail counts against whatever callback it lands on
-    (the sandbox's request handler, its cluster loop, this test). Not a blocking call in any
-    code, and not the agent's own heap (its memory and latency are the benchmarks' to measure),
-    so collections wait until the test ends."""
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-        gc.collect()
-
-
-@pytest.mark.usefixtures("no_automatic_gc")
 async def test_hostile_items_fail_clearly_or_run_safely(
     hostile_env: tuple[Env, dict[str, dict[str, Any]]],
 ) -> None:
