@@ -48,22 +48,21 @@ STALL_SECONDS = float(os.environ.get("LAUNCH_AGENT_STALL_MS", "1000")) / 1000
 _slow_callbacks: list[tuple[float, float, str]] = []  # (CPU seconds, wall seconds, what)
 _watching = [False]  # a cell, so the fixture can flip it without `global`
 _original_run: Callable[[asyncio.Handle], None] = asyncio.events.Handle._run
-# CPU seconds the collector spent on the loop's thread so far, and when its current pass began.
-_gc_cpu = [0.0]
+# CPU seconds the collector has spent on each thread so far, and when its current pass there
+# began. Per thread: collections run on the thread that allocated, and the object stores' and
+# the sandbox's threads collect too (some run event loops of their own).
+_gc_cpu: dict[int, float] = {}
 _gc_started: dict[int, float] = {}
 
 
 def _gc_clock(phase: str, info: dict[str, int]) -> None:
-    # Collections run on the thread that allocated, so they are keyed by thread: the object
-    # stores' and the sandbox's executor threads collect too, and their passes are not the loop's.
     thread = threading.get_ident()
     if phase == "start":
         _gc_started[thread] = time.thread_time()
-    elif (began := _gc_started.pop(thread, None)) is not None and thread == _loop_thread[0]:
-        _gc_cpu[0] += time.thread_time() - began
+    elif (began := _gc_started.pop(thread, None)) is not None:
+        _gc_cpu[thread] = _gc_cpu.get(thread, 0.0) + time.thread_time() - began
 
 
-_loop_thread = [0]
 gc.callbacks.append(_gc_clock)
 
 
@@ -71,12 +70,12 @@ def _timed_run(self: asyncio.Handle) -> None:
     if not _watching[0]:
         _original_run(self)
         return
-    start, cpu_start, gc_start = time.perf_counter(), time.thread_time(), _gc_cpu[0]
-    _loop_thread[0] = threading.get_ident()
+    thread = threading.get_ident()
+    start, cpu_start, gc_start = time.perf_counter(), time.thread_time(), _gc_cpu.get(thread, 0.0)
     try:
         _original_run(self)
     finally:
-        cpu = time.thread_time() - cpu_start - (_gc_cpu[0] - gc_start)
+        cpu = time.thread_time() - cpu_start - (_gc_cpu.get(thread, 0.0) - gc_start)
         wall = time.perf_counter() - start
         if cpu > SLOW_CALLBACK_SECONDS or wall > STALL_SECONDS:
             _slow_callbacks.append((cpu, wall, _describe(self)))
