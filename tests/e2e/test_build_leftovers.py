@@ -32,12 +32,11 @@ def _as_left_by_a_killed_agent(job: dict[str, Any]) -> dict[str, Any]:
     return left
 
 
-async def test_a_build_job_and_context_left_by_a_killed_agent_go_with_the_next_build(
-    s3_builds: Builds,
-) -> None:
-    b, env = s3_builds, s3_builds.env
+async def _built_once(b: Builds) -> tuple[str, str]:
+    """A git job built and run to its end by one agent: (the job, its image tag)."""
+    env = b.env
     job = await git_job(b)
-    first = env.push(job_spec("k1", job))
+    first = env.push(job_spec("first", job))
     async with env.running(env.agent(b.config())) as agent:
         workload = await until(
             lambda: workload_of(env, first), advance=lambda: env.advance(1), within=30
@@ -49,17 +48,30 @@ async def test_a_build_job_and_context_left_by_a_killed_agent_go_with_the_next_b
             message="first run finished",
         )
     assert await b.leftovers() == ([], [], [])
+    return job, tag
+
+
+async def _leave_context(b: Builds, tag: str) -> None:
+    """The context object as the killed agent uploaded it."""
+    key = f"contexts/{tag}.tgz"
+    await asyncio.to_thread(b.s3.put_object, Bucket=b.bucket, Key=key, Body=b"context")
+    assert await b.context_objects() == [key]
+
+
+async def test_a_build_job_and_context_left_by_a_killed_agent_go_with_the_next_build(
+    s3_builds: Builds,
+) -> None:
+    b, env = s3_builds, s3_builds.env
+    job, tag = await _built_once(b)
     # What an agent SIGKILLed during that build would have left: its Kaniko Job (Kaniko had
     # pushed: the image is in the registry) and the context it uploaded.
     (kaniko,) = b.kaniko_jobs
     env.kube.objects.create("jobs", _as_left_by_a_killed_agent(kaniko), KANIKO_NS)
-    key = f"contexts/{tag}.tgz"
-    await asyncio.to_thread(b.s3.put_object, Bucket=b.bucket, Key=key, Body=b"context")
+    await _leave_context(b, tag)
     assert [j["metadata"]["name"] for j in b.build_jobs()] == [kaniko["metadata"]["name"]]
-    assert await b.context_objects() == [key]
 
-    second = env.push(job_spec("k2", job))
-    async with env.running(env.agent(b.config())) as agent:
+    second = env.push(job_spec("second", job))
+    async with env.running(env.agent(b.config())):
         again = await until(
             lambda: workload_of(env, second), advance=lambda: env.advance(1), within=30
         )
@@ -79,25 +91,11 @@ async def test_a_context_left_by_an_agent_killed_between_its_two_deletes_goes_wi
     clean-up hit the DELETE of the Kaniko Job, before the context's delete. The successor
     skipped the build (the image exists) and saw no Job left, so it kept the context."""
     b, env = s3_builds, s3_builds.env
-    job = await git_job(b)
-    first = env.push(job_spec("c1", job))
-    async with env.running(env.agent(b.config())) as agent:
-        workload = await until(
-            lambda: workload_of(env, first), advance=lambda: env.advance(1), within=30
-        )
-        tag = image_of(workload).rsplit(":", 1)[1]
-        await until(
-            lambda: agent.runs.get(first.id) is None,
-            advance=lambda: env.advance(1),
-            message="first run finished",
-        )
-    assert await b.leftovers() == ([], [], [])
-    key = f"contexts/{tag}.tgz"
-    await asyncio.to_thread(b.s3.put_object, Bucket=b.bucket, Key=key, Body=b"context")
-    assert await b.context_objects() == [key]
+    job, tag = await _built_once(b)
+    await _leave_context(b, tag)  # and no Kaniko Job: its delete went through
 
-    second = env.push(job_spec("c2", job))
-    async with env.running(env.agent(b.config())) as agent:
+    second = env.push(job_spec("second", job))
+    async with env.running(env.agent(b.config())):
         again = await until(
             lambda: workload_of(env, second), advance=lambda: env.advance(1), within=30
         )
