@@ -25,7 +25,9 @@ on: stuck pulls, unschedulable) is deleted with `propagationPolicy: Background`,
 left behind. The record is removed last; if the agent stops before W&B confirmed a report, the
 record stays and the next start adopts the run and reports it then. When the annotation (or the
 delete) fails for good the record stays too and only the clean-up is tried again, with a
-growing delay: the report is not sent twice by the process that sent it.
+growing delay: the report is not sent twice by the process that sent it. A finished Job whose
+item W&B may still offer again has its TTL held meanwhile (`runtime/ttl_hold.py`): it is the
+proof the item ran, and a kill after its TTL would otherwise leave none.
 
 Reported exactly once: a run this process did not see end while leading (`RunRecord.adopted`:
 adopted on start, or tracked while standing by) may have been reported by the replica that led
@@ -55,6 +57,7 @@ from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.reporter import Delivery, ItemRef, NotSent, Refused, Reporter, Sent
 from launch_agent.runtime.run_checks import RunChecks
 from launch_agent.runtime.runs import REPORTED, RUN_SPEC, RunRecord, RunTable
+from launch_agent.runtime.ttl_hold import hold_patch, merged, release_patch, ttl_held_on, ttl_of
 from launch_agent.tracking import Assessment
 from launch_agent.tracking.workloads import Phase, workload_status
 
@@ -352,6 +355,7 @@ class Finisher:
                 return  # stopping during a W&B outage: the next start adopts and settles it
             if not done:
                 self.unsettled[record.rqi_id] = (record, state)
+                await self._hold(record)
                 self._later_again(record, state, "settling the item")
                 return
         if not await self._clean_up(record, state):
@@ -455,6 +459,40 @@ class Finisher:
             case _:
                 assert_never(claimed)
 
+    async def _hold(self, record: RunRecord) -> None:
+        """Take the TTL off a finished batch/v1 Job whose item W&B may still offer again, so
+        the Job outlives the wait as its proof (`runtime/ttl_hold.py`). Once per record; a hold
+        that fails is tried at the next settle attempt, one RBAC refuses is not tried again."""
+        if record.kind != "Job" or record.deleted or record.deleting or not self.may_patch:
+            return
+        if record.held_ttl is not None or ttl_held_on(record.last) is not None:
+            return
+        try:
+            resource = await self.kube.resolve(record.api_version, record.kind)
+            if resource.group != "batch":
+                return
+            # The tracking cache keeps no TTL (`tracking_view`): read it from the Job itself.
+            ttl = ttl_of(await self.kube.get(resource, record.namespace, record.name))
+            if ttl is None:
+                return  # no TTL: nothing deletes it while the item waits
+            await self.kube.patch(resource, record.namespace, record.name, hold_patch(ttl))
+        except KubeNotFound:
+            return  # gone already (its TTL was shorter than the wait so far)
+        except KubeForbidden:
+            log.info("no RBAC to patch Jobs: %s keeps its TTL while its item waits", record.name)
+            self.may_patch = False
+            return
+        except KubeError as exc:
+            log.warning("taking the TTL off %s failed: %s", record.workload, exc)
+            return
+        record.held_ttl = ttl
+        log.info(
+            "TTL of %s (%ds) held until W&B offers item %s again",
+            record.workload,
+            ttl,
+            record.rqi_id,
+        )
+
     async def _failure_message(self, record: RunRecord, diag: Diagnosis) -> str:
         # The reason word first: people search for "OOMKilled", dashboards group by it.
         message = f"{record.workload} failed ({diag.reason.value}): {diag.message}"
@@ -531,12 +569,18 @@ class Finisher:
                 and finished
                 and not record.scheduler
             ):
-                if state is RunState.SUCCEEDED:
+                held = record.held_ttl if record.held_ttl is not None else ttl_held_on(obj)
+                if state is RunState.SUCCEEDED and held is None:
                     return True  # kept for its TTL; adopting it again reports nothing
                 if self.may_patch:
                     # Kept for its TTL (its pods help a person); marked so a restart does not
-                    # report it again.
-                    patch = {"metadata": {"annotations": {REPORTED: state.value}}}
+                    # report it again. A held TTL goes back in the same patch: the item is
+                    # settled now.
+                    patch: dict[str, Any] = {}
+                    if state is not RunState.SUCCEEDED:
+                        patch = {"metadata": {"annotations": {REPORTED: state.value}}}
+                    if held is not None:
+                        patch = merged(patch, release_patch(held))
                     try:
                         await self.kube.patch(resource, record.namespace, record.name, patch)
                         return True

@@ -76,6 +76,9 @@ class RunRecord:
     holding: int = 0
     # A failed workload whose pods do not explain it yet: wait for them until then (monotonic).
     explain_until: float | None = None
+    # The `ttlSecondsAfterFinished` taken off its Job while its item is unsettled
+    # (`runtime/ttl_hold.py`); after a restart the Job's annotation says it.
+    held_ttl: int | None = None
 
     def __post_init__(self) -> None:
         if not self.label:

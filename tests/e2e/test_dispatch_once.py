@@ -12,10 +12,13 @@ The count that matters is the sandbox API server's: the JobSets it ever created 
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
+from typing import Any
 
 from launch_agent.model.config import AgentConfig
+from launch_agent.runtime.ttl_hold import TTL_HELD
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 from tests.e2e.conftest import CRDS, Env, poll_rounds, run_spec, until
@@ -229,3 +232,96 @@ async def test_an_item_offered_again_during_its_create_is_dispatched_once(env: E
         assert agent.runs.get(first.id) is not None, "the run is tracked"
     assert first.state is ItemState.CLAIMED and claims(first) == 1
     assert sum(1 for r in env.kube.log if r.key == "POST jobs" and r.status == 201) == 2
+
+
+def batch_jobs(env: Env, run: str) -> list[dict[str, Any]]:
+    return env.kube.objects.list(
+        "jobs", namespace="default", label_selector=f"launch-agent.io/run-id={run}"
+    )
+
+
+def job_created(env: Env) -> int:
+    return sum(1 for r in env.kube.log if r.key == "POST jobs" and r.status == 201)
+
+
+async def test_a_finished_job_whose_item_waits_for_its_offer_outlives_its_ttl_and_a_restart(
+    env: Env, tmp_path: Path
+) -> None:
+    """A batch/v1 Job created, then its creator SIGKILLed before the ack; the lease lapses and
+    no pop comes (in quota mode a full leaf pops nothing). The successor adopts the Job and,
+    once it ended, waits for W&B's offer with the Job as the proof the item ran. The Job's TTL
+    passes and the successor is stopped too. On the code before, the TTL controller deleted the
+    Job, nothing was left to say the item ran, and the next agent created it a second time."""
+    clock = WandbClock()
+    env.state.clock = clock
+    env.state.lease_seconds = 3600
+    config = env.config(agent_name=PROC_AGENT)
+    # The TTL controller's witness: an ordinary run, acked, whose Job is kept for its TTL.
+    env.cluster.script("launch-agent.io/run-id=ttl-plain", "succeed after=5s")
+    plain = env.push(run_spec("ttl-plain"))
+    env.state.set_run_state("ent", "proj", "ttl-plain", "running")  # it calls wandb.init
+    async with env.running(env.agent(config)) as agent:
+        await until(lambda: plain.state is ItemState.CLAIMED, message="ack")
+        await until(
+            lambda: agent.runs.get(plain.id) is None,
+            advance=lambda: env.advance(2),
+            within=30,
+            message="the ordinary run ended",
+        )
+    assert len(batch_jobs(env, "ttl-plain")) == 1
+
+    env.cluster.script("launch-agent.io/run-id=ttl-held", "succeed after=5s")
+    item = env.push(run_spec("ttl-held"))
+    held = env.wandb.faults.add(FaultRule("ackRunQueueItem", delay=5, status=503, times=1))
+    async with agent_process(env, write_config(env, tmp_path / "a.yaml")) as a:
+        await until(lambda: held.fired == 1, within=START_TIMEOUT, message="a's ack held")
+        a.process.kill()
+        await a.process.wait()
+    assert len(batch_jobs(env, "ttl-held")) == 1
+    assert item.history[-1][1] is ItemState.LEASED, "the ack never reached W&B"
+    env.state.set_run_state("ent", "proj", "ttl-held", "running")
+    clock.shift += 3601
+    assert env.state.lapse_leases() == 1 and item.state is ItemState.PENDING
+    no_pops = env.wandb.faults.add(FaultRule("popFromRunQueue", status=503))
+
+    def held_annotation() -> str | None:
+        (job,) = batch_jobs(env, "ttl-held")
+        return (job["metadata"].get("annotations") or {}).get(TTL_HELD)
+
+    async with env.running(env.agent(config)) as b:
+        await until(lambda: b.runs.get(item.id) is not None, message="b adopted the Job")
+        await until(
+            held_annotation,
+            advance=lambda: env.advance(2),
+            within=30,
+            message="the ended Job's TTL held while its item waits",
+        )
+        (job,) = batch_jobs(env, "ttl-held")
+        assert "ttlSecondsAfterFinished" not in job["spec"]
+        assert held_annotation() == "3600"
+    # b is gone, and its record with it. Both Jobs are past their TTL now.
+    env.advance(3700)
+    assert batch_jobs(env, "ttl-plain") == [], "the TTL controller deletes a Job past its TTL"
+    assert len(batch_jobs(env, "ttl-held")) == 1, "the proof that the item ran was deleted"
+
+    versions: list[dict[str, Any]] = []  # what the API server stored of it, write by write
+
+    def on_write(storage: str, kind: str, obj: dict[str, Any]) -> None:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        if storage == "batch/jobs" and labels.get("launch-agent.io/run-id") == "ttl-held":
+            versions.append(copy.deepcopy(obj))
+
+    env.kube.store.listeners.append(on_write)
+    env.wandb.faults.remove(no_pops)
+    async with env.running(env.agent(config)) as c:
+        await until(lambda: item.state is ItemState.CLAIMED, message="the offer acked")
+        await until(lambda: c.runs.get(item.id) is None, message="settled and cleaned up")
+        # Settled: its TTL was put back, and being long past, the TTL controller took the Job
+        # (the agent deletes none: a succeeded Job is kept for its TTL).
+        await until(lambda: not batch_jobs(env, "ttl-held"), advance=lambda: env.advance(1))
+    assert not [r for r in env.kube.log if r.key == "DELETE jobs"]
+    released = versions[0]  # the agent's one write, before the TTL controller's delete
+    assert released["spec"]["ttlSecondsAfterFinished"] == 3600
+    assert TTL_HELD not in (released["metadata"].get("annotations") or {})
+    assert job_created(env) == 2, "the item offered again was created a second time"
+    assert item.pops == 2 and claims(item) == 1 and item.failure is None
