@@ -25,9 +25,9 @@ on: stuck pulls, unschedulable) is deleted with `propagationPolicy: Background`,
 left behind. The record is removed last; if the agent stops before W&B confirmed a report, the
 record stays and the next start adopts the run and reports it then. When the annotation (or the
 delete) fails for good the record stays too and only the clean-up is tried again, with a
-growing delay: the report is not sent twice by the process that sent it. A finished Job whose
-item W&B may still offer again has its TTL held meanwhile (`runtime/ttl_hold.py`): it is the
-proof the item ran, and a kill after its TTL would otherwise leave none.
+growing delay: the report is not sent twice by the process that sent it. A finished Job or
+JobSet whose item W&B may still offer again has its TTL held meanwhile (`runtime/ttl_hold.py`):
+it is the proof the item ran, and a kill after its TTL would otherwise leave none.
 
 Reported exactly once: a run this process did not see end while leading (`RunRecord.adopted`:
 adopted on start, or tracked while standing by) may have been reported by the replica that led
@@ -57,7 +57,14 @@ from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.reporter import Delivery, ItemRef, NotSent, Refused, Reporter, Sent
 from launch_agent.runtime.run_checks import RunChecks
 from launch_agent.runtime.runs import REPORTED, RUN_SPEC, RunRecord, RunTable
-from launch_agent.runtime.ttl_hold import hold_patch, merged, release_patch, ttl_held_on, ttl_of
+from launch_agent.runtime.ttl_hold import (
+    HELD_KINDS,
+    hold_patch,
+    merged,
+    release_patch,
+    ttl_held_on,
+    ttl_of,
+)
 from launch_agent.tracking import Assessment
 from launch_agent.tracking.workloads import Phase, workload_status
 
@@ -460,18 +467,18 @@ class Finisher:
                 assert_never(claimed)
 
     async def _hold(self, record: RunRecord) -> None:
-        """Take the TTL off a finished batch/v1 Job whose item W&B may still offer again, so
-        the Job outlives the wait as its proof (`runtime/ttl_hold.py`). Once per record; a hold
-        that fails is tried at the next settle attempt, one RBAC refuses is not tried again."""
-        if record.kind != "Job" or record.deleted or record.deleting or not self.may_patch:
+        """Take the TTL off a finished Job or JobSet whose item W&B may still offer again, so
+        the workload outlives the wait as its proof (`runtime/ttl_hold.py`). Once per record;
+        a hold that fails is tried at the next settle attempt, one RBAC refuses is not."""
+        if record.deleted or record.deleting or not self.may_patch:
             return
         if record.held_ttl is not None or ttl_held_on(record.last) is not None:
             return
         try:
             resource = await self.kube.resolve(record.api_version, record.kind)
-            if resource.group != "batch":
+            if (resource.group, record.kind) not in HELD_KINDS:
                 return
-            # The tracking cache keeps no TTL (`tracking_view`): read it from the Job itself.
+            # The tracking cache keeps no TTL (`tracking_view`): read it from the object.
             ttl = ttl_of(await self.kube.get(resource, record.namespace, record.name))
             if ttl is None:
                 return  # no TTL: nothing deletes it while the item waits
@@ -479,7 +486,7 @@ class Finisher:
         except KubeNotFound:
             return  # gone already (its TTL was shorter than the wait so far)
         except KubeForbidden:
-            log.info("no RBAC to patch Jobs: %s keeps its TTL while its item waits", record.name)
+            log.info("no RBAC to patch: %s keeps its TTL while its item waits", record.workload)
             self.may_patch = False
             return
         except KubeError as exc:

@@ -1,4 +1,4 @@
-"""Keeping a finished Job from its TTL while W&B may still offer its item again.
+"""Keeping a finished workload from its TTL while W&B may still offer its item again.
 
 A finished workload whose item was never acked (its creator was killed between the create and
 the ack, and the lease lapsed) is the only proof that the item ran: while it exists, a second
@@ -10,14 +10,18 @@ wait outlasts the TTL (in quota mode, a full leaf pops nothing from its queues f
 stays full) and the agent is then killed again, nothing is left to say the item ran, and the
 next offer creates it a second time.
 
-So while its item is unsettled a batch/v1 Job's TTL is taken off, and what it was is kept in
-the annotation `launch-agent.io/ttl-held`; once the item is settled the TTL is put back in the
-same patch that marks the Job reported. The TTL is mutable: the TTL-after-finished controller
-reads it again from the API server just before it deletes ("the Job TTL might be stale",
-`pkg/controller/ttlafterfinished/ttlafterfinished_controller.go`, `processJob`), so a Job
-whose TTL was removed in time is not deleted. Custom kinds are not held: their controllers'
-update validation differs (Volcano's admission refuses most spec updates), and the agent deletes
-them itself once settled.
+So while its item is unsettled the workload's TTL is taken off, and what it was is kept in
+the annotation `launch-agent.io/ttl-held`. Once the item is settled, a Job's TTL is put back in
+the same patch that marks it reported; a JobSet is deleted by the agent, as every custom
+resource is once its end is handled. Only kinds whose TTL is known to be mutable are held:
+- batch/v1 Job: the TTL-after-finished controller reads the TTL again from the API server just
+  before it deletes ("the Job TTL might be stale",
+  `pkg/controller/ttlafterfinished/ttlafterfinished_controller.go`, `processJob`);
+- JobSet: `ttl_after_finished.go` reads it at each reconcile, and the webhook holds only
+  `replicatedJobs` and `managedBy` immutable (kubernetes-sigs/jobset
+  `pkg/webhooks/jobset_webhook.go`, `ValidateUpdate`).
+Other kinds are not held (Volcano's admission refuses most spec updates; a RayJob's TTL deletes
+its cluster, not the RayJob).
 
 Pure: the patches are data; the finisher sends them.
 """
@@ -30,19 +34,22 @@ from typing import Any
 
 from launch_agent.model import labels as L
 
-TTL_HELD = L.PREFIX + "ttl-held"  # the Job's ttlSecondsAfterFinished while its item is unsettled
+TTL_HELD = L.PREFIX + "ttl-held"  # the workload's TTL while its item is unsettled
+
+# (API group, kind) of the workloads held, each with `spec.ttlSecondsAfterFinished`.
+HELD_KINDS = frozenset({("batch", "Job"), ("jobset.x-k8s.io", "JobSet")})
 
 _TTL = "ttlSecondsAfterFinished"
 
 
 def ttl_of(job: Mapping[str, Any]) -> int | None:
-    """The Job's `spec.ttlSecondsAfterFinished`, if it has a valid one."""
+    """The workload's `spec.ttlSecondsAfterFinished`, if it has a valid one."""
     value = (job.get("spec") or {}).get(_TTL)
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def ttl_held_on(job: Mapping[str, Any] | None) -> int | None:
-    """The TTL a hold took off this Job (its `launch-agent.io/ttl-held` annotation), if any."""
+    """The TTL a hold took off this workload (its `launch-agent.io/ttl-held`), if any."""
     annotations = ((job or {}).get("metadata") or {}).get("annotations") or {}
     text = annotations.get(TTL_HELD)
     # Anyone who may patch the Job may write it: only a plain count of seconds is taken back.

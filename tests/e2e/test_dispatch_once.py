@@ -325,3 +325,75 @@ async def test_a_finished_job_whose_item_waits_for_its_offer_outlives_its_ttl_an
     assert TTL_HELD not in (released["metadata"].get("annotations") or {})
     assert job_created(env) == 2, "the item offered again was created a second time"
     assert item.pops == 2 and claims(item) == 1 and item.failure is None
+
+
+WITNESS_JOBSET: dict[str, Any] = {
+    "apiVersion": "jobset.x-k8s.io/v1alpha2",
+    "kind": "JobSet",
+    "metadata": {"name": "ttl-witness"},
+    "spec": {
+        "ttlSecondsAfterFinished": 60,
+        "replicatedJobs": [
+            {
+                "name": "driver",
+                "replicas": 1,
+                "template": {
+                    "spec": {
+                        "template": {
+                            "spec": {
+                                "restartPolicy": "Never",
+                                "containers": [{"name": "main", "image": "busybox"}],
+                            }
+                        }
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+async def test_an_ended_jobset_whose_item_waits_for_its_offer_outlives_its_ttl_and_a_restart(
+    env: Env, tmp_path: Path
+) -> None:
+    """The JobSet case of the test above: the agent deletes a JobSet once its end is handled,
+    but while its item waits the JobSet controller's own TTL (`ttl_after_finished.go`) would
+    delete it, and with it the proof that the item ran."""
+    clock = WandbClock()
+    env.state.clock = clock
+    env.state.lease_seconds = 3600
+    item = await created_then_killed_before_the_ack(env, tmp_path)
+    clock.shift += 3601
+    assert env.state.lapse_leases() == 1 and item.state is ItemState.PENDING
+    no_pops = env.wandb.faults.add(FaultRule("popFromRunQueue", status=503))
+
+    def held() -> str | None:
+        (js,) = env.kube.objects.list("jobsets", namespace=NS)
+        return (js["metadata"].get("annotations") or {}).get(TTL_HELD)
+
+    async with env.running(env.agent(successor(env))) as b:
+        await until(lambda: b.runs.get(item.id) is not None, message="b adopted the JobSet")
+        await until(
+            held,
+            advance=lambda: env.advance(2),
+            within=30,
+            message="the ended JobSet's TTL held while its item waits",
+        )
+        assert held() == "3600"
+        (js,) = env.kube.objects.list("jobsets", namespace=NS)
+        assert "ttlSecondsAfterFinished" not in js["spec"]
+    # b is gone with its record. The JobSet controller's witness: one with a TTL of 60 s.
+    env.kube.objects.create("jobsets", copy.deepcopy(WITNESS_JOBSET), NS)
+    env.advance(30)  # it runs and completes (its driver succeeds after 10 s)
+    assert len(env.kube.objects.list("jobsets", namespace=NS)) == 2
+    env.advance(3700)
+    (left,) = env.kube.objects.list("jobsets", namespace=NS)
+    assert left["metadata"]["name"] != "ttl-witness", "the proof that the item ran was deleted"
+
+    env.wandb.faults.remove(no_pops)
+    async with env.running(env.agent(successor(env))) as c:
+        await until(lambda: item.state is ItemState.CLAIMED, message="the offer acked")
+        await until(lambda: c.runs.get(item.id) is None, message="settled and cleaned up")
+        assert jobsets(env) == 0  # deleted by the agent once settled
+    assert created(env) == 1, "the item offered again was created a second time"
+    assert item.pops == 2 and claims(item) == 1 and item.failure is None

@@ -50,6 +50,14 @@ EVENTS_V1_ACTIONS: dict[str, dict[str, str]] = {
 }
 
 
+def seconds_of(ctx: Ctx, stamp: str | None) -> float | None:
+    """An RFC 3339 timestamp the cluster wrote, on the cluster's clock (`Ctx.t`)."""
+    if not stamp:
+        return None
+    moment = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=ctx.clock.now().tzinfo)
+    return ctx.t + (moment - ctx.clock.now()).total_seconds()
+
+
 class Ctx:
     def __init__(self, store: Store, clock: Clock) -> None:
         self.store, self.clock = store, clock

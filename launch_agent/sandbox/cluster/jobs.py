@@ -24,7 +24,6 @@ terminating (`enactJobFinished`); pods deleted gracefully take their grace perio
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from launch_agent.sandbox.cluster.common import (
@@ -33,6 +32,7 @@ from launch_agent.sandbox.cluster.common import (
     has_condition,
     merge_conditions,
     pod_from_template,
+    seconds_of,
 )
 from launch_agent.sandbox.kube.errors import ApiError
 from launch_agent.sandbox.kube.store import Obj
@@ -41,13 +41,6 @@ TRACKING = "batch.kubernetes.io/job-tracking"
 # job_controller.go: `DefaultJobApiBackOff` and `MaxJobApiBackOff`, the re-sync delays after a
 # failed API call (a refused pod create).
 API_BACKOFF, MAX_API_BACKOFF = 1.0, 60.0
-
-
-def _seconds(ctx: Ctx, stamp: str | None) -> float | None:
-    if not stamp:
-        return None
-    moment = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=ctx.clock.now().tzinfo)
-    return ctx.t + (moment - ctx.clock.now()).total_seconds()
 
 
 def _finished(job: Obj) -> str | None:
@@ -184,7 +177,7 @@ class JobController:
         if failure is None and over > backoff:
             failure = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
         deadline = spec.get("activeDeadlineSeconds")
-        started = _seconds(ctx, start)
+        started = seconds_of(ctx, start)
         if failure is None and deadline is not None and started is not None:
             if ctx.t >= started + deadline:
                 failure = ("DeadlineExceeded", "Job was active longer than specified deadline")
@@ -343,7 +336,7 @@ class JobController:
             return
         finished_at = max(
             (
-                _seconds(ctx, c.get("lastTransitionTime")) or 0.0
+                seconds_of(ctx, c.get("lastTransitionTime")) or 0.0
                 for c in job["status"].get("conditions") or []
                 if c.get("type") in ("Complete", "Failed")
             ),

@@ -15,6 +15,7 @@ from launch_agent.sandbox.cluster.common import (
     has_condition,
     merge_conditions,
     owner_ref,
+    seconds_of,
 )
 from launch_agent.sandbox.cluster.events import warn_once
 from launch_agent.sandbox.kube.errors import ApiError
@@ -48,6 +49,7 @@ SOURCE = "jobset"
 def reconcile_jobset(ctx: Ctx, js: Obj) -> None:
     spec, status, now = js["spec"], dict(js.get("status") or {}), ctx.ts()
     if status.get("terminalState"):
+        _ttl_after_finished(ctx, js)
         return
     name = js["metadata"]["name"]
     restarts = int(status.get("restarts", 0))
@@ -146,6 +148,31 @@ def reconcile_jobset(ctx: Ctx, js: Obj) -> None:
         )
     status.setdefault("restarts", restarts)
     ctx.set_status(js, status)
+
+
+def _ttl_after_finished(ctx: Ctx, js: Obj) -> None:
+    """`ttl_after_finished.go` (executeTTLAfterFinishedPolicy): a finished JobSet with
+    `ttlSecondsAfterFinished` is deleted (Foreground) that long after its Completed or Failed
+    condition's lastTransitionTime, else requeued for the rest. The TTL is read from the
+    JobSet at each reconcile: the webhook leaves it mutable (`jobset_webhook.go`,
+    ValidateUpdate holds only replicatedJobs and managedBy)."""
+    ttl = js["spec"].get("ttlSecondsAfterFinished")
+    if ttl is None or js["metadata"].get("deletionTimestamp"):
+        return
+    finished_at = max(
+        (
+            seconds_of(ctx, c.get("lastTransitionTime")) or 0.0
+            for c in (js.get("status") or {}).get("conditions") or []
+            if c.get("type") in ("Completed", "Failed") and c.get("status") == "True"
+        ),
+        default=None,
+    )
+    if finished_at is None:
+        return  # "unable to find the time when the JobSet finished": left alone
+    if ctx.t >= finished_at + float(ttl):
+        ctx.delete(js, propagation="Foreground")
+    else:
+        ctx.wake_at(finished_at + float(ttl))
 
 
 def _replicated_job(job: Obj) -> str:
