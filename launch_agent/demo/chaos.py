@@ -72,6 +72,7 @@ LEASE_NAME = "chaos-agent"
 RUN_ID = "launch-agent.io/run-id"
 RUN_QUEUE_ITEM = "launch-agent.io/run-queue-item"
 ITEM_ID = "launch-agent.io/run-queue-item-id"
+TTL_HELD = "launch-agent.io/ttl-held"  # runtime/ttl_hold.py: a Job's TTL taken off meanwhile
 OUTCOMES = ("succeed", "fail", "stop", "preempt")
 # A restarted agent gets this long (the Lease duration) before the next kill is armed.
 RESTART_SETTLE_SECONDS = 3.0
@@ -303,8 +304,11 @@ def _ended(plan: Plan, chain: list[RunQueueItem]) -> bool:
 
 def _workload_active(plural: str, obj: dict[str, Any]) -> bool:
     """A Job that finished is kept (its pods and logs help); any other workload of an ended
-    item must be gone (the agent deletes custom resources once they ended)."""
+    item must be gone (the agent deletes custom resources once they ended). A finished Job that
+    still has its TTL held (`TTL_HELD`) would stay for ever, so it counts as left behind."""
     if plural != "jobs":
+        return True
+    if TTL_HELD in ((obj.get("metadata") or {}).get("annotations") or {}):
         return True
     status = obj.get("status") or {}
     for condition in status.get("conditions") or []:

@@ -126,4 +126,7 @@ def test_a_finished_job_is_kept_but_any_custom_resource_of_an_ended_item_is_an_o
     done = {"status": {"conditions": [{"type": "Complete", "status": "True"}]}}
     assert not _workload_active("jobs", done)
     assert _workload_active("jobs", {"status": {}})
+    # Its TTL still held once its item ended: nothing would ever delete it.
+    held = {**done, "metadata": {"annotations": {"launch-agent.io/ttl-held": "3600"}}}
+    assert _workload_active("jobs", held)
     assert _workload_active("jobsets", done)
