@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +245,22 @@ def job_created(env: Env) -> int:
     return sum(1 for r in env.kube.log if r.key == "POST jobs" and r.status == 201)
 
 
+async def held_by_a_successor(
+    env: Env, config: AgentConfig, item: RunQueueItem, held: Callable[[], str | None], kind: str
+) -> None:
+    """An agent adopts the workload of `item` and, once it ended, holds its TTL (`held` reads
+    the annotation); then it stops, and its record of the wait goes with it."""
+    async with env.running(env.agent(config)) as b:
+        await until(lambda: b.runs.get(item.id) is not None, message=f"b adopted the {kind}")
+        await until(
+            held,
+            advance=lambda: env.advance(2),
+            within=30,
+            message=f"the ended {kind}'s TTL held while its item waits",
+        )
+    assert held() == "3600"
+
+
 async def test_a_finished_job_whose_item_waits_for_its_offer_outlives_its_ttl_and_a_restart(
     env: Env, tmp_path: Path
 ) -> None:
@@ -288,18 +305,10 @@ async def test_a_finished_job_whose_item_waits_for_its_offer_outlives_its_ttl_an
         (job,) = batch_jobs(env, "ttl-held")
         return (job["metadata"].get("annotations") or {}).get(TTL_HELD)
 
-    async with env.running(env.agent(config)) as b:
-        await until(lambda: b.runs.get(item.id) is not None, message="b adopted the Job")
-        await until(
-            held_annotation,
-            advance=lambda: env.advance(2),
-            within=30,
-            message="the ended Job's TTL held while its item waits",
-        )
-        (job,) = batch_jobs(env, "ttl-held")
-        assert "ttlSecondsAfterFinished" not in job["spec"]
-        assert held_annotation() == "3600"
-    # b is gone, and its record with it. Both Jobs are past their TTL now.
+    await held_by_a_successor(env, config, item, held_annotation, "Job")
+    (job,) = batch_jobs(env, "ttl-held")
+    assert "ttlSecondsAfterFinished" not in job["spec"]
+    # Past both Jobs' TTL; b, the one that held it, is gone with its record.
     env.advance(3700)
     assert batch_jobs(env, "ttl-plain") == [], "the TTL controller deletes a Job past its TTL"
     assert len(batch_jobs(env, "ttl-held")) == 1, "the proof that the item ran was deleted"
@@ -371,18 +380,10 @@ async def test_an_ended_jobset_whose_item_waits_for_its_offer_outlives_its_ttl_a
         (js,) = env.kube.objects.list("jobsets", namespace=NS)
         return (js["metadata"].get("annotations") or {}).get(TTL_HELD)
 
-    async with env.running(env.agent(successor(env))) as b:
-        await until(lambda: b.runs.get(item.id) is not None, message="b adopted the JobSet")
-        await until(
-            held,
-            advance=lambda: env.advance(2),
-            within=30,
-            message="the ended JobSet's TTL held while its item waits",
-        )
-        assert held() == "3600"
-        (js,) = env.kube.objects.list("jobsets", namespace=NS)
-        assert "ttlSecondsAfterFinished" not in js["spec"]
-    # b is gone with its record. The JobSet controller's witness: one with a TTL of 60 s.
+    await held_by_a_successor(env, successor(env), item, held, "JobSet")
+    (js,) = env.kube.objects.list("jobsets", namespace=NS)
+    assert "ttlSecondsAfterFinished" not in js["spec"]
+    # The JobSet controller's witness: one with a TTL of 60 s.
     env.kube.objects.create("jobsets", copy.deepcopy(WITNESS_JOBSET), NS)
     env.advance(30)  # it runs and completes (its driver succeeds after 10 s)
     assert len(env.kube.objects.list("jobsets", namespace=NS)) == 2
