@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
+from launch_agent.sandbox.cluster import SimulatedCluster
 from launch_agent.sandbox.kube import KubeApiServer
 from launch_agent.sandbox.kube.apiserver import load_crd_documents
 from launch_agent.sandbox.kube.validation import core_walker
@@ -60,6 +61,18 @@ def job_body(
     }
 
 
+# The CRD file of each custom workload kind the simulated cluster runs (tests/fixtures/crds).
+CRD_FILES = {
+    "JobSet": "jobset.x-k8s.io_jobsets.yaml",
+    "PyTorchJob": "kubeflow.org_pytorchjobs.yaml",
+    "TrainJob": "trainer.kubeflow.org_trainjobs.yaml",
+    "LeaderWorkerSet": "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+    "RayJob": "ray.io_rayjobs.yaml",
+    "RayCluster": "ray.io_rayclusters.yaml",
+    "Job": "batch.volcano.sh_jobs.yaml",
+}
+
+
 @pytest.fixture
 async def kube() -> AsyncIterator[KubeApiServer]:
     async with KubeApiServer(bookmark_interval=0.2) as server:
@@ -72,6 +85,16 @@ def crds() -> Path:
     for path in sorted(CRDS.glob("*.yaml")):
         load_crd_documents(path)
     return CRDS
+
+
+@pytest.fixture
+async def cluster(kube: KubeApiServer, crds: Path) -> AsyncIterator[SimulatedCluster]:
+    """The simulated cluster over `kube`, with every custom workload kind's CRD loaded (a
+    module that needs Kueue's CRDs or `kueue=True` defines its own)."""
+    for name in CRD_FILES.values():
+        await kube.load_crd_file(crds / name)
+    async with SimulatedCluster(kube) as sim:
+        yield sim
 
 
 @pytest.fixture(scope="session", autouse=True)

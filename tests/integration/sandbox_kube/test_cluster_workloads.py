@@ -6,7 +6,6 @@ fields, so a controller cannot invent a field name the real operator does not ha
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,26 +16,10 @@ from launch_agent.sandbox.cluster import ANNOTATION, SimulatedCluster
 from launch_agent.sandbox.kube import KubeApiServer
 from launch_agent.sandbox.kube.apiserver import load_crd_documents
 from launch_agent.sandbox.kube.validation import close_schema
+from tests.integration.sandbox_kube.conftest import CRD_FILES
 
 CONTAINER = {"name": "main", "image": "busybox:1.36"}
 POD_TEMPLATE = {"spec": {"containers": [CONTAINER]}}
-CRD_FILES = {
-    "JobSet": "jobset.x-k8s.io_jobsets.yaml",
-    "PyTorchJob": "kubeflow.org_pytorchjobs.yaml",
-    "TrainJob": "trainer.kubeflow.org_trainjobs.yaml",
-    "LeaderWorkerSet": "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
-    "RayJob": "ray.io_rayjobs.yaml",
-    "RayCluster": "ray.io_rayclusters.yaml",
-    "Job": "batch.volcano.sh_jobs.yaml",
-}
-
-
-@pytest.fixture
-async def cluster(kube: KubeApiServer, crds: Path) -> AsyncIterator[SimulatedCluster]:
-    for name in CRD_FILES.values():
-        await kube.load_crd_file(crds / name)
-    async with SimulatedCluster(kube) as sim:
-        yield sim
 
 
 async def assert_status_matches_crd(crds: Path, obj: dict[str, Any]) -> None:

@@ -6,26 +6,14 @@ lws pod_controller.go handleRestartPolicy (RecreateGroupOnPodRestart) and update
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from launch_agent.sandbox.cluster import ANNOTATION, SimulatedCluster
 from launch_agent.sandbox.kube import KubeApiServer
 from tests.integration.sandbox_kube.test_cluster_workloads import (
-    CRD_FILES,
     assert_status_matches_crd,
 )
-
-
-@pytest.fixture
-async def cluster(kube: KubeApiServer, crds: Path) -> AsyncIterator[SimulatedCluster]:
-    for name in CRD_FILES.values():
-        await kube.load_crd_file(crds / name)
-    async with SimulatedCluster(kube) as sim:
-        yield sim
 
 
 def pytorchjob(outcome: str, policy: str = "ExitCode", **run_policy: Any) -> dict[str, Any]:

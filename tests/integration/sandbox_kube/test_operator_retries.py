@@ -5,28 +5,16 @@ Volcano's finish rule without policies and its policy actions (volcano state/*.g
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from launch_agent.sandbox.cluster import ANNOTATION, SimulatedCluster
 from launch_agent.sandbox.kube import KubeApiServer
 from tests.integration.sandbox_kube.test_cluster_workloads import (
     CONTAINER,
-    CRD_FILES,
     POD_TEMPLATE,
     assert_status_matches_crd,
 )
-
-
-@pytest.fixture
-async def cluster(kube: KubeApiServer, crds: Path) -> AsyncIterator[SimulatedCluster]:
-    for name in CRD_FILES.values():
-        await kube.load_crd_file(crds / name)
-    async with SimulatedCluster(kube) as sim:
-        yield sim
 
 
 def rayjob(name: str, outcome: str, **spec: Any) -> dict[str, Any]:

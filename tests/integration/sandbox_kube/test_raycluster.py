@@ -9,28 +9,17 @@ and `raycluster_controller.go` (`reconcilePods`, `createHeadPod`, `calculateStat
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from launch_agent.sandbox.cluster import SimulatedCluster
 from launch_agent.sandbox.kube import KubeApiServer
+from tests.integration.sandbox_kube.conftest import CRD_FILES
 from tests.integration.sandbox_kube.test_admission import quota
 from tests.integration.sandbox_kube.test_cluster_workloads import (
-    CRD_FILES,
     assert_status_matches_crd,
 )
 from tests.integration.sandbox_kube.test_operator_retries import rayjob
-
-
-@pytest.fixture
-async def cluster(kube: KubeApiServer, crds: Path) -> AsyncIterator[SimulatedCluster]:
-    for name in CRD_FILES.values():
-        await kube.load_crd_file(crds / name)
-    async with SimulatedCluster(kube) as sim:
-        yield sim
 
 
 def _conditions(obj: dict[str, Any]) -> dict[str, tuple[str, str]]:

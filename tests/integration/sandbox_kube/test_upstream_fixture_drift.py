@@ -22,8 +22,8 @@ from launch_agent.sandbox.cluster import ANNOTATION, SimulatedCluster
 from launch_agent.sandbox.cluster.common import Ctx
 from launch_agent.sandbox.cluster.kueue import KueueController
 from launch_agent.sandbox.kube import KubeApiServer
-from tests.integration.sandbox_kube.conftest import job_body
-from tests.integration.sandbox_kube.test_cluster_workloads import CRD_FILES, jobset
+from tests.integration.sandbox_kube.conftest import CRD_FILES, job_body
+from tests.integration.sandbox_kube.test_cluster_workloads import jobset
 from tests.integration.sandbox_kube.test_kueue_sim import KUEUE_CRDS, cluster_queue, local_queue
 from tests.integration.sandbox_kube.test_operator_events import trainjob
 from tests.integration.sandbox_kube.test_operator_restarts import pytorchjob

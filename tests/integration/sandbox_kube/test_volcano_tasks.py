@@ -8,27 +8,15 @@ task with fewer succeeded pods than its own `minAvailable` fails the job when th
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from launch_agent.sandbox.cluster import SimulatedCluster
 from launch_agent.sandbox.kube import KubeApiServer
 from tests.integration.sandbox_kube.test_cluster_workloads import (
     CONTAINER,
-    CRD_FILES,
     assert_status_matches_crd,
 )
-
-
-@pytest.fixture
-async def cluster(kube: KubeApiServer, crds: Path) -> AsyncIterator[SimulatedCluster]:
-    for name in CRD_FILES.values():
-        await kube.load_crd_file(crds / name)
-    async with SimulatedCluster(kube) as sim:
-        yield sim
 
 
 def task(name: str, replicas: int, min_available: int | None = None) -> dict[str, Any]:
