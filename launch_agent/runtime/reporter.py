@@ -122,7 +122,10 @@ class Reporter:
         self.dropped_warnings = 0
         self.sent = {"fail": 0, "warn": 0, "requeue": 0, "verify": 0}
 
-    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> Delivery[T]:
+    async def retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> Delivery[T]:
+        """`call` through W&B outages until it answers or the agent stops: the one retry loop
+        for everything the agent sends W&B or asks it about a run's outcome."""
+
         async def attempt() -> T:
             try:
                 return await call()
@@ -172,7 +175,7 @@ class Reporter:
         self.metrics.failed(item_id, stage, reason, message)
         log.info("failing item %s (stage %s, %s): %s", item_id, stage, reason, message[:500])
         text = clip(message)
-        outcome = await self._retrying(
+        outcome = await self.retrying(
             f"failRunQueueItem {item_id}", lambda: self.wandb.fail(item_id, text, stage)
         )
         match outcome:
@@ -202,7 +205,7 @@ class Reporter:
     async def item_state(self, ref: ItemRef) -> Delivery[str | None]:
         """The item's state in W&B (`PENDING`, `LEASED`, `CLAIMED`, `FAILED`; None: the queue
         holds no such item), retried through an outage like a report."""
-        outcome = await self._retrying(
+        outcome = await self.retrying(
             f"state of item {ref.item_id}",
             lambda: self.wandb.run_queue_item(ref.entity, ref.queue, ref.item_id),
         )
@@ -218,7 +221,7 @@ class Reporter:
     async def claim(self, item_id: str, run_name: str) -> Delivery[bool]:
         """`ackRunQueueItem` for a workload that exists already (an adopted run whose ack was
         lost), retried through an outage; `Sent(False)`: W&B answered `success: false`."""
-        outcome = await self._retrying(
+        outcome = await self.retrying(
             f"ackRunQueueItem {item_id}", lambda: self.wandb.ack(item_id, run_name)
         )
         match outcome:
@@ -240,7 +243,7 @@ class Reporter:
         (`RUN_QUEUE_ITEMS_PAGE`, wandb's own bound) the item may be past it; that is logged and
         the answer is `None`, as a report must not be lost.
         """
-        outcome = await self._retrying(
+        outcome = await self.retrying(
             f"items of queue {ref.queue!r}",
             lambda: self.wandb.run_queue_items(ref.entity, ref.queue),
         )
@@ -270,7 +273,7 @@ class Reporter:
         self, entity: str, queue: str, run_spec: Mapping[str, Any], item_id: str
     ) -> Delivery[str]:
         """`pushToRunQueueByName`; `Sent` carries the new item's id."""
-        outcome = await self._retrying(
+        outcome = await self.retrying(
             f"requeue of {item_id} onto {queue!r}",
             lambda: self.wandb.push_to_run_queue_by_name(entity, queue, run_spec),
         )
@@ -302,7 +305,7 @@ class Reporter:
         while True:
             while self._warnings:
                 warning = self._warnings[0]
-                outcome = await self._retrying(
+                outcome = await self.retrying(
                     f"warning for {warning.item_id}",
                     functools.partial(
                         self.wandb.warn, warning.item_id, warning.message, warning.stage

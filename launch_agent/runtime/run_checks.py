@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import assert_never
 
-from launch_agent.adapters.retry import GaveUp, Retryable, call_with_retries
 from launch_agent.adapters.wandb_client import RunRef, WandbClient
-from launch_agent.adapters.wandb_errors import WandbError, WandbUnavailable
+from launch_agent.adapters.wandb_errors import WandbError
 from launch_agent.model.config import SweepsConfig
 from launch_agent.model.sweeps import NO_WANDB_INIT
-from launch_agent.runtime.reporter import ItemRef, Reporter
+from launch_agent.runtime.reporter import ItemRef, NotSent, Refused, Reporter, Sent
 from launch_agent.runtime.runs import RunRecord
 
 log = logging.getLogger(__name__)
@@ -60,23 +60,18 @@ class RunChecks:
         if not (record.run_id and record.entity and record.project):
             return False
         ref = RunRef(record.entity, record.project, record.run_id)
-
-        async def attempt() -> bool:
-            try:
-                stopped = await self.wandb.run_stopped([ref])
-            except WandbUnavailable as exc:
-                raise Retryable(exc) from exc
-            return bool(stopped.get(ref))
-
-        try:
-            return await call_with_retries(
-                attempt, self.reporter.policy, stop=self.reporter.stopping
-            )
-        except GaveUp:
-            return None
-        except WandbError as exc:
-            log.warning("could not ask W&B whether run %s was stopped: %s", record.run_id, exc)
-            return False
+        asked = await self.reporter.retrying(
+            f"the stop check of run {record.run_id}", lambda: self.wandb.run_stopped([ref])
+        )
+        match asked:
+            case Sent(value=stopped):
+                return bool(stopped.get(ref))
+            case NotSent():
+                return None
+            case Refused():
+                return False
+            case _:
+                assert_never(asked)
 
     async def state_in_wandb(self, record: RunRecord) -> str | None:
         """The W&B run's state (`finished`, `failed`, `crashed`, ...; "" when W&B has no such run
@@ -84,23 +79,19 @@ class RunChecks:
         the agent stops first (the next start asks again)."""
         if not (record.run_id and record.entity and record.project):
             return ""
-
-        async def attempt() -> str:
-            try:
-                state = await self.wandb.run_state(record.entity, record.project, record.run_id)
-            except WandbUnavailable as exc:
-                raise Retryable(exc) from exc
-            return (state or "").lower()
-
-        try:
-            return await call_with_retries(
-                attempt, self.reporter.policy, stop=self.reporter.stopping
-            )
-        except GaveUp:
-            return None
-        except WandbError as exc:
-            log.warning("could not read the W&B state of run %s: %s", record.run_id, exc)
-            return ""
+        asked = await self.reporter.retrying(
+            f"the state of run {record.run_id}",
+            lambda: self.wandb.run_state(record.entity, record.project, record.run_id),
+        )
+        match asked:
+            case Sent(value=state):
+                return (state or "").lower()
+            case NotSent():
+                return None
+            case Refused():
+                return ""
+            case _:
+                assert_never(asked)
 
     def succeeded(self, record: RunRecord) -> None:
         """Check, in its own task, that a succeeded run called wandb.init."""
