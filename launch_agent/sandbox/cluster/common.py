@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from launch_agent.sandbox.cluster.clock import Clock
+from launch_agent.sandbox.kube.resources import ResourceType
 from launch_agent.sandbox.kube.store import Obj, Store, timestamp
 
 Conditions = list[dict[str, Any]]
@@ -285,13 +286,7 @@ class Ctx:
         }
         if event.get("series"):
             body["series"] = event["series"]
-        current = self.store.find(rt, meta["namespace"], meta["name"])
-        if current is None:
-            self.store.create(rt, meta["namespace"], body)
-        else:
-            self.store.update(
-                rt, meta["namespace"], meta["name"], {**body, "metadata": current["metadata"]}
-            )
+        self._put(rt, meta, body)
 
     def _mirror(self, event: Obj) -> None:
         """The events.k8s.io/v1 view of a core/v1 Event, as `pkg/apis/events/v1/conversion.go`
@@ -314,6 +309,11 @@ class Ctx:
             "deprecatedLastTimestamp": event.get("lastTimestamp"),
             "deprecatedCount": event.get("count"),
         }
+        self._put(rt, meta, body)
+
+    def _put(self, rt: ResourceType, meta: Obj, body: Obj) -> None:
+        """Create the Event object, or replace it keeping the stored metadata (its uid and
+        resourceVersion line)."""
         current = self.store.find(rt, meta["namespace"], meta["name"])
         if current is None:
             self.store.create(rt, meta["namespace"], body)
