@@ -12,7 +12,7 @@ Outcomes come from, in this order, for the pod and then each controlling owner u
 (latest first), then that object's `sandbox.launch-agent.io/outcome` annotation. The Nth pod a
 controller creates plays the Nth attempt of the outcome. A malformed annotation is reported as a
 Warning Event `InvalidOutcome` on the object and in `cluster.problems`, and the default outcome
-is used.
+is used (`scripts.OutcomeBook`, which the real-cluster tier's node simulator shares).
 """
 
 from __future__ import annotations
@@ -23,25 +23,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from launch_agent.sandbox.cluster.children import RUN_FOREVER
 from launch_agent.sandbox.cluster.clock import Clock, ManualClock
 from launch_agent.sandbox.cluster.common import Ctx
 from launch_agent.sandbox.cluster.jobs import JobController
 from launch_agent.sandbox.cluster.kubelet import DEFAULT_NODE, Kubelet
 from launch_agent.sandbox.cluster.kueue import KueueController
 from launch_agent.sandbox.cluster.nodes import Node
-from launch_agent.sandbox.cluster.outcomes import (
-    ANNOTATION,
-    Outcome,
-    OutcomeError,
-    parse_outcome,
-    pick,
-)
+from launch_agent.sandbox.cluster.outcomes import Outcome
 from launch_agent.sandbox.cluster.processes import ProcessRunner
-from launch_agent.sandbox.cluster.rayjob import ATTEMPTS_OF
+from launch_agent.sandbox.cluster.scripts import OutcomeBook
 from launch_agent.sandbox.cluster.workloads import CONTROLLERS
 from launch_agent.sandbox.kube.apiserver import KubeApiServer
-from launch_agent.sandbox.kube.selectors import LabelSelector, parse_label_selector
 from launch_agent.sandbox.kube.store import Obj, Store, timestamp
 
 MAX_PASSES = 50
@@ -67,11 +59,8 @@ class SimulatedCluster:
         self.store = kube.store if isinstance(kube, KubeApiServer) else kube
         self.clock: Clock = clock or ManualClock()
         self.nodes = list(nodes or [])
-        self.default = parse_outcome(default_outcome)
+        self.book = OutcomeBook(default_outcome)
         self.tick = tick
-        self.problems: list[str] = []
-        self._scripts: list[tuple[LabelSelector, tuple[Outcome, ...]]] = []
-        self._attempts: dict[str, int] = {}
         self.jobs = JobController(version=kubernetes_version)
         # Kueue (`cluster/kueue.py`): opt-in, and only once its Workload CRD is registered, so
         # tests that load every CRD and play Kueue by hand keep doing so.
@@ -158,16 +147,14 @@ class SimulatedCluster:
 
     def script(self, selector: str, outcome: str | Outcome | Sequence[Outcome]) -> None:
         """Pods of workloads whose labels match `selector` get `outcome` (grammar in outcomes)."""
-        if isinstance(outcome, str):
-            attempts = parse_outcome(outcome)
-        elif isinstance(outcome, Outcome):
-            attempts = (outcome,)
-        else:
-            attempts = tuple(outcome)
-        self._scripts.insert(0, (parse_label_selector(selector), attempts))
+        self.book.script(selector, outcome)
 
     def clear_scripts(self) -> None:
-        self._scripts.clear()
+        self.book.clear_scripts()
+
+    @property
+    def problems(self) -> list[str]:
+        return self.book.problems
 
     def _chain(self, pod: Obj) -> list[Obj]:
         chain, current = [pod], pod
@@ -183,39 +170,10 @@ class SimulatedCluster:
         return chain
 
     def _outcome_for(self, pod: Obj) -> Outcome:
-        chain = self._chain(pod)
-        own = (pod["metadata"].get("annotations") or {}).get(ANNOTATION)
-        labels = pod["metadata"].get("labels")
-        if own == RUN_FOREVER[ANNOTATION] and not any(s.matches(labels) for s, _ in self._scripts):
-            # A controller's infrastructure pod (a Ray head or worker) takes no attempt of its
-            # owner's outcome: those belong to the pods that play the workload's result.
-            return parse_outcome(own)[0]
-        owner = chain[1]["metadata"]["uid"] if len(chain) > 1 else pod["metadata"]["uid"]
-        # A controller that recreates its child for each retry (KubeRay's submitter Job) counts
-        # the attempts on itself, so the Nth pod over all retries plays the Nth attempt.
-        owner = ((chain[1]["metadata"].get("annotations") or {}) if len(chain) > 1 else {}).get(
-            ATTEMPTS_OF, owner
-        )
-        attempt = self._attempts.get(owner, 0)
-        self._attempts[owner] = attempt + 1
-        for obj in chain:
-            meta = obj["metadata"]
-            for selector, attempts in self._scripts:
-                if selector.matches(meta.get("labels")):
-                    return pick(attempts, attempt)
-            text = (meta.get("annotations") or {}).get(ANNOTATION)
-            if text is not None:
-                try:
-                    return pick(parse_outcome(text), attempt)
-                except OutcomeError as exc:
-                    where = f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']}"
-                    problem = f"{where}: annotation {ANNOTATION}: {exc}"
-                    self.problems.append(problem)
-                    Ctx(self.store, self.clock).event(
-                        obj, "Warning", "InvalidOutcome", problem, "sandbox"
-                    )
-                    break
-        return pick(self.default, attempt)
+        def warn(obj: Obj, problem: str) -> None:
+            Ctx(self.store, self.clock).event(obj, "Warning", "InvalidOutcome", problem, "sandbox")
+
+        return self.book.outcome_for(self._chain(pod), warn)
 
     # --- time ---------------------------------------------------------------------------------
 

@@ -255,6 +255,15 @@ class Store:
             table[key] = obj
         self._index(rt.storage, key, obj, old)
 
+    def mirror(self, rt: ResourceType, obj: Obj | None, *, namespace: str, name: str) -> None:
+        """Hold (or, with None, drop) an object as another API server holds it: stored as
+        given, with no defaulting, admission, resourceVersion of ours, event or listener call.
+        For the real-cluster tier's node simulator, whose kubelet plays pods that a real API
+        server owns; its own writes then go through the ordinary methods and are seen by
+        the listeners, which carry them to that server."""
+        key = (namespace if rt.namespaced else "", name)
+        self._put(rt, key, obj, self._table(rt).get(key))
+
     def create(
         self,
         rt: ResourceType,
