@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv lint typecheck contracts test test-compiled compiled test-chaos test-reference demo bench release clean
+.PHONY: help venv lint typecheck contracts test test-compiled compiled test-chaos test-reference demo bench release clean cluster-bins test-cluster
 
 help:
 	@echo "make demo            run the agent end to end on the loopback sandbox"
@@ -15,6 +15,8 @@ help:
 	@echo "make lint            ruff, mypy --strict, import contracts, hadolint, yamllint"
 	@echo "make test-chaos      the short chaos bench alone (40 runs, 3 kills; make test runs it too)"
 	@echo "make test-reference  the reference wandb launch-agent against the sandbox (slow)"
+	@echo "make cluster-bins    build the upstream Kubernetes, etcd and controllers from cluster/ (Go)"
+	@echo "make test-cluster    the cluster tier's tests on the real control plane (needs cluster-bins)"
 	@echo "make compiled        the quota engine compiled with mypyc, into build/compiled"
 	@echo "make bench           benchmarks (numbers, not pass/fail)"
 	@echo "make release         wheel, sdist and chart package in dist/, versions checked (nothing is pushed)"
@@ -108,6 +110,21 @@ test-chaos: $(STAMP)
 
 test-reference: $(STAMP) $(REF_STAMP)
 	$(BIN)/pytest -m reference_agent tests/e2e/test_reference_agent.py $(PYTEST_ARGS)
+
+# The real-cluster tier (docs/sandbox.md, "The real cluster"): the upstream binaries built from
+# the Go modules in cluster/ (go.mod and go.sum pin every version) into a git-ignored cache,
+# with their installs rendered by kubectl kustomize. A second run with nothing changed does
+# nothing (scripts/build_cluster_bins.py keeps a stamp per module).
+CLUSTER_BINS ?= .cluster-bins
+
+cluster-bins: $(STAMP)
+	LAUNCH_AGENT_CLUSTER_BINS=$(CLUSTER_BINS) $(BIN)/python scripts/build_cluster_bins.py \
+		--kubectl $(BIN)/kubectl
+
+# The tests that take the `world` fixture, on the real control plane instead of the sandbox.
+test-cluster: cluster-bins
+	LAUNCH_AGENT_CLUSTER_BINS=$(CLUSTER_BINS) $(BIN)/pytest --cluster=real -m cluster \
+		$(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/launch-agent demo

@@ -94,6 +94,16 @@ def _describe(handle: asyncio.Handle) -> str:
 asyncio.events.Handle._run = _timed_run  # type: ignore[method-assign]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cluster",
+        choices=("sandbox", "real"),
+        default="sandbox",
+        help="the tier tests/cluster/ runs on: the loopback sandbox (default) or the real"
+        " control plane that `launch-agent cluster up` starts (make test-cluster)",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # `make test-compiled` runs the engine's tests again on the mypyc build: a stale or missing
     # build must not quietly test the interpreted sources a second time.

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "diagnose": "launch_agent.commands.diagnose_cmd",
     "migrate": "launch_agent.commands.migrate_cmd",
     "sandbox": "launch_agent.commands.sandbox_cmd",
+    "cluster": "launch_agent.commands.cluster_cmd",
     "demo": "launch_agent.commands.demo_cmd",
     "bench": "launch_agent.commands.bench_cmd",
     "version": "launch_agent.commands.version_cmd",
