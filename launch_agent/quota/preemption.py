@@ -20,15 +20,20 @@ R7 (only when x's own leaf stays within its min, i.e. G(x, parent(leaf)) holds):
   what makes the no-ping-pong argument (I4) hold for multi-resource requests.
 R8 (leaf policy `LowerPriority`): then the runs of x's own leaf with p < p(x), lowest priority
 first, latest admission first. Candidates from other queues come first, as in Kueue.
-No preemption while borrowing, R8 included: a plan with victims in x's own leaf is refused
-when, after its (minimized) evictions, x's leaf would not stay within its min with x
-(`_Plan.within_min`). R7 already required the leaf within min before looking for victims (its
-victims are off x's path and do not move the leaf), so the check only ever refuses R8. Without
-it, a reclaimer's place could be taken by a higher-priority run that then borrows, and be
-reclaimed back through a third run, for ever (docs/quota.md, "Termination"). Kueue's classical
-preemption allows that in-queue preemption while borrowing (`candidateIsValid` accepts
-same-ClusterQueue candidates in its borrowing attempt, pkg/scheduler/preemption/classical/
-candidate_generator.go) and flaps on such chains; the engine needs a fixpoint.
+R8 never makes x's leaf borrow more: a plan with victims in x's own leaf is refused when,
+after its (minimized) evictions, x's leaf would borrow more of some non-count resource x
+requests than it did before the plan, i.e. end above both its min and its usage before
+(`_Plan.borrows_more`). x may preempt within its queue while its leaf borrows, as Kueue's
+in-ClusterQueue preemption does (`candidateIsValid` accepts same-ClusterQueue candidates in
+its borrowing attempt, pkg/scheduler/preemption/classical/candidate_generator.go), but it
+cannot turn the quota its victims held into newly borrowed quota: that was the engine of the
+admission cycle the unrestricted R8 had (a reclaimer's place taken by a higher-priority run
+that then borrowed, and was reclaimed back through a third run, for ever). With it no
+preemption raises any leaf's borrowing on any resource, the fact the termination argument in
+docs/quota.md ("Termination") rests on. R7 requires x's leaf within its min with x before
+looking for victims (its victims are off x's path and do not move the leaf), so the check only
+ever refuses R8. The minimal plan is judged, not a larger one: victims beyond the minimal
+plan are not needed for x to fit, so they would fit again at once, restarted for nothing.
 Minimization: walk the victims in reverse and keep running any whose eviction is not needed.
 
 Ties on share are broken by the latest eligible admission below each tied child. With
@@ -114,10 +119,24 @@ class _Plan:
     def fits(self) -> bool:
         return self.ledger.fits(self.path, self.x.request)
 
-    def within_min(self) -> bool:
-        """Whether x's leaf stays within its min with x, after the evictions so far. R7 runs
-        only when this holds and moves nothing on x's leaf, so it can only fail for R8."""
-        return self.ledger.within_min(self.x.leaf, self.x.request)
+    def borrows_more(self) -> bool:
+        """Whether x's leaf, with x and after the evictions so far, would borrow more of a
+        resource x requests than before the plan: it ends above its min there and x takes more
+        than the victims in its leaf free (R8's limit; R7 keeps the leaf within its min)."""
+        leaf = self.x.leaf
+        effective, minima = self.ledger.eff[leaf], self.ledger.mins[leaf]
+        request = self.x.request
+        for resource in self.wanted:
+            amount = request[resource]
+            if effective.get(resource, 0) + amount <= minima.get(resource, 0):
+                continue
+            freed = 0
+            for victim in self.victims:
+                if victim.leaf == leaf and victim.id in self.removed:
+                    freed += victim.request.get(resource, 0)
+            if amount > freed:
+                return True
+        return False
 
     def preempts_in_queue(self) -> bool:
         leaf = self.x.leaf
@@ -353,13 +372,13 @@ def plan_preemption(
             plan.within_queue()
         if not plan.fits():
             return None
-        # An unminimized plan can keep x within min where the minimized one (the plan that is
-        # carried out) does not: R8 plans are minimized before they are judged.
+        # An unminimized plan can free more in x's leaf than the minimized one (the plan that
+        # is carried out): R8 plans are minimized before they are judged.
         in_queue = plan.preempts_in_queue()
         if minimal or in_queue:
             plan.minimize()
-        if in_queue and not plan.within_min():
-            return None  # no preemption while borrowing (R8 as R7)
+        if in_queue and plan.borrows_more():
+            return None  # R8 never makes x's leaf borrow more
         return list(plan.victims)
     finally:
         for run in list(plan.victims):

@@ -15,9 +15,10 @@ Under the old rules, after the fourth submission four runs chased each other for
 - r2 fitted back into n5, and r5 (pending again with its original enqueue time) reclaimed r1
   and r2 once more.
 
-No pair reclaims back from the other (I4 holds pairwise); the loop went through R8. Now R8,
-like R7, is only for a run that stays within its leaf's min after its (minimized) evictions:
-evicting r5 would leave r7 borrowing 4 cpu on n4, so r7 waits.
+No pair reclaims back from the other (I4 holds pairwise); the loop went through R8, which
+turned r5's guaranteed quota into borrowed quota. Now R8 never makes its preemptor's leaf
+borrow more than it did before the plan: n4 borrowed nothing with r5, and would borrow 4 cpu
+with r7 in its place, so r7 waits.
 """
 
 from __future__ import annotations
@@ -144,8 +145,9 @@ def test_three_way_reclaim_and_within_queue_preemption_reaches_a_fixpoint(kind: 
     ]
     # The old rules raised RuntimeError("admission cycle did not converge") here. Now the
     # fourth submission changes nothing, and that is a fixpoint:
-    # - r7 (8 cpu) fits n4's max 13 only without r5 (5 + 8), but would then borrow 4 above
-    #   n4's min 9: that R8 plan is refused (no preemption while borrowing);
+    # - r7 (8 cpu) fits n4's max 13 only without r5 (5 + 8), but n4 would then borrow 4 above
+    #   its min 9, where it borrowed nothing: that R8 plan is refused (R8 never makes its
+    #   leaf borrow more);
     # - r6 needs n2's max, full with r0 and r4, and n2 (min 0) is not within min to reclaim;
     # - r1 needs a `runs` slot (root max 2: r0 and r5), and a count never reclaims (R12);
     # - r2 (4.5 cpu) would take n3 to 13.5 > 13 and n5 to 4.5 > its min 4: no reclaim.
@@ -178,16 +180,20 @@ def contested_trees(draw: st.DrawFn) -> dict[str, Any]:
     """Small trees shaped for the cycle: two or three subtrees of the root, mostly leaves,
     that guarantee parts of its capacity and may borrow beyond them, often preempting within
     their queue, often with a `runs` cap that makes a reclaimer take several victims, mostly
-    under `reclaimPolicy: Any` (the guarantee beats priority). The example above is one."""
+    under `reclaimPolicy: Any` (the guarantee beats priority), some with GPUs as a second
+    resource (R8's limit and the facts are per resource). The example above is one."""
     counter = iter(range(100))
-    cpu = draw(st.integers(4, 14))
+    capacity = {"cpu": draw(st.integers(4, 14))}
+    gpu = draw(st.sampled_from([0, 0, 2, 4]))
+    if gpu:
+        capacity["nvidia.com/gpu"] = gpu
 
-    def node(minimum: int, depth: int) -> dict[str, Any]:
+    def node(minimum: dict[str, int], depth: int) -> dict[str, Any]:
         name = f"n{next(counter)}"
         spec: dict[str, Any] = {
             "name": name,
-            "min": {"cpu": minimum},
-            "max": {"cpu": minimum + draw(st.integers(0, cpu))},
+            "min": dict(minimum),
+            "max": {r: q + draw(st.integers(0, capacity[r])) for r, q in minimum.items()},
         }
         fanout = draw(st.integers(2, 3)) if depth == 0 else draw(st.sampled_from([0, 0, 2]))
         if depth >= 2 or fanout == 0:
@@ -196,17 +202,20 @@ def contested_trees(draw: st.DrawFn) -> dict[str, Any]:
             if draw(st.integers(0, 5)) == 0:
                 spec["max"]["runs"] = draw(st.integers(1, 3))
             return spec
-        left = minimum
+        left = dict(minimum)
         children = []
         for index in range(fanout):
-            share = left if index == fanout - 1 else draw(st.integers(0, left))
-            left -= share
+            share = {
+                r: q if index == fanout - 1 else draw(st.integers(0, q)) for r, q in left.items()
+            }
+            for r in left:
+                left[r] -= share[r]
             children.append(node(share, depth + 1))
         spec["children"] = children
         return spec
 
-    root = node(cpu, 0)
-    root["max"] = {"cpu": cpu}
+    root = node(capacity, 0)
+    root["max"] = dict(capacity)
     if draw(st.integers(0, 2)) > 0:
         root["max"]["runs"] = draw(st.integers(2, 4))
     return {
@@ -284,26 +293,26 @@ def chases(draw: st.DrawFn) -> tuple[dict[str, Any], list[list[RunSpec]]]:
 
 
 @st.composite
-def batches(draw: st.DrawFn, queues: list[str]) -> list[list[RunSpec]]:
+def batches(draw: st.DrawFn, queues: list[str], gpu: bool) -> list[list[RunSpec]]:
     made = iter(range(1000))
     out = []
     for _ in range(draw(st.integers(1, 10))):
         batch = []
         for _ in range(draw(st.integers(1, 2))):
-            pods = [
-                (
-                    draw(st.integers(1, 2)),
-                    draw(st.sampled_from([G // 2, G, 2 * G, 3 * G, 4 * G, 5 * G])),
-                )
-                for _ in range(draw(st.integers(1, 2)))
-            ]
+            pod_sets = []
+            for _ in range(draw(st.integers(1, 2))):
+                requests = {"cpu": draw(st.sampled_from([G // 2, G, 2 * G, 3 * G, 4 * G, 5 * G]))}
+                if gpu and draw(st.booleans()):
+                    requests["nvidia.com/gpu"] = draw(st.integers(1, 2)) * G
+                pod_sets.append(PodSet(count=draw(st.integers(1, 2)), requests=requests))
             batch.append(
-                spec(
-                    f"r{next(made)}",
-                    draw(st.sampled_from(queues)),
-                    pods,
-                    draw(st.integers(0, 2)),
-                    draw(st.booleans()),
+                RunSpec(
+                    id=f"r{next(made)}",
+                    queue=draw(st.sampled_from(queues)),
+                    pod_sets=tuple(pod_sets),
+                    priority=draw(st.integers(0, 2)),
+                    scheduler=draw(st.booleans()),
+                    ready_on_admission=False,
                 )
             )
         out.append(batch)
@@ -327,23 +336,38 @@ def settle(engine: Engine) -> list[tuple[str, str]]:
     raise AssertionError(f"evictions never stop: {decisions[-12:]}")
 
 
+def excess(engine: Engine) -> dict[tuple[str, str], int]:
+    """Per leaf and non-count resource, what the leaf's charged usage exceeds its min by."""
+    ledger = engine.ledger
+    out = {}
+    for leaf in ledger.leaves:
+        for resource, amount in ledger.used[leaf].items():
+            over = amount - ledger.mins[leaf].get(resource, 0)
+            if over > 0 and resource not in COUNT_RESOURCES:
+                out[ledger.nodes[leaf].name, resource] = over
+    return out
+
+
 def cycle_checked(engine: Engine) -> list[tuple[str, str]]:
-    """`cycle()` one `step()` at a time, checking the fact the termination argument rests on:
-    a preemption never leaves its preemptor's leaf borrowing on a resource the preemptor
-    requests (with instant termination, where the victims' quota is gone at once)."""
+    """`cycle()` one `step()` at a time, checking the facts the termination argument rests on
+    (with instant termination, where the victims' quota is gone at once): a preemption never
+    raises any leaf's borrowing on any resource (R8's limit, R7's guarantee), and one with a
+    victim off its preemptor's leaf (R7) lowers their total strictly."""
     decisions: list[tuple[str, str]] = []
     for _ in range(4 * len(engine.runs) + 16):
+        before = excess(engine)
         made = engine.step()
         if not made:
             return decisions
         decisions += [(d.action, d.run) for d in made]
-        preemptor = made[-1].run
-        if engine.tree.instant_termination and any(d.action == "evict" for d in made):
-            run = engine.runs[preemptor]
-            used, minima = engine.ledger.used[run.leaf], engine.ledger.mins[run.leaf]
-            for resource, amount in run.request.items():
-                if amount > 0 and resource not in COUNT_RESOURCES:
-                    assert used.get(resource, 0) <= minima.get(resource, 0), (preemptor, made)
+        preemptor = engine.runs[made[-1].run]
+        victims = [engine.runs[d.run] for d in made if d.action == "evict"]
+        if engine.tree.instant_termination and victims:
+            after = excess(engine)
+            for key, over in after.items():
+                assert over <= before.get(key, 0), (key, made)
+            if any(v.leaf != preemptor.leaf for v in victims):
+                assert sum(after.values()) < sum(before.values()), made
     raise AssertionError(f"admission cycle did not converge: {decisions[-12:]}")
 
 
@@ -368,7 +392,8 @@ def test_admission_always_reaches_a_fixpoint(data: st.DataObject) -> None:
     else:
         tree_data, plan = data.draw(contested_trees(), label="tree"), []
     tree = parse_tree(tree_data)
-    plan += data.draw(batches(sorted(tree.leaf_of_queue())), label="batches")
+    gpu = "nvidia.com/gpu" in tree.resources
+    plan += data.draw(batches(sorted(tree.leaf_of_queue()), gpu), label="batches")
     engine, reference = AdmissionEngine(tree), Reference(tree, exhaustive=True)
     for batch in plan:
         running = sorted(r.id for r in engine.runs.values() if r.state in RUNNING_STATES)

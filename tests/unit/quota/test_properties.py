@@ -288,3 +288,92 @@ def draw_step(
         waited = data.draw(st.sampled_from(seconds), label="seconds")
         return ("advance", Fraction(waited)), submitted
     return (kind, data.draw(st.sampled_from(pools[kind]), label="run")), submitted
+
+
+def _oracle_r8(
+    tree: dict[str, Any], sizes: list[dict[str, int]], x: dict[str, int]
+) -> list[int] | None:
+    """R8 on one leaf P of a two-leaf tree whose other leaf is idle, computed from the text of
+    docs/quota.md: victims newest first until x fits on P and the root, then minimised in
+    reverse; carried out only if P then borrows no more of any resource x requests than it did
+    before. Returns the indices of the victims, or None when x waits."""
+    p_node = tree["root"]["children"][0]
+    limits = [p_node["max"], tree["root"]["max"]]
+    used = {r: sum(s[r] for s in sizes) for r in x}
+
+    def fits(gone: list[int]) -> bool:
+        after = {r: used[r] - sum(sizes[i][r] for i in gone) + x[r] for r in x}
+        return all(after[r] <= limit[r] for limit in limits for r in x)
+
+    if fits([]):
+        return []
+    gone: list[int] = []
+    for index in reversed(range(len(sizes))):  # admitted in order: the newest goes first
+        gone.append(index)
+        if fits(gone):
+            break
+    else:
+        return None
+    for index in reversed(list(gone)):
+        if fits([i for i in gone if i != index]):
+            gone.remove(index)
+    for r, amount in x.items():
+        after = used[r] - sum(sizes[i][r] for i in gone) + amount
+        if after > max(used[r], p_node["min"][r]):
+            return None
+    return gone
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_r8_preempts_exactly_when_its_leaf_borrows_no_more(data: st.DataObject) -> None:
+    """Random sizes around the boundary of R8 while borrowing (cpu and memory, P over or under
+    its min before and after): the engine evicts exactly the oracle's victims, or nothing."""
+    resources = ["cpu", "memory"]
+    cap = {r: data.draw(st.integers(4, 12), label=f"cap {r}") for r in resources}
+    p_min = {r: data.draw(st.integers(0, cap[r]), label=f"P min {r}") for r in resources}
+    p_max = {r: data.draw(st.integers(p_min[r], cap[r] + 2), label=f"P max {r}") for r in resources}
+    tree = {
+        "root": {
+            "name": "root",
+            "min": dict(cap),
+            "max": dict(cap),
+            "children": [
+                {
+                    "name": "P",
+                    "min": p_min,
+                    "max": p_max,
+                    "queues": ["p"],
+                    "withinQueue": "LowerPriority",
+                },
+                {
+                    "name": "Q",
+                    "min": {r: cap[r] - p_min[r] for r in resources},
+                    "max": dict(cap),
+                    "queues": ["q"],
+                },
+            ],
+        }
+    }
+    room = {r: min(cap[r], p_max[r]) for r in resources}
+    sizes: list[dict[str, int]] = []
+    for _ in range(data.draw(st.integers(1, 4), label="runs")):
+        size = {r: data.draw(st.integers(0, 4), label=r) for r in resources}
+        if all(sum(s[r] for s in sizes) + size[r] <= room[r] for r in resources):
+            sizes.append(size)
+    x = {r: data.draw(st.integers(0, room[r]), label=f"x {r}") for r in resources}
+
+    def spec(run_id: str, size: dict[str, int], priority: int) -> RunSpec:
+        return RunSpec(run_id, "p", (PodSet(1, {r: q * G for r, q in size.items()}),), priority)
+
+    engine = AdmissionEngine(parse_tree(tree))
+    for index, size in enumerate(sizes):
+        engine.submit(spec(f"v{index}", size, 0))
+        engine.cycle()
+    assert all(engine.runs[f"v{i}"].state in RUNNING_STATES for i in range(len(sizes)))
+    engine.submit(spec("x", x, 1))
+    decisions = engine.cycle()
+    expected = _oracle_r8(tree, sizes, x)
+    evicted = [d.run for d in decisions if d.action == "evict"]
+    assert evicted == ([] if expected is None else [f"v{i}" for i in expected])
+    assert (engine.runs["x"].state in RUNNING_STATES) == (expected is not None)

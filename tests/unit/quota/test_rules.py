@@ -239,41 +239,146 @@ def test_r8_newest_of_equal_priority_goes_first() -> None:
     assert last(tree, events)["evicted"] == ["b"]
 
 
-def test_r8_is_refused_when_its_plan_leaves_the_run_borrowing() -> None:
-    """x (4 cpu) fits l's max 7 once b alone is evicted (the minimal plan), but l (min 6) would
-    then borrow (3 + 4 = 7): no preemption while borrowing, so x waits and nothing is evicted.
-    R8 does not evict a as well to bring x within min: a would fit again at once (borrowing),
-    restarted for nothing (the rules before the cycle fix evicted b and admitted x)."""
+@pytest.mark.parametrize(
+    ("x_cpu", "evicted"),
+    [
+        (3, ["a"]),  # l borrows 1 after, 2 before: allowed
+        (4, ["a"]),  # 2 after, 2 before: allowed (the boundary)
+        (5, []),  # 3 after, 2 before: refused, x waits and a keeps running
+    ],
+)
+def test_r8_while_borrowing_may_not_raise_the_leaf_borrowing(
+    x_cpu: int, evicted: list[str]
+) -> None:
+    """l (min 2) borrows 2 with a (4). x is over l's min whatever it evicts, so it may not
+    reclaim (R7); it may preempt a within its queue if l then borrows no more than the 2 it
+    borrowed before (the rules before this change refused all three: x would borrow)."""
+    tree = flat(
+        leaf("l", ["q"], 2, 10, withinQueue="LowerPriority"), leaf("o", ["qo"], 4, 6), cap=6
+    )
+    report = last(tree, [submit(run("a", "q", 4)), submit(run("x", "q", x_cpu, priority=1))])
+    assert report["evicted"] == evicted
+    assert ("x" in report["running"]) == bool(evicted)
+    assert ("a" in report["running"]) != bool(evicted)
+
+
+def two_resources(name: str, queue: str, cpu: int, memory: int, **extra: Any) -> dict[str, Any]:
+    pods = [{"count": 1, "requests": {"cpu": cpu, "memory": f"{memory}Gi"}}]
+    return {"run": name, "queue": queue, "pods": pods, **extra}
+
+
+@pytest.mark.parametrize(
+    ("x_memory", "evicted"),
+    [
+        (2, ["a"]),  # cpu: 1 borrowed after, 2 before; memory: within min
+        (3, []),  # memory: 1 borrowed after, 0 before: refused, though cpu borrows less
+    ],
+)
+def test_r8_borrowing_is_compared_per_resource(x_memory: int, evicted: list[str]) -> None:
+    """a (4 cpu, 2Gi) makes l borrow 2 cpu and no memory. x (3 cpu) evicts a: less cpu
+    borrowed, but with 3Gi it would borrow memory it did not borrow before. Borrowing on one
+    resource does not pay for borrowing on another (a sum over cpu and bytes means nothing)."""
+
+    def node(name: str, cpu: int, memory: int, **extra: Any) -> dict[str, Any]:
+        minimum = {"cpu": cpu, "memory": f"{memory}Gi"}
+        return {"name": name, "min": minimum, "max": {"cpu": 6, "memory": "4Gi"}, **extra}
+
     tree = {
         "root": {
-            "name": "root",
-            "min": {"cpu": 20},
-            "max": {"cpu": 20},
+            **node("root", 6, 4),
             "children": [
-                leaf("l", ["q"], 6, 7, withinQueue="LowerPriority"),
-                leaf("o", ["qo"], 14, 20),
+                node("l", 2, 2, queues=["q"], withinQueue="LowerPriority"),
+                node("o", 4, 2, queues=["qo"]),
             ],
         }
     }
     events = [
-        submit(run("a", "q", 3)),
-        submit(run("b", "q", 3)),
-        submit(run("x", "q", 4, priority=1)),
+        submit(two_resources("a", "q", 4, 2)),
+        submit(two_resources("x", "q", 3, x_memory, priority=1)),
     ]
     report = last(tree, events)
-    assert report["evicted"] == []
-    assert report["running"] == ["a", "b"]
-    assert report["pending"] == ["x"]
+    assert report["evicted"] == evicted
+    assert ("x" in report["running"]) == bool(evicted)
+
+
+def s3_like(root_cpu: int) -> dict[str, Any]:
+    """The S3 tree (test_scenarios.py) with room for `root_cpu`: P min 10, max 20; Q idle."""
+    return {
+        "root": {
+            "name": "root",
+            "min": {"cpu": root_cpu},
+            "max": {"cpu": root_cpu},
+            "children": [
+                leaf("P", ["p"], 10, 20, withinQueue="LowerPriority"),
+                leaf("Q", ["q"], root_cpu - 10, root_cpu),
+            ],
+        }
+    }
 
 
 @pytest.mark.parametrize(
-    ("leaf_min", "evicted"),
+    ("tree", "events"),
     [
-        (10, ["a"]),  # l stays within its min with x: R8 frees the slot (R12)
-        (0, []),  # x would borrow on l: it waits, a keeps running
+        # x (4) fits l's max 7 once b alone is evicted (the minimal plan), but l (min 6) would
+        # then borrow 1 (3 + 4 = 7) where it borrowed nothing; evicting a too would keep it
+        # within min.
+        (
+            {
+                "root": {
+                    "name": "root",
+                    "min": {"cpu": 20},
+                    "max": {"cpu": 20},
+                    "children": [
+                        leaf("l", ["q"], 6, 7, withinQueue="LowerPriority"),
+                        leaf("o", ["qo"], 14, 20),
+                    ],
+                }
+            },
+            [
+                submit(run("a", "q", 3)),
+                submit(run("b", "q", 3)),
+                submit(run("x", "q", 4, priority=1)),
+            ],
+        ),
+        # S3 with a 20-cpu root: x (10) fits once b alone is evicted, but P would then borrow
+        # 10 (a 5 + mid 5 + x 10) where it borrowed 5; evicting a too would keep it at 5.
+        (
+            s3_like(20),
+            [
+                submit(run("a", "p", 5)),
+                submit(run("b", "p", 5)),
+                submit(run("mid", "p", 5, priority=50)),
+                submit(run("x", "p", 10, priority=100)),
+            ],
+        ),
+    ],
+    ids=["within-min-before", "borrowing-before"],
+)
+def test_r8_judges_its_minimal_plan_and_evicts_no_extra_run(
+    tree: dict[str, Any], events: list[dict[str, Any]]
+) -> None:
+    """The minimal plan (evict b) is refused; a larger one (evict a and b) would pass the rule,
+    but R8 does not carry it out: x waits and nothing is evicted. The extra victim a is not
+    needed for x to fit, so it would fit again at once (the minimal plan's state, with a back,
+    fits) and be admitted by the tournament, borrowing: a restarted for nothing, and the
+    borrowing the rule refused reached one plain admission later."""
+    report = last(tree, events)
+    assert report["evicted"] == []
+    assert "x" in report["pending"]
+    assert {"a", "b"} <= set(report["running"])
+
+
+@pytest.mark.parametrize(
+    ("leaf_min", "x_cpu", "evicted"),
+    [
+        (10, 2, ["a"]),  # l stays within its min with x: R8 frees the slot (R12)
+        (0, 2, ["a"]),  # l borrows 2 before and after: R8 frees the slot
+        (0, 3, []),  # l would borrow 3 where it borrowed 2: x waits, a keeps running
     ],
 )
-def test_r8_frees_a_runs_slot_only_within_the_leaf_min(leaf_min: int, evicted: list[str]) -> None:
+def test_r8_frees_a_runs_slot_unless_the_leaf_would_borrow_more(
+    leaf_min: int, x_cpu: int, evicted: list[str]
+) -> None:
     l_leaf = {
         "name": "l",
         "min": {"cpu": leaf_min},
@@ -289,14 +394,15 @@ def test_r8_frees_a_runs_slot_only_within_the_leaf_min(leaf_min: int, evicted: l
             "children": [l_leaf, leaf("o", ["qo"], 10 - leaf_min, 10)],
         }
     }
-    report = last(tree, [submit(run("a", "q", 2)), submit(run("x", "q", 2, priority=1))])
+    report = last(tree, [submit(run("a", "q", 2)), submit(run("x", "q", x_cpu, priority=1))])
     assert report["evicted"] == evicted
     assert ("x" in report["running"]) == bool(evicted)
 
 
 def test_r8_a_run_that_would_borrow_does_not_preempt() -> None:
-    """x (6) fits l's max 10 and the root's 12 once a (5) is gone (5 + 6), but would borrow 1
-    above l's min 5: x waits and a keeps running (the old rules evicted a)."""
+    """x (6) fits l's max 10 and the root's 12 once a (5) is gone (5 + 6), but l (min 5), which
+    borrowed nothing with a, would borrow 1: x waits and a keeps running (the rules before the
+    cycle fix evicted a)."""
     tree = flat(
         leaf("l", ["q"], 5, 10, withinQueue="LowerPriority"), leaf("o", ["qo"], 7, 12), cap=12
     )

@@ -1,5 +1,6 @@
-"""Acceptance: scenarios S1 and S2 of quota-admission.md §6, through `launch-agent quota
-simulate` (the real entry point, real YAML files), step by step."""
+"""Acceptance: scenarios S1 and S2 of quota-admission.md §6, and S3 (in-queue preemption while
+borrowing, docs/quota.md R8), through `launch-agent quota simulate` (the real entry point, real
+YAML files), step by step."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 from launch_agent.cli import main
-from tests.unit.quota.helpers import ack_tree, counts, gang, run, submit
+from tests.unit.quota.helpers import ack_tree, counts, gang, leaf, run, submit
 
 QUEUES = ["q1", "q2", "q3", "q4"]
 
@@ -155,3 +156,54 @@ def test_s2_whole_gang_eviction_leaves_capacity_idle(s2: list[dict[str, Any]]) -
     assert s2[2]["usage"]["a.1"] == {"cpu": "20"}
     # Step 6: BestEffortFIFO lets H2 pass the infeasible H1.
     assert s2[5]["usage"]["root"] == {"cpu": "40"}
+
+
+def s3_tree() -> dict[str, Any]:
+    """Leaf P (min 10, max 20) preempts within its queue; Q guarantees the other 5 of a 15-cpu
+    root and is idle, so P may borrow Q's 5."""
+    return {
+        "root": {
+            "name": "root",
+            "min": {"cpu": 15},
+            "max": {"cpu": 15},
+            "children": [
+                leaf("P", ["p"], 10, 20, withinQueue="LowerPriority"),
+                leaf("Q", ["q"], 5, 15),
+            ],
+        }
+    }
+
+
+@pytest.fixture
+def s3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    events = [
+        submit(run("p-low-1", "p", 5, priority=0)),
+        submit(run("p-low-2", "p", 5, priority=0)),
+        submit(run("p-mid", "p", 5, priority=50)),
+        submit(run("p-high", "p", 10, priority=100)),
+        {"finish": {"run": "p-high"}},
+    ]
+    return simulate_cli(tmp_path, capsys, s3_tree(), events)
+
+
+def test_s3_in_queue_preemption_while_borrowing(s3: list[dict[str, Any]]) -> None:
+    """P borrows 5 (15 of min 10) when p-high (10 cpu) arrives. It is over P's min, so it may
+    not reclaim (R7), but it may preempt P's own lower-priority runs (R8): its minimal plan,
+    both priority-0 runs (the root has room for 10 only without both), leaves P borrowing 5,
+    no more than before, so it is carried out. p-mid (priority 50, not a candidate of the
+    minimal plan) keeps running."""
+    assert [step["running"] for step in s3[:3]] == [
+        ["p-low-1"],
+        ["p-low-1", "p-low-2"],
+        ["p-low-1", "p-low-2", "p-mid"],
+    ]
+    assert s3[2]["usage"]["P"] == {"cpu": "15"}  # borrowing 5 of Q's idle guarantee
+    step = s3[3]
+    assert step["evicted"] == ["p-low-2", "p-low-1"]  # newest first
+    assert step["running"] == ["p-high", "p-mid"]
+    assert step["pending"] == ["p-low-1", "p-low-2"]
+    assert step["usage"]["P"] == {"cpu": "15"}  # borrowing 5, as before
+    assert step["usage"]["root"] == {"cpu": "15"}
+    # p-high finishes: both priority-0 runs come back (plain admissions may borrow).
+    assert s3[4]["running"] == ["p-low-1", "p-low-2", "p-mid"]
+    assert s3[4]["evicted"] == []

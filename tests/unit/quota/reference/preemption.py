@@ -20,9 +20,9 @@ R7 (only when x's own leaf stays within its min, i.e. G(x, parent(leaf)) holds):
   what makes the no-ping-pong argument (I4) hold for multi-resource requests.
 R8 (leaf policy `LowerPriority`): then the runs of x's own leaf with p < p(x), lowest priority
 first, latest admission first. Candidates from other queues come first, as in Kueue.
-No preemption while borrowing, R8 included (the cycle fix, docs/quota.md "Termination"): a
-plan with victims in x's own leaf is refused when, after its minimized evictions, x's leaf
-would not stay within its min with x.
+R8 never makes x's leaf borrow more (the cycle fix, docs/quota.md "Termination"): a plan with
+victims in x's own leaf is refused when, after its minimized evictions, x's leaf would borrow
+more of some non-count resource x requests than it did before the plan.
 Minimization: walk the victims in reverse and keep running any whose eviction is not needed.
 A count resource (`runs`, `sweep_schedulers`) never triggers R7: when x fits on everything but
 counts, only R8 may free a slot.
@@ -204,10 +204,27 @@ def plan_preemption(
         if not plan.fits():
             return None
         plan.minimize()
-        if any(v.leaf == x.leaf for v in plan.victims) and not ledger.within_min(x.leaf, x.request):
+        in_leaf = [v for v in plan.victims if v.leaf == x.leaf]
+        if in_leaf and _borrows_more(ledger, x, in_leaf):
             return None
         return list(plan.victims)
     finally:
         for run in list(plan.victims):
             if run.id in plan.removed:
                 plan.restore(run)
+
+
+def _borrows_more(ledger: Ledger, x: Run, in_leaf: list[Run]) -> bool:
+    """Whether x's leaf (its victims there already uncharged) borrows more of a requested
+    non-count resource with x than it did before the plan: (after - min)⁺ > (before - min)⁺."""
+    for resource, amount in x.request.items():
+        if amount <= 0 or resource in COUNT_RESOURCES:
+            continue
+        minimum = ledger.mins[x.leaf].get(resource, 0)
+        after = ledger.effective(x.leaf, resource) + amount
+        before = ledger.effective(x.leaf, resource) + sum(
+            v.request.get(resource, 0) for v in in_leaf
+        )
+        if max(after - minimum, 0) > max(before - minimum, 0):
+            return True
+    return False
