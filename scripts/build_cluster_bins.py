@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only", action="append", default=[], help="build only this module folder (repeatable)"
     )
     args = parser.parse_args(argv)
-    dest: Path = args.dest or default_dest()
+    dest: Path = (args.dest or default_dest()).resolve()
     (dest / "bin").mkdir(parents=True, exist_ok=True)
     record = dest / "versions.json"
     versions = json.loads(record.read_text()) if record.exists() else {}
