@@ -18,6 +18,7 @@ from pathlib import Path
 
 from launch_agent.realcluster.bins import Binaries, MissingBinaries
 from launch_agent.realcluster.cluster import DEFAULT_NODES, RealCluster
+from launch_agent.realcluster.multicluster import MultiCluster
 from launch_agent.realcluster.processes import StartError
 from launch_agent.sandbox.cluster import OutcomeError, parse_outcome
 from launch_agent.sandbox.wandb import DEFAULT_API_KEY, LaunchState, WandbServer
@@ -62,6 +63,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     up.add_argument(
         "--no-addons", action="store_true", help="no workload controllers: the control plane only"
+    )
+    up.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="MultiKueue: a manager cluster and N worker clusters (worker-1 ... worker-N), each"
+        " its own API server and etcd; Kueue with MultiKueue on the manager (default: one"
+        " cluster, no MultiKueue)",
+    )
+    up.add_argument(
+        "--worker-lost-timeout",
+        default="15m",
+        help="MultiKueue's workerLostTimeout on the manager (default: %(default)s, Kueue's)",
     )
     up.add_argument(
         "--outcome",
@@ -111,6 +125,9 @@ def _up(args: argparse.Namespace) -> int:
         return _usage(f"--outcome: {exc}")
     if args.nodes < 1:
         return _usage(f"--nodes must be at least 1, got {args.nodes}")
+    if not 0 <= args.workers <= 20:
+        # MultiKueueConfig lists at most 20 clusters (kueue#8561).
+        return _usage(f"--workers must be between 0 and 20, got {args.workers}")
     try:
         bins = Binaries.find()
     except MissingBinaries as exc:
@@ -141,17 +158,30 @@ async def _serve(args: argparse.Namespace, bins: Binaries, directory: Path) -> N
     queues = list(dict.fromkeys(args.queues or ["q1"]))
     for name in queues:
         state.add_queue(name)
-    print(f"# starting the cluster in {directory} (logs in {directory / 'logs'})", file=sys.stderr)
-    async with (
-        RealCluster(
+    print(f"# starting the cluster in {directory} (logs in */logs/ there)", file=sys.stderr)
+    addons = _addons(args, bins)
+    world: RealCluster | MultiCluster
+    if args.workers:
+        if "kueue" not in addons:
+            raise StartError("--workers needs Kueue (MultiKueue runs in it): it is not built")
+        world = MultiCluster(
             directory,
-            nodes=nodes,
-            addons=_addons(args, bins),
+            workers=args.workers,
+            addons=addons,
             bins=bins,
             default_outcome=args.outcome,
-        ) as cluster,
+            worker_lost_timeout=args.worker_lost_timeout,
+            nodes_per_worker=args.nodes,
+        )
+    else:
+        world = RealCluster(
+            directory, nodes=nodes, addons=addons, bins=bins, default_outcome=args.outcome
+        )
+    async with (
+        world,
         WandbServer(state, port=args.wandb_port, api_key=args.api_key) as wb,
     ):
+        cluster = world.manager if isinstance(world, MultiCluster) else world
         env = {
             "KUBECONFIG": str(cluster.kubeconfig),
             "WANDB_BASE_URL": wb.url,
@@ -159,6 +189,11 @@ async def _serve(args: argparse.Namespace, bins: Binaries, directory: Path) -> N
             "WANDB_ENTITY": args.entity,
             "LAUNCH_SANDBOX_QUEUES": ",".join(queues),
         }
+        if isinstance(world, MultiCluster):
+            env["LAUNCH_CLUSTER_WORKERS"] = ",".join(w.name for w in world.workers)
+            for worker in world.workers:
+                key = worker.name.upper().replace("-", "_")
+                env[f"KUBECONFIG_{key}"] = str(worker.kubeconfig)
         text = "".join(f"{key}={value}\n" for key, value in env.items())
         await loop.run_in_executor(None, _write_env, directory, text)
         print(text, end="", flush=True)
@@ -166,8 +201,7 @@ async def _serve(args: argparse.Namespace, bins: Binaries, directory: Path) -> N
             if bins.has(name) or name in cluster.addon_children:
                 print(f"# {bins.describe(_binary(name))}", file=sys.stderr)
         print(
-            f"# up in {cluster.started_seconds:.1f} s; environment also in"
-            f" {directory / 'cluster.env'}; Ctrl-C stops",
+            f"# up; environment also in {directory / 'cluster.env'}; Ctrl-C stops",
             file=sys.stderr,
         )
         await stop.wait()

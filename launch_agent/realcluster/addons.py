@@ -135,19 +135,27 @@ def _kueue_config(layout: Layout, frameworks: Sequence[str], extra: str = "") ->
     return "\n".join(lines) + "\n" + extra
 
 
-KUEUE_FRAMEWORKS = (
-    "batch/job",
-    "jobset.x-k8s.io/jobset",
-    "kubeflow.org/pytorchjob",
-    "trainer.kubeflow.org/trainjob",
-    "ray.io/rayjob",
-    "ray.io/raycluster",
-    "leaderworkerset.x-k8s.io/leaderworkerset",
-)
+# Kueue's integrations, by the add-on that installs each one's CRD. Kueue enables only those
+# whose CRDs are there: MultiKueue, for one, watches every enabled kind on every worker and
+# refuses a worker that lacks one (`multikueuecluster.go`, "Unable to start the watcher").
+KUEUE_FRAMEWORKS: dict[str, tuple[str, ...]] = {
+    "": ("batch/job",),
+    "jobset": ("jobset.x-k8s.io/jobset",),
+    "training-operator": ("kubeflow.org/pytorchjob",),
+    "trainer": ("trainer.kubeflow.org/trainjob",),
+    "kuberay": ("ray.io/rayjob", "ray.io/raycluster"),
+    "lws": ("leaderworkerset.x-k8s.io/leaderworkerset",),
+}
 
 
-def kueue(extra_config: str = "") -> Addon:
-    """Kueue with the integrations the agent's kinds need; `extra_config` adds Configuration
+def kueue_frameworks(addons: Sequence[str]) -> list[str]:
+    return [
+        f for name, kinds in KUEUE_FRAMEWORKS.items() if not name or name in addons for f in kinds
+    ]
+
+
+def kueue(extra_config: str = "", frameworks: Sequence[str] = ("batch/job",)) -> Addon:
+    """Kueue with the integrations of the installed kinds; `extra_config` adds Configuration
     fields (MultiKueue's)."""
     return Addon(
         name="kueue",
@@ -160,7 +168,7 @@ def kueue(extra_config: str = "") -> Addon:
             "--feature-gates=VisibilityOnDemand=false",
             "--zap-log-level=2",
         ],
-        files=lambda layout: {"config.yaml": _kueue_config(layout, KUEUE_FRAMEWORKS, extra_config)},
+        files=lambda layout: {"config.yaml": _kueue_config(layout, frameworks, extra_config)},
         cert_secret=("kueue-system", "kueue-webhook-server-cert"),
     )
 

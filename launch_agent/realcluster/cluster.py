@@ -122,7 +122,11 @@ class RealCluster:
         self._sim_task = asyncio.create_task(sim.run(), name=f"{self.name} node simulator")
 
     async def _start_addon(self, name: str) -> None:
-        addon = addons_.kueue(self.kueue_config) if name == "kueue" else addons_.ADDONS[name]()
+        if name == "kueue":
+            frameworks = addons_.kueue_frameworks(self.addon_names)
+            addon = addons_.kueue(self.kueue_config, frameworks)
+        else:
+            addon = addons_.ADDONS[name]()
         if not self.bins.has(addon.binary):
             raise StartError(
                 f"{addon.binary} is not built (run `make cluster-bins`); it is needed for {name}"
