@@ -280,7 +280,9 @@ class Finisher:
                 Reason.WORKLOAD_FAILED, "the workload failed", Severity.TERMINAL
             )
             message = await self._failure_message(record, diag)
-            sent = await self.reporter.fail(record.rqi_id, message, "run", diag.reason.value)
+            sent = await self.reporter.fail(
+                record.rqi_id, message, stage="run", reason=diag.reason.value
+            )
             if isinstance(sent, Sent) and record.scheduler:
                 await self.checks.scheduler_failed(record)
         elif state is RunState.SUCCEEDED and record.stop_requested_at is None:
@@ -301,7 +303,7 @@ class Finisher:
                     Reason.DELETED, "the workload was deleted", Severity.TERMINAL
                 )
                 sent = await self.reporter.fail(
-                    record.rqi_id, diag.message, "run", diag.reason.value
+                    record.rqi_id, diag.message, stage="run", reason=diag.reason.value
                 )
         match sent:
             case NotSent():
@@ -342,8 +344,8 @@ class Finisher:
             return await self.reporter.fail(
                 record.rqi_id,
                 f"{message}; W&B says the run {state}",
-                "run",
-                Reason.DELETED.value,
+                stage="run",
+                reason=Reason.DELETED.value,
             )
         log.warning(
             "%s was found deleted by a relist (its final status unseen, not deleted by this"
@@ -527,8 +529,8 @@ class Finisher:
                 record.rqi_id,
                 f"{record.workload}: {reason}; it cannot be requeued because its run spec is not"
                 " recorded on the workload: resubmit it",
-                "run",
-                Reason.PREEMPTED.value,
+                stage="run",
+                reason=Reason.PREEMPTED.value,
             )
         resumes = spec.get("_resume_count", 0)
         resumes = resumes if isinstance(resumes, int) else 0
@@ -537,8 +539,8 @@ class Finisher:
                 record.rqi_id,
                 f"{record.workload}: {reason}; it was already requeued {resumes} time(s), the"
                 f" limit (tracking.max_requeues) is {self.tracking.max_requeues}",
-                "run",
-                Reason.PREEMPTED.value,
+                stage="run",
+                reason=Reason.PREEMPTED.value,
             )
         again = {**spec, "_resume_count": resumes + 1, "run_id": record.run_id}
         again.pop("sweep_id", None)  # as W&B's agent: the sweep does not own the resumed run

@@ -151,13 +151,15 @@ class Reporter:
         self,
         item_id: str,
         message: str,
+        *,
         stage: str,
         reason: str,
-        *,
         verify: ItemRef | None = None,
     ) -> Delivery[None]:
-        """`failRunQueueItem`. With `verify` (the item's queue), first ask W&B whether the item
-        is already `FAILED`: then the failure is `Sent` without a second mutation."""
+        """`failRunQueueItem`: `stage` is W&B's failure kind (`agent`, `build`, `run`),
+        `reason` the failure metric's label. With `verify` (the item's queue), first ask W&B
+        whether the item is already `FAILED`: then the failure is `Sent` without a second
+        mutation."""
         if verify is not None:
             known = await self.already_failed(verify)
             match known:

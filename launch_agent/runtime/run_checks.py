@@ -123,7 +123,7 @@ class RunChecks:
         # An adopted run may have been checked and failed by the process before this one.
         verify = ItemRef(self.entity, record.queue, record.rqi_id) if record.adopted else None
         await self.reporter.fail(
-            record.rqi_id, NO_WANDB_INIT, "run", "no_wandb_init", verify=verify
+            record.rqi_id, NO_WANDB_INIT, stage="run", reason="no_wandb_init", verify=verify
         )
         self._verdict()
 

@@ -185,7 +185,7 @@ class QuotaDriver:
             if record is None or record.finishing:
                 continue
             self.runs.mark_finishing(record)
-            sent = await self.reporter.fail(rqi_id, message, "agent", "quota")
+            sent = await self.reporter.fail(rqi_id, message, stage="agent", reason="quota")
             match sent:
                 case NotSent():
                     continue  # the next start adopts the run and refuses it again
