@@ -35,7 +35,6 @@ from typing import Any
 from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import Problem, QueueSpec, SecurityExceptions
 from launch_agent.model.run_item import RunItem
-from launch_agent.render.edit import main_container
 from launch_agent.render.kinds import KindInfo
 from launch_agent.render.merge import MISSING, REMOVED, Change, is_named_list, merge_changes
 from launch_agent.render.paths import (
@@ -399,23 +398,14 @@ def _args_unchanged(
             return shlex.join([*shlex.split(str(current)), *args]) == str(current)
         except ValueError:
             return False
-    if info.entry_target == "trainer":
-        spec = manifest.get("spec")
-        trainer = spec.get("trainer") if isinstance(spec, dict) else None
-        return _same_args(trainer.get("args") if isinstance(trainer, dict) else None, args)
-    if info.env_target != "containers":
-        return True  # the pipeline writes containers' args only with the W&B environment
-    for _path, tmpl in info.pod_template_matches(manifest):
-        spec = tmpl.get("spec")
-        containers = spec.get("containers") if isinstance(spec, dict) else None
-        if not isinstance(containers, list) or not containers:
-            if args:
-                return False
-            continue
-        main = main_container(containers, info.main_container)
-        if main is not None and not _same_args(main.get("args"), args):
-            return False
-    return True
+    # Everywhere else the pipeline writes the args into the run's targets: a TrainJob's
+    # trainer, or each pod template's main container (`{}` for a template whose container
+    # the pipeline adds).
+    return all(
+        _same_args(target.get("args"), args)
+        for target in info.run_targets(manifest)
+        if target is not None
+    )
 
 
 def _same_args(current: Any, args: list[str]) -> bool:
