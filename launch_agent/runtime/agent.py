@@ -82,6 +82,7 @@ from launch_agent.runtime.poller import Poller
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.run_checks import RunChecks
 from launch_agent.runtime.runs import RunTable
+from launch_agent.runtime.settlement import Settlement
 from launch_agent.runtime.specs import SpecStore
 from launch_agent.runtime.startup import (
     Queues,
@@ -111,6 +112,7 @@ class _Adopted(NamedTuple):
     queues: Queues
     wandb: WandbClient
     reporter: Reporter
+    settlement: Settlement
     finisher: Finisher
     tracker: Tracker
 
@@ -333,6 +335,7 @@ class Agent:
         if config.leader_election.enabled:
             self.elector = await stack.enter_async_context(self._elector(kube))
         self.reporter = reporter = Reporter(wandb, self.metrics, stopping)
+        settlement = Settlement(wandb, reporter, self.metrics, queue_entity=queues.entity)
         self.finisher = finisher = Finisher(
             kube,
             self.runs,
@@ -340,6 +343,7 @@ class Agent:
             self.metrics,
             config.tracking,
             checks=RunChecks(wandb, reporter, config.sweeps, entity=queues.entity),
+            settlement=settlement,
             queue_entity=queues.entity,
             clock=self.clock,
         )
@@ -371,7 +375,7 @@ class Agent:
         log.info("adopted %d run(s) from the cluster", len(self.runs))
         if not await self._lead(stopping):
             return None
-        return _Adopted(queues, wandb, reporter, finisher, tracker)
+        return _Adopted(queues, wandb, reporter, settlement, finisher, tracker)
 
     async def _lead(self, stopping: asyncio.Event) -> bool:
         """Whether this replica leads (or runs alone); a standby waits for the Lease with its
@@ -449,6 +453,7 @@ class Agent:
             settings=registered.settings,
             admission=self.admission,
             schedulers=SchedulerCap(config.max_schedulers, self.runs),
+            settlement=adopted.settlement,
             builds=builds,
             clock=self.clock,
         )

@@ -9,7 +9,7 @@ unless the runSpec names one), so every crash window ends well:
   knowing whether the item was acked. While the workload exists, a second pop of the item finds
   its record (or its create answers 409) and only acks it; when the run ends, the finisher
   acks the item or, its lease lapsed, keeps the workload until W&B offers the item again and
-  that offer is acked (`Finisher._settle`), so an item never gets a second workload;
+  that offer is acked (runtime/settlement.py), so an item never gets a second workload;
 - crash after the ack: the restarted agent adopts the workload from its labels.
 
 `ackRunQueueItem` answering `success: false` means our lease lapsed before the ack: the item is
@@ -36,10 +36,9 @@ spec allows it. A sweep run (`sweep_id`) starts only while its sweep is RUNNING 
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from launch_agent.adapters.kube import (
     Created,
@@ -51,12 +50,11 @@ from launch_agent.adapters.kube import (
     KubeUnauthorized,
 )
 from launch_agent.adapters.wandb_client import RunQueueItem, WandbClient
-from launch_agent.adapters.wandb_errors import WandbAckUncertain, WandbError, WandbUnavailable
+from launch_agent.adapters.wandb_errors import WandbError, WandbUnavailable
 from launch_agent.model.config import AgentConfig
 from launch_agent.model.queue_spec import InvalidInput, Problem, QueueSpec
 from launch_agent.model.run_item import RunItem, parse_run_item
 from launch_agent.model.sweeps import (
-    SCHEDULER_MARK,
     is_custom_scheduler,
     is_scheduler_item,
     sweep_state_refusal,
@@ -73,16 +71,14 @@ from launch_agent.runtime.builds import BuildService
 from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.outcomes import ItemFailed, LeftForLater
+from launch_agent.runtime.recorded_spec import record_run_spec
 from launch_agent.runtime.reporter import Delivery, Reporter
-from launch_agent.runtime.runs import RUN_SPEC, RunRecord, RunTable
+from launch_agent.runtime.runs import RunRecord, RunTable
+from launch_agent.runtime.settlement import Settlement
 from launch_agent.runtime.specs import SpecStore
 from launch_agent.runtime.tracker import Tracker
 
 log = logging.getLogger(__name__)
-
-# Larger run specs are not recorded on the workload (annotations share a 256 KiB budget);
-# such a run is failed instead of requeued if it is preempted.
-MAX_RUN_SPEC_ANNOTATION = 64 * 1024
 
 
 def not_installed_message(exc: KindNotInstalled) -> str:
@@ -103,18 +99,6 @@ def shown(value: object, limit: int = 80) -> str:
 
 def problems_text(problems: Sequence[Problem]) -> str:
     return "; ".join(str(p) for p in problems)
-
-
-def recorded_run_spec(run_spec: Mapping[str, Any], *, scheduler: bool) -> dict[str, str]:
-    text = json.dumps(
-        {k: v for k, v in run_spec.items() if k != "_wandb_api_key"},
-        separators=(",", ":"),
-        default=str,
-    )
-    recorded = {RUN_SPEC: text} if len(text) <= MAX_RUN_SPEC_ANNOTATION else {}
-    if scheduler:
-        recorded[SCHEDULER_MARK] = "true"
-    return recorded
 
 
 def _standard_scheduler(item: RunQueueItem, scheduler: bool) -> bool:
@@ -145,6 +129,7 @@ class Dispatcher:
         settings: RenderSettings,
         admission: AdmissionStage,
         schedulers: SchedulerCap,
+        settlement: Settlement,
         builds: BuildService | None = None,
         clock: Clock = monotonic,
     ) -> None:
@@ -160,6 +145,7 @@ class Dispatcher:
         self.settings = settings
         self.admission = admission
         self.schedulers = schedulers
+        self.settlement = settlement
         self.clock = clock
         # Scheduler items already warned about the cap (W&B offers them again every lease).
         self._capped: set[str] = set()
@@ -184,7 +170,7 @@ class Dispatcher:
             return
         existing = self.runs.get(item.id)
         if existing is not None:
-            await self._offered_again(item, existing)
+            await self.settlement.offered_again(item, existing)
             return
         self._in_flight.add(item.id)
         try:
@@ -216,25 +202,6 @@ class Dispatcher:
                     reason="malformed",
                 ),
             )
-
-    async def _offered_again(self, item: RunQueueItem, record: RunRecord) -> None:
-        """W&B offers an item this process has a workload for (created or adopted): its ack
-        was lost and its lease lapsed. The run is never rendered or created again, whatever
-        became of its workload (a custom resource that ended is deleted, and then a create
-        would succeed): the offer is acked. A run already over waits for this ack before its
-        clean-up (`Finisher._settle`). A record without a workload yet is a dispatch of the
-        same item still in flight: that dispatch acks."""
-        if record.last is None:
-            return  # a record whose create has not answered is a dispatch's: it acks
-        log.warning(
-            "item %s offered again by W&B (its ack was lost, its lease lapsed): %s exists"
-            " already; acking it, not creating it again",
-            item.id,
-            record.workload,
-        )
-        # Counted as a create answering 409 is: the pop found its workload.
-        self.metrics.submits.labels(queue=item.queue, kind=record.kind, outcome="adopted").inc()
-        await self._ack(item, record)
 
     def _over_cap(self, item: RunQueueItem) -> None:
         """W&B's agent: warn, do not ack; the lease lapses and W&B offers the item again."""
@@ -368,7 +335,7 @@ class Dispatcher:
         """The admission stage's decisions, then the one manifest render makes of them.
         Render's own problems are reported before the stage's refusal: they are what the
         submitter can change; the refused run is rendered without decisions only to find them."""
-        recorded = recorded_run_spec(item.run_spec, scheduler=scheduler)
+        recorded = record_run_spec(item.run_spec, scheduler=scheduler)
         refusal: Refused | None = None
         try:
             decisions = self.admission.admit(item.id, item.queue, spec, item.run_spec)
@@ -478,45 +445,10 @@ class Dispatcher:
             item.queue,
             run.run_id or derived_run_id(run.run_queue_item_id),
         )
-        await self._ack(item, record)
+        await self.settlement.ack(item, record)
         self.admission.created(record)
         for warning in result.warnings:
             self.reporter.warn(item.id, f"{warning}", "agent")
-
-    async def _ack(self, item: RunQueueItem, record: RunRecord) -> None:
-        try:
-            won = await self.wandb.ack(item.id, record.run_id)
-        except WandbAckUncertain as exc:
-            # It may have landed or not (the chaos bench saw such items offered again): the
-            # workload stays tracked, the item not known acked; the offer is acked if it comes,
-            # and W&B's item state is read before the run's clean-up (`Finisher._settle`).
-            log.warning("%s; the item is settled when offered again or when the run ends", exc)
-            return
-        except WandbUnavailable as exc:
-            log.warning(
-                "ack of item %s not sent (%s): W&B offers it again after its lease and the"
-                " existing workload is adopted then",
-                item.id,
-                exc,
-            )
-            return
-        except WandbError as exc:
-            log.error("W&B refused the ack of item %s: %s", item.id, exc)
-            return
-        if not won:
-            if record.acked:
-                return  # claimed meanwhile by this process (the finisher settling the run)
-            # Our lease lapsed: W&B offers the item again (or another agent claimed it). The
-            # workload's name is the item's, so any claim of the item is of this workload: it
-            # stays tracked (dropping it left an unreported run and its quota held), and the
-            # item is acked when offered again or settled when the run ends (`Finisher._settle`).
-            log.warning(
-                "ack of item %s answered success: false (our lease lapsed): %s stays tracked",
-                item.id,
-                record.workload,
-            )
-            return
-        record.acked = True
 
     def _build_message(self, run: RunItem) -> str:
         builder = self.config.builder.type if self.config.builder else None

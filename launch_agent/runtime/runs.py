@@ -49,7 +49,7 @@ class RunRecord:
     # This process saw W&B claim the item (its ack, or the item CLAIMED when asked). An adopted
     # workload does not say whether the ack of the process that created it landed (a kill
     # between the create and the ack): False until W&B is asked, which the finisher does
-    # before the workload is cleaned up (`Finisher._settle`).
+    # before the workload is cleaned up (`Settlement.settle`, runtime/settlement.py).
     acked: bool = False
     adopted: bool = False
     state: RunState | None = None

@@ -3,7 +3,7 @@
 A finished workload whose item was never acked (its creator was killed between the create and
 the ack, and the lease lapsed) is the only proof that the item ran: while it exists, a second
 pop of the item adopts it (the name is deterministic, a create answers 409), and the finisher
-keeps it until W&B offers the item and the dispatcher acks that offer (`Finisher._settle`).
+keeps it until W&B offers the item and the dispatcher acks that offer (runtime/settlement.py).
 The record of that wait is in memory; the Job is in the cluster, but its
 `ttlSecondsAfterFinished` (an hour by default) deletes it whatever the agent waits for. When the
 wait outlasts the TTL (in quota mode, a full leaf pops nothing from its queues for as long as it
