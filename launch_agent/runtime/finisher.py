@@ -300,37 +300,7 @@ class Finisher:
         self.metrics.outcomes.labels(state=state.value).inc()
         # An adopted run was never popped by this process: its failure still counts for its queue.
         self.metrics.activity.remember(record.rqi_id, record.queue)
-        sent: Delivery[object] = Sent(None)
-        if state is RunState.FAILED:
-            diag = diagnosis or Diagnosis(
-                Reason.WORKLOAD_FAILED, "the workload failed", Severity.TERMINAL
-            )
-            message = await self._failure_message(record, diag)
-            sent = await self.reporter.fail(
-                record.rqi_id, message, stage="run", reason=diag.reason.value
-            )
-            if isinstance(sent, Sent) and record.scheduler:
-                await self.checks.scheduler_failed(record)
-        elif state is RunState.SUCCEEDED and record.stop_requested_at is None:
-            self.checks.succeeded(record)
-        elif state is RunState.PREEMPTED:
-            sent = await self._requeue(record, diagnosis)
-        elif state is RunState.STOPPED and record.stop_requested_at is None:
-            stopped = await self.checks.stopped_in_wandb(record)
-            if stopped is None:
-                sent = NotSent("stopping before W&B said whether the run was stopped")
-            elif stopped:
-                # Stopped from the UI and deleted by the replica (or process) that saw it.
-                log.info("run %s was stopped in W&B: nothing to report", record.run_id)
-            elif record.end_unseen and not record.deleting:
-                sent = await self._unseen_deletion(record, diagnosis)
-            else:
-                diag = diagnosis or Diagnosis(
-                    Reason.DELETED, "the workload was deleted", Severity.TERMINAL
-                )
-                sent = await self.reporter.fail(
-                    record.rqi_id, diag.message, stage="run", reason=diag.reason.value
-                )
+        sent = await self._report(record, state, diagnosis)
         match sent:
             case NotSent():
                 # Stopping during a W&B outage: the workload and its record stay, unmarked, so
@@ -343,6 +313,47 @@ class Finisher:
         # A failure W&B accepted is final: W&B never offers a FAILED item again.
         failed = state is RunState.FAILED and isinstance(sent, Sent)
         await self._finish(record, state, settled=failed)
+
+    async def _report(
+        self, record: RunRecord, state: RunState, diagnosis: Diagnosis | None
+    ) -> Delivery[object]:
+        """What W&B is told of the run's end, by state (the module docstring's list)."""
+        if state is RunState.FAILED:
+            diag = diagnosis or Diagnosis(
+                Reason.WORKLOAD_FAILED, "the workload failed", Severity.TERMINAL
+            )
+            message = await self._failure_message(record, diag)
+            sent = await self.reporter.fail(
+                record.rqi_id, message, stage="run", reason=diag.reason.value
+            )
+            if isinstance(sent, Sent) and record.scheduler:
+                await self.checks.scheduler_failed(record)
+            return sent
+        if record.stop_requested_at is not None and state is not RunState.PREEMPTED:
+            return Sent(None)  # W&B asked for the stop: nothing to report
+        if state is RunState.SUCCEEDED:
+            self.checks.succeeded(record)
+        elif state is RunState.PREEMPTED:
+            return await self._requeue(record, diagnosis)
+        elif state is RunState.STOPPED:
+            return await self._stopped(record, diagnosis)
+        return Sent(None)
+
+    async def _stopped(self, record: RunRecord, diagnosis: Diagnosis | None) -> Delivery[object]:
+        """A workload deleted before it finished, by someone other than W&B's stop."""
+        stopped = await self.checks.stopped_in_wandb(record)
+        if stopped is None:
+            return NotSent("stopping before W&B said whether the run was stopped")
+        if stopped:
+            # Stopped from the UI and deleted by the replica (or process) that saw it.
+            log.info("run %s was stopped in W&B: nothing to report", record.run_id)
+            return Sent(None)
+        if record.end_unseen and not record.deleting:
+            return await self._unseen_deletion(record, diagnosis)
+        diag = diagnosis or Diagnosis(Reason.DELETED, "the workload was deleted", Severity.TERMINAL)
+        return await self.reporter.fail(
+            record.rqi_id, diag.message, stage="run", reason=diag.reason.value
+        )
 
     async def _unseen_deletion(
         self, record: RunRecord, diagnosis: Diagnosis | None
