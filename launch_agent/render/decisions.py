@@ -12,9 +12,9 @@ security enforcement (so no decision can loosen what enforcement checks):
 - `labels`, `annotations`: extra metadata (the runSpec the agent requeues a preempted run from);
 - `pod_set_annotations`: metadata computed from the final pod sets (the quota stamp, which
   carries the run's request so a restart can charge it without the pod templates). A pure
-  function of the pod sets; it raises `Refused` when the request cannot be read.
+  function of the pod sets; it raises `NotAdmitted` when the request cannot be read.
 
-`Refused` is the admission stage's refusal of a run, with the message W&B shows and the reason
+`NotAdmitted` is the admission stage's refusal of a run, with the message W&B shows and the reason
 label of the failure metric.
 """
 
@@ -32,7 +32,7 @@ from launch_agent.render.kinds import KindInfo, PodSet, spec_kind
 PodSetAnnotations = Callable[[list[PodSet]], Mapping[str, str]]
 
 
-class Refused(Exception):
+class NotAdmitted(Exception):
     """The admission stage will not take this run; `message` says why and what to change."""
 
     def __init__(self, message: str, reason: str = "quota") -> None:

@@ -90,7 +90,7 @@ def render(
     queue_name: str | None = None,
     decisions: Admission = NO_DECISIONS,
 ) -> RenderResult:
-    """Render one popped item; raises `InvalidInput` listing every problem (and `Refused`
+    """Render one popped item; raises `InvalidInput` listing every problem (and `NotAdmitted`
     when the admission decisions cannot be applied: render/decisions.py). The stages are the
     module docstring's, one function each."""
     run = _parse(item, settings)  # 1

@@ -60,7 +60,7 @@ from launch_agent.model.sweeps import (
     sweep_state_refusal,
 )
 from launch_agent.render import kinds
-from launch_agent.render.decisions import NO_DECISIONS, Refused
+from launch_agent.render.decisions import NO_DECISIONS, NotAdmitted
 from launch_agent.render.naming import derived_run_id
 from launch_agent.render.pipeline import render
 from launch_agent.render.scheduler import scheduler_queue_spec, scheduler_run
@@ -336,10 +336,10 @@ class Dispatcher:
         Render's own problems are reported before the stage's refusal: they are what the
         submitter can change; the refused run is rendered without decisions only to find them."""
         recorded = record_run_spec(item.run_spec, scheduler=scheduler)
-        refusal: Refused | None = None
+        refusal: NotAdmitted | None = None
         try:
             decisions = self.admission.admit(item.id, item.queue, spec, item.run_spec)
-        except Refused as exc:
+        except NotAdmitted as exc:
             decisions, refusal = NO_DECISIONS, exc
         try:
             result = render(
@@ -350,7 +350,7 @@ class Dispatcher:
                 queue_name=item.queue,
                 decisions=decisions.annotated(recorded),
             )
-        except Refused as exc:
+        except NotAdmitted as exc:
             raise ItemFailed(exc.message, stage="agent", reason=exc.reason) from None
         except InvalidInput as exc:
             raise ItemFailed(

@@ -56,7 +56,7 @@ from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
 from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.recorded_spec import recorded_run_spec, resume_count
-from launch_agent.runtime.reporter import Delivery, ItemRef, NotSent, Refused, Reporter, Sent
+from launch_agent.runtime.reporter import Declined, Delivery, ItemRef, NotSent, Reporter, Sent
 from launch_agent.runtime.run_checks import RunChecks
 from launch_agent.runtime.runs import REPORTED, RunRecord, RunTable
 from launch_agent.runtime.settlement import Settlement
@@ -218,7 +218,7 @@ class Finisher:
         match failed:
             case Sent(value=True):
                 return Sent("the item is FAILED")
-            case Sent() | Refused():
+            case Sent() | Declined():
                 pass  # a refusal cannot tell: the report must not be lost, W&B judges it
             case NotSent():
                 return failed
@@ -237,7 +237,7 @@ class Finisher:
         match pushed:
             case Sent(value=str(new_id)):
                 return Sent(f"it was requeued as item {new_id}")
-            case Sent() | Refused():
+            case Sent() | Declined():
                 return Sent(None)
             case NotSent():
                 return pushed
@@ -279,7 +279,7 @@ class Finisher:
                 return False
             case NotSent():
                 return None
-            case Refused():
+            case Declined():
                 return False
             case _:
                 assert_never(known)
@@ -306,7 +306,7 @@ class Finisher:
                 # Stopping during a W&B outage: the workload and its record stay, unmarked, so
                 # the next start adopts the run and reports it then.
                 return
-            case Sent() | Refused():
+            case Sent() | Declined():
                 pass  # W&B answered; a refusal is final, asking again gets the same answer
             case _:
                 assert_never(sent)
@@ -503,7 +503,7 @@ class Finisher:
         match pushed:
             case Sent(value=new_id):
                 pass
-            case Refused() | NotSent():
+            case Declined() | NotSent():
                 return pushed
             case _:
                 assert_never(pushed)

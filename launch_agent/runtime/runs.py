@@ -73,7 +73,7 @@ class RunRecord:
     timed: bool = False
     # Pods of the run that still exist and have not ended: they hold their node's resources
     # (a pod deleted gracefully keeps its GPUs until its containers stop).
-    holding: int = 0
+    live_pods: int = 0
     # A failed workload whose pods do not explain it yet: wait for them until then (monotonic).
     explain_until: float | None = None
     # The `ttlSecondsAfterFinished` taken off its Job while its item is unsettled

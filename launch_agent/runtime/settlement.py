@@ -29,7 +29,7 @@ from launch_agent.adapters.wandb_client import RunQueueItem, WandbClient
 from launch_agent.adapters.wandb_errors import WandbAckUncertain, WandbError, WandbUnavailable
 from launch_agent.model.run_state import RunState
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.reporter import ItemRef, NotSent, Refused, Reporter, Sent
+from launch_agent.runtime.reporter import Declined, ItemRef, NotSent, Reporter, Sent
 from launch_agent.runtime.runs import RunRecord
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ class Settlement:
         match state:
             case NotSent():
                 return None
-            case Refused(error=error):
+            case Declined(error=error):
                 return await self._unknown_state(record, error)
             case Sent(value=None):
                 log.warning(
@@ -191,7 +191,7 @@ class Settlement:
                 )
                 record.acked = True
                 return True
-            case Sent() | Refused():
+            case Sent() | Declined():
                 # The lease lapsed meanwhile, or the dispatcher acked the offer first.
                 return record.acked
             case _:

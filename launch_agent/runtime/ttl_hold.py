@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from launch_agent.model import labels as L
+from launch_agent.tracking.views import Meta
 
 TTL_HELD = L.PREFIX + "ttl-held"  # the workload's TTL while its item is unsettled
 
@@ -50,8 +51,7 @@ def ttl_of(job: Mapping[str, Any]) -> int | None:
 
 def ttl_held_on(job: Mapping[str, Any] | None) -> int | None:
     """The TTL a hold took off this workload (its `launch-agent.io/ttl-held`), if any."""
-    annotations = ((job or {}).get("metadata") or {}).get("annotations") or {}
-    text = annotations.get(TTL_HELD)
+    text = Meta(job).annotation(TTL_HELD)
     # Anyone who may patch the Job may write it: only a plain count of seconds is taken back.
     if not isinstance(text, str) or not re.fullmatch(r"[0-9]{1,9}", text):
         return None

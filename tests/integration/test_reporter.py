@@ -15,7 +15,7 @@ import pytest
 from launch_agent.adapters.retry import RetryPolicy
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.reporter import ItemRef, NotSent, Refused, Reporter, Sent
+from launch_agent.runtime.reporter import Declined, ItemRef, NotSent, Reporter, Sent
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState, LaunchState, WandbServer
 
@@ -100,7 +100,7 @@ async def test_a_refusal_is_told_apart_from_not_sent(wb: WandbServer, client: Wa
     wb.faults.add(FaultRule("failRunQueueItem", graphql_error=True, message="no such item"))
     reporter = Reporter(client, Metrics(), asyncio.Event(), retry_base=0.01, retry_cap=0.02)
     refused = await reporter.fail(item, "lost", stage="run", reason="ExitCode")
-    assert isinstance(refused, Refused)
+    assert isinstance(refused, Declined)
     assert "no such item" in refused.error
     assert reporter.sent["fail"] == 0
 
