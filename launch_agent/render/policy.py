@@ -206,7 +206,8 @@ def _keys(node: Any, path: Path) -> Iterator[tuple[Path, str, Any]]:
 
 
 def _refusals(change: Change, sec: SecurityExceptions) -> Iterator[tuple[Path, str]]:
-    """What no grant permits in this change: the keys on its path and in its new value."""
+    """What no grant permits in this change: the keys on its path and in its new value, the
+    Secrets it names, and the reserved labels it removes or replaces."""
     path, value = change.path, change.value
     on_path: list[tuple[Path, str, Any]] = []
     for i, seg in enumerate(path):
@@ -214,26 +215,45 @@ def _refusals(change: Change, sec: SecurityExceptions) -> Iterator[tuple[Path, s
             on_path.append((path[: i + 1], seg, _at_rest(path[i + 1 :], value)))
     new = list(_keys(value, path)) if value is not REMOVED else []
     for where, key, v in on_path + new:
-        parent = where[-2] if len(where) > 1 else None
-        if parent in ("labels", "annotations"):
-            if _reserved(key):
+        yield from _key_refusals(where, key, v, sec)
+    yield from _secret_refusals(change, on_path, sec)
+    # Removing or replacing the admin's reserved labels (Kueue's queue) is a change to them too.
+    if change.base is not MISSING:
+        for where, key, _v in _keys(change.base, path):
+            if len(where) > 1 and where[-2] in ("labels", "annotations") and _reserved(key):
                 yield where, f"is reserved for the agent and Kueue; {_NO_GRANT}"
-            continue
-        if parent in FREE_FORM:
-            continue
-        if key in SWITCHES and parent not in SWITCH_EXEMPT_PARENTS:
-            yield where, f"{SWITCHES[key]}; {_NO_GRANT}"
-        elif tuple(where) in QUEUE_KEYS:
-            yield where, f"sets the scheduler queue the workload is admitted from; {_NO_GRANT}"
-        elif "namespace" in key.lower() and key not in NOT_A_NAMESPACE:
-            yield where, f"names a namespace: workloads run only in the queue spec's; {_NO_GRANT}"
-        elif key == "serviceAccountToken":
-            yield from _token(where, v, sec)
-    # Secrets: the names the new value brings, less those the template's replaced value had.
+
+
+def _key_refusals(
+    where: Path, key: str, value: Any, sec: SecurityExceptions
+) -> Iterator[tuple[Path, str]]:
+    """What a key the change writes (or writes below) switches that no grant covers."""
+    parent = where[-2] if len(where) > 1 else None
+    if parent in ("labels", "annotations"):
+        if _reserved(key):
+            yield where, f"is reserved for the agent and Kueue; {_NO_GRANT}"
+        return
+    if parent in FREE_FORM:
+        return
+    if key in SWITCHES and parent not in SWITCH_EXEMPT_PARENTS:
+        yield where, f"{SWITCHES[key]}; {_NO_GRANT}"
+    elif tuple(where) in QUEUE_KEYS:
+        yield where, f"sets the scheduler queue the workload is admitted from; {_NO_GRANT}"
+    elif "namespace" in key.lower() and key not in NOT_A_NAMESPACE:
+        yield where, f"names a namespace: workloads run only in the queue spec's; {_NO_GRANT}"
+    elif key == "serviceAccountToken":
+        yield from _token(where, value, sec)
+
+
+def _secret_refusals(
+    change: Change, on_path: Sequence[tuple[Path, str, Any]], sec: SecurityExceptions
+) -> Iterator[tuple[Path, str]]:
+    """The Secrets the new value names, less those the template's replaced value had, that
+    the spec does not list."""
     trusted = (
         {n for _w, n in _secret_names(change.base, (), [])} if change.base is not MISSING else set()
     )
-    for where, name in _secret_names(value, path, on_path):
+    for where, name in _secret_names(change.value, change.path, on_path):
         if name not in trusted and name not in sec.secrets:
             listed = ", ".join(sorted(sec.secrets)) or "none"
             yield (
@@ -241,11 +261,6 @@ def _refusals(change: Change, sec: SecurityExceptions) -> Iterator[tuple[Path, s
                 f"names Secret {name!r}, which the queue spec does not list in security.secrets"
                 f" (listed: {listed}); {_NO_GRANT}",
             )
-    # Removing or replacing the admin's reserved labels (Kueue's queue) is a change to them too.
-    if change.base is not MISSING:
-        for where, key, _v in _keys(change.base, path):
-            if len(where) > 1 and where[-2] in ("labels", "annotations") and _reserved(key):
-                yield where, f"is reserved for the agent and Kueue; {_NO_GRANT}"
 
 
 _NO_GRANT = "refused even where the queue spec grants overrides"
