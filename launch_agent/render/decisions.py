@@ -12,9 +12,9 @@ security enforcement (so no decision can loosen what enforcement checks):
 - `labels`, `annotations`: extra metadata (the runSpec the agent requeues a preempted run from);
 - `pod_set_annotations`: metadata computed from the final pod sets (the quota stamp, which
   carries the run's request so a restart can charge it without the pod templates). A pure
-  function of the pod sets; it raises `Refused` when the request cannot be read.
+  function of the pod sets; it raises `NotAdmitted` when the request cannot be read.
 
-`Refused` is the admission stage's refusal of a run, with the message W&B shows and the reason
+`NotAdmitted` is the admission stage's refusal of a run, with the message W&B shows and the reason
 label of the failure metric.
 """
 
@@ -27,12 +27,12 @@ from typing import Any
 from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import QueueSpec
 from launch_agent.render.edit import child_map
-from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, lookup
+from launch_agent.render.kinds import KindInfo, PodSet, spec_kind
 
 PodSetAnnotations = Callable[[list[PodSet]], Mapping[str, str]]
 
 
-class Refused(Exception):
+class NotAdmitted(Exception):
     """The admission stage will not take this run; `message` says why and what to change."""
 
     def __init__(self, message: str, reason: str = "quota") -> None:
@@ -64,18 +64,12 @@ class Admission:
 NO_DECISIONS = Admission()
 
 
-def spec_kind_info(spec: QueueSpec) -> KindInfo | None:
-    if spec.custom_kind is not None:
-        return custom_kind_info(spec.api_version, spec.kind, spec.custom_kind)
-    return lookup(spec.api_version, spec.kind)
-
-
 def default_kueue_queue(spec: QueueSpec, default: str | None) -> str | None:
     """The LocalQueue a spec's runs go to when the agent delegates to Kueue: the spec's own, or
     `default` for a spec that names none and whose kind Kueue can queue."""
     if spec.kueue_queue_name or not default:
         return spec.kueue_queue_name
-    info = spec_kind_info(spec)
+    info = spec_kind(spec)
     if info is None or info.kueue is None:
         return None
     return default
@@ -83,21 +77,10 @@ def default_kueue_queue(spec: QueueSpec, default: str | None) -> str | None:
 
 def can_suspend(spec: QueueSpec) -> str | None:
     """None if the spec's workloads can be created suspended, else why not."""
-    info = spec_kind_info(spec)
+    info = spec_kind(spec)
     if info is None:
         return f"{spec.api_version} {spec.kind} is not a known kind"
-    if info.suspend_path is None:
-        return f"a {info.label} has no suspend field: admit it before creating it"
-    return None
-
-
-def _suspend(manifest: dict[str, Any], info: KindInfo) -> None:
-    # The admission stage checked the kind (`can_suspend`) before rendering.
-    assert info.suspend_path is not None, f"a {info.label} has no suspend field"
-    node = manifest
-    for key in info.suspend_path[:-1]:
-        node = child_map(node, key)
-    node[info.suspend_path[-1]] = True
+    return info.suspend_refusal
 
 
 def apply_decisions(manifest: dict[str, Any], info: KindInfo, decisions: Admission) -> None:
@@ -107,12 +90,13 @@ def apply_decisions(manifest: dict[str, Any], info: KindInfo, decisions: Admissi
     meta = child_map(manifest, "metadata")
     labels = child_map(meta, "labels")
     annotations = child_map(meta, "annotations")
+    # The admission stage checked the kind (`can_suspend`) before rendering.
     if decisions.kueue_queue:
         labels[L.KUEUE_QUEUE_NAME] = decisions.kueue_queue
         if info.kueue == "suspend":
-            _suspend(manifest, info)
+            info.set_suspended(manifest, True)
     if decisions.suspended:
-        _suspend(manifest, info)
+        info.set_suspended(manifest, True)
     if decisions.pod_set_annotations is not None:
         annotations.update(decisions.pod_set_annotations(info.pod_sets(manifest)))
     labels.update(decisions.labels)

@@ -1,10 +1,13 @@
 """One table of workload kinds: everything kind-specific the renderer, quota and tracking need.
 
 Each row says where a kind keeps its pod templates, how its replicas turn into pods (pod sets
-for quota), how it is suspended (for Kueue and quota), which defaults apply, which container
-gets the W&B environment and how long its name may be. Code outside this module never
-branches on a kind; it reads the row. Kinds not in the table are accepted only when the
-queue spec declares `podTemplatePaths` (`custom_kind`).
+for quota), how it is suspended (for Kueue and quota), which defaults apply, where the run
+itself is written (`run_targets`: the container or trainer that gets the image, command, args
+and W&B environment) and how long its name may be. Code outside this module never branches on
+a kind; it reads the row: the pipeline writes the run where `run_targets` says and the
+override policy reads the same places (render/policy.py, `overrides.args`), and the pipeline,
+the admission decisions and the quota driver suspend through `set_suspended`. Kinds not in
+the table are accepted only when the queue spec declares `podTemplatePaths` (`custom_kind`).
 
 Name limits: every kind derives child names from the workload name and those must stay DNS
 labels (≤ 63 characters), so each row leaves room for its suffixes:
@@ -26,8 +29,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from launch_agent.model.queue_spec import CustomKind, Problem, QueueSpec, SecurityExceptions
+from launch_agent.model.queue_spec import (
+    CustomKind,
+    InvalidInput,
+    Problem,
+    QueueSpec,
+    SecurityExceptions,
+)
 from launch_agent.render import generated
+from launch_agent.render.edit import child_map, main_container
 from launch_agent.render.paths import (
     AnyItem,
     Glob,
@@ -102,6 +112,57 @@ class KindInfo:
     def not_installed(self) -> str:
         """What to tell the admin when the API server does not know this kind."""
         return f"{self.label} is not installed in this cluster: {self.install_hint}"
+
+    @property
+    def suspend_refusal(self) -> str | None:
+        """Why a workload of this kind cannot be created suspended; None when it can."""
+        if self.suspend_path is None:
+            return f"a {self.label} has no suspend field: admit it before creating it"
+        return None
+
+    def set_suspended(self, manifest: dict[str, Any], value: bool) -> None:
+        """Set the kind's suspend flag (in place); `InvalidInput` for a kind without one."""
+        if self.suspend_path is None:
+            raise InvalidInput([Problem("spec", str(self.suspend_refusal))])
+        node = manifest
+        for key in self.suspend_path[:-1]:
+            node = child_map(node, key)
+        node[self.suspend_path[-1]] = value
+
+    def is_suspended(self, manifest: Mapping[str, Any]) -> bool:
+        if self.suspend_path is None:
+            return False
+        node: Any = manifest
+        for key in self.suspend_path:
+            node = node.get(key) if isinstance(node, dict) else None
+        return node is True
+
+    def run_targets(
+        self, manifest: Mapping[str, Any], templates: list[tuple[Any, Any]] | None = None
+    ) -> list[dict[str, Any] | None]:
+        """Where the run itself is written: the mappings that get its image, W&B environment
+        and (unless `entry_target` is `rayjob`, whose entry point is `spec.entrypoint`) its
+        command and args. A TrainJob's `spec.trainer`; otherwise the main container of each
+        pod template (`templates`, if the caller has them), primary first, None for a template
+        whose main container is not a mapping. A template without containers yet, or a
+        TrainJob without a trainer, reads as `{}`: render writes the run into an empty one.
+        Render calls this once it made those (`pipeline.py`); the override policy reads the
+        merged workload through it (`policy.py`, `overrides.args`)."""
+        if self.env_target == "trainer":
+            spec = manifest.get("spec")
+            trainer = spec.get("trainer") if isinstance(spec, dict) else None
+            return [trainer if isinstance(trainer, dict) else {}]
+        targets: list[dict[str, Any] | None] = []
+        for _path, tmpl in (
+            templates if templates is not None else self.pod_template_matches(manifest)
+        ):
+            spec = tmpl.get("spec")
+            containers = spec.get("containers") if isinstance(spec, dict) else None
+            if not isinstance(containers, list) or not containers:
+                targets.append({})
+            else:
+                targets.append(main_container(containers, self.main_container))
+        return targets
 
     def pod_template_matches(self, manifest: Mapping[str, Any]) -> list[tuple[Any, Any]]:
         """(path, PodTemplateSpec) for each pod template, primary first, no duplicates.
@@ -345,6 +406,33 @@ _BY_TYPE: dict[tuple[str, str], KindInfo] = {(k.api_version, k.kind): k for k in
 
 def lookup(api_version: str, kind: str) -> KindInfo | None:
     return _BY_TYPE.get((api_version, kind))
+
+
+def kind_info(api_version: str, kind: str, custom: CustomKind | None = None) -> KindInfo | None:
+    """The table row for a kind, or a row built from the spec's `podTemplatePaths`."""
+    if custom is not None:
+        return custom_kind_info(api_version, kind, custom)
+    return lookup(api_version, kind)
+
+
+def spec_kind(spec: QueueSpec) -> KindInfo | None:
+    """The row of a queue spec's kind (None: an unknown kind), kept in the spec's cache: render
+    asks for it on every item."""
+    info = spec.cache.get("kind")
+    if info is None:
+        info = kind_info(spec.api_version, spec.kind, spec.custom_kind)
+        if info is None:
+            return None
+        spec.cache["kind"] = info
+    assert isinstance(info, KindInfo)
+    return info
+
+
+def unknown_kind(api_version: str, kind: str) -> str:
+    return (
+        f"{kind} ({api_version}) is not a known workload kind ({', '.join(known_kinds())});"
+        " declare spec.podTemplatePaths to use it"
+    )
 
 
 def known_kinds() -> list[str]:

@@ -28,9 +28,8 @@ from launch_agent.model.labels import is_label_value
 from launch_agent.model.queue_spec import CustomKind, Problem
 from launch_agent.render.cel_check import MissingCel, has_rules, rule_problems
 from launch_agent.render.kind_schema import crd_schema, format_checker
-from launch_agent.render.kinds import KindInfo
+from launch_agent.render.kinds import KindInfo, kind_info, unknown_kind
 from launch_agent.render.paths import format_path
-from launch_agent.render.pipeline import kind_info, unknown_kind
 from launch_agent.render.spec_load import json_path
 
 KUBERNETES_VERSION = "1.33"

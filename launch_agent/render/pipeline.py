@@ -29,8 +29,10 @@ optional check in the dispatcher, and it would cost more than the render itself.
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from launch_agent.model import labels as L
@@ -41,8 +43,8 @@ from launch_agent.render import generated, naming, shape
 from launch_agent.render.apiserver import metadata_problems, process_problems, size_problems
 from launch_agent.render.decisions import NO_DECISIONS, Admission, apply_decisions
 from launch_agent.render.disruption_rule import add_disruption_rule
-from launch_agent.render.edit import child_map, main_container
-from launch_agent.render.kinds import KindInfo, PodSet, custom_kind_info, known_kinds, lookup
+from launch_agent.render.edit import child_map
+from launch_agent.render.kinds import KindInfo, PodSet, kind_info, spec_kind, unknown_kind
 from launch_agent.render.kubelet import escape, expanded_field, references
 from launch_agent.render.macros import macro_values, substitute_checked
 from launch_agent.render.merge import REMOVED, Change, merge_changes, normalise
@@ -53,30 +55,10 @@ from launch_agent.render.settings import RenderResult, RenderSettings
 from launch_agent.render.wandb_env import payloads, set_env, wandb_env
 
 
-def kind_info(api_version: str, kind: str, custom: CustomKind | None = None) -> KindInfo | None:
-    """The table row for a kind, or a row built from the spec's `podTemplatePaths`."""
-    if custom is not None:
-        return custom_kind_info(api_version, kind, custom)
-    return lookup(api_version, kind)
-
-
-def unknown_kind(api_version: str, kind: str) -> str:
-    return (
-        f"{kind} ({api_version}) is not a known workload kind ({', '.join(known_kinds())});"
-        " declare spec.podTemplatePaths to use it"
-    )
-
-
 def _spec_info(spec: QueueSpec) -> KindInfo:
-    info = spec.cache.get("kind")
+    info = spec_kind(spec)
     if info is None:
-        info = kind_info(spec.api_version, spec.kind, spec.custom_kind)
-        if info is None:
-            raise InvalidInput(
-                [Problem("spec.template", unknown_kind(spec.api_version, spec.kind))]
-            )
-        spec.cache["kind"] = info
-    assert isinstance(info, KindInfo)
+        raise InvalidInput([Problem("spec.template", unknown_kind(spec.api_version, spec.kind))])
     return info
 
 
@@ -88,6 +70,17 @@ def _globs(spec: QueueSpec) -> list[Glob]:
     return list(globs)
 
 
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """What the later stages write about the run, decided once it passed the checks."""
+
+    item: RunItem
+    run_id: str
+    image: str
+    queue: str
+    payload: Mapping[str, str]
+
+
 def render(
     spec: QueueSpec,
     item: Mapping[str, Any] | RunItem,
@@ -97,19 +90,59 @@ def render(
     queue_name: str | None = None,
     decisions: Admission = NO_DECISIONS,
 ) -> RenderResult:
-    """Render one popped item; raises `InvalidInput` listing every problem (and `Refused`
-    when the admission decisions cannot be applied: render/decisions.py)."""
+    """Render one popped item; raises `InvalidInput` listing every problem (and `NotAdmitted`
+    when the admission decisions cannot be applied: render/decisions.py). The stages are the
+    module docstring's, one function each."""
+    run = _parse(item, settings)  # 1
+    info = _spec_info(spec)
+    queue = queue_name or spec.queues[0]
+    problems, warnings = _item_problems(spec, run, image_uri, queue, settings)
+    layer, found, warned = _layer(run, spec)
+    problems += found
+    warnings += warned
+    merged, found = _merge(spec, info, run, layer)  # 2
+    problems += found
+    payload = payloads(run)
+    problems += _limit_problems(spec, info, payload, settings)
+    if problems:
+        raise InvalidInput(problems)
+    image = image_uri or run.docker_image
+    assert image is not None  # `_item_problems` refused a run without one
+    subject = _Run(
+        run, run.run_id or naming.derived_run_id(run.run_queue_item_id), image, queue, payload
+    )
+    manifest = _substitute(merged, subject)  # 3
+    templates = info.pod_template_matches(manifest)  # 4
+    pod_labels = _name_and_label(manifest, spec, info, subject, settings)
+    _prepare_pod_templates(templates, info, pod_labels)
+    _write_run(manifest, info, templates, subject, settings)
+    _apply_defaults(manifest, info, spec, settings)
+    warnings += _queue_labels(manifest, info, spec)
+    apply_decisions(manifest, info, decisions)  # the admission stage's, before enforcement
+    warnings += enforce_every_pod(manifest, info, spec, templates)  # 5
+    _check_size(manifest, run, len(templates))  # 6
+    return RenderResult([_in_key_order(manifest)], warnings)
+
+
+# --- 1. the item -------------------------------------------------------------------------------
+
+
+def _parse(item: Mapping[str, Any] | RunItem, settings: RenderSettings) -> RunItem:
     # Before anything walks it: the merge, the policy and the macros recurse, and an item
     # nested deeper than the loaders allow must be refused, not crash the render.
     whole = item.raw if isinstance(item, RunItem) else item
     too_deep = nesting_problem(whole, settings.max_item_depth)
     if too_deep is not None:
         raise InvalidInput([too_deep])
-    run = item if isinstance(item, RunItem) else parse_run_item(item)
-    info = _spec_info(spec)
+    return item if isinstance(item, RunItem) else parse_run_item(item)
+
+
+def _item_problems(
+    spec: QueueSpec, run: RunItem, image_uri: str | None, queue: str, settings: RenderSettings
+) -> tuple[list[Problem], list[Problem]]:
+    """What is wrong with the item whatever its layer says (problems, warnings)."""
     problems: list[Problem] = []
     warnings: list[Problem] = []
-    queue = queue_name or spec.queues[0]
     if queue not in spec.queues:
         problems.append(Problem("queue", f"{queue!r} is not served by queue spec {spec.name!r}"))
     if run.has_additional_services:
@@ -121,33 +154,47 @@ def render(
                 f"ignored: pods get the API key only from Secret {settings.api_key_secret!r}",
             )
         )
-    image = image_uri or run.docker_image
-    if not image:
+    if not (image_uri or run.docker_image):
         problems.append(
             Problem("runSpec.docker.docker_image", "the item names no image and none was built")
         )
+    return problems, warnings
 
-    layer: dict[str, Any] = {}
-    if run.resource_args:
-        layer, ns, p, w = normalise(run.resource_args, LAYER_PREFIX, infer_job=False)
-        problems += p
-        warnings += w
-        if ns is not None and ns != spec.namespace:
-            problems.append(
-                Problem(
-                    f"{LAYER_PREFIX}.namespace",
-                    f"{ns!r} differs from the queue spec's namespace {spec.namespace!r}",
-                )
+
+def _layer(run: RunItem, spec: QueueSpec) -> tuple[dict[str, Any], list[Problem], list[Problem]]:
+    """The submitter's `resource_args.kubernetes`, normalised, without the kind it may repeat
+    (layer, problems, warnings)."""
+    if not run.resource_args:
+        return {}, [], []
+    layer, ns, problems, warnings = normalise(run.resource_args, LAYER_PREFIX, infer_job=False)
+    if ns is not None and ns != spec.namespace:
+        problems.append(
+            Problem(
+                f"{LAYER_PREFIX}.namespace",
+                f"{ns!r} differs from the queue spec's namespace {spec.namespace!r}",
             )
-        for key, want in (("apiVersion", spec.api_version), ("kind", spec.kind)):
-            got = layer.pop(key, None)
-            if got is not None and got != want:
-                problems.append(
-                    Problem(f"{LAYER_PREFIX}.{key}", f"is {got!r}; the queue spec runs {want!r}")
-                )
+        )
+    for key, want in (("apiVersion", spec.api_version), ("kind", spec.kind)):
+        got = layer.pop(key, None)
+        if got is not None and got != want:
+            problems.append(
+                Problem(f"{LAYER_PREFIX}.{key}", f"is {got!r}; the queue spec runs {want!r}")
+            )
+    return layer, problems, warnings
+
+
+# --- 2. merge and policy -----------------------------------------------------------------------
+
+
+def _merge(
+    spec: QueueSpec, info: KindInfo, run: RunItem, layer: Mapping[str, Any]
+) -> tuple[Mapping[str, Any], list[Problem]]:
+    """The layer merged onto the template, and every problem of the change: what the policy
+    refuses, the shape it breaks, the kubelet references it writes and the `overrides` the
+    spec does not grant."""
     # The merge reports each change it makes and the policy decides on those: checked == applied.
     merged, changes = merge_changes(spec.template, layer) if layer else (spec.template, [])
-    problems += check_changes(changes, _globs(spec), spec)
+    problems = check_changes(changes, _globs(spec), spec)
     named = {p.path for p in problems}
     problems += [
         p
@@ -158,8 +205,13 @@ def render(
     problems += check_overrides(
         run, _globs(spec), spec.name, spec.overridable, info=info, manifest=merged
     )
+    return merged, problems
 
-    payload = payloads(run)
+
+def _limit_problems(
+    spec: QueueSpec, info: KindInfo, payload: Mapping[str, str], settings: RenderSettings
+) -> list[Problem]:
+    problems = []
     size = sum(len(v) for v in payload.values())
     if size > settings.max_env_bytes:
         problems.append(
@@ -171,54 +223,76 @@ def render(
         )
     if spec.kueue_queue_name and info.kueue is None:
         problems.append(Problem("spec.kueue", f"Kueue cannot queue a {info.label}"))
-    if problems:
-        raise InvalidInput(problems)
-    assert image is not None
+    return problems
 
-    run_id = run.run_id or naming.derived_run_id(run.run_queue_item_id)
+
+# --- 3. macros ---------------------------------------------------------------------------------
+
+
+def _substitute(merged: Mapping[str, Any], subject: _Run) -> dict[str, Any]:
+    """The merged workload with its macros substituted: the one deep copy later stages edit."""
+    run = subject.item
     values = macro_values(
-        run_id=run_id,
-        image_uri=image,
+        run_id=subject.run_id,
+        image_uri=subject.image,
         project=run.project,
         entity=run.entity,
         run_name=run.run_name,
         author=run.author,
-        queue_name=queue,
+        queue_name=subject.queue,
     )
-    manifest, macro_problems = substitute_checked(merged, values)
-    macro_problems += metadata_problems(manifest) + process_problems(manifest)
-    if macro_problems:
-        raise InvalidInput(macro_problems)
+    manifest, problems = substitute_checked(merged, values)
+    problems += metadata_problems(manifest) + process_problems(manifest)
+    if problems:
+        raise InvalidInput(problems)
     assert isinstance(manifest, dict)
+    return manifest
 
-    name = naming.workload_name(spec.name, run.run_queue_item_id, info.max_name)
+
+# --- 4. what the agent writes ------------------------------------------------------------------
+
+
+def _name_and_label(
+    manifest: dict[str, Any],
+    spec: QueueSpec,
+    info: KindInfo,
+    subject: _Run,
+    settings: RenderSettings,
+) -> dict[str, str]:
+    """The workload's name, namespace, labels and annotations; returns the labels its pods
+    carry too."""
+    run = subject.item
     meta = child_map(manifest, "metadata")
     meta.pop("generateName", None)
-    meta["name"] = name
+    meta["name"] = naming.workload_name(spec.name, run.run_queue_item_id, info.max_name)
     meta["namespace"] = spec.namespace
     pod_labels = {
         L.AGENT: settings.agent_name,
-        L.QUEUE: naming.label_value(queue),
+        L.QUEUE: naming.label_value(subject.queue),
         L.RUN_QUEUE_ITEM: naming.label_value(run.run_queue_item_id),
-        L.RUN_ID: naming.label_value(run_id),
-        L.WANDB_RUN_ID: naming.label_value(run_id),
+        L.RUN_ID: naming.label_value(subject.run_id),
+        L.WANDB_RUN_ID: naming.label_value(subject.run_id),
         L.WANDB_AGENT: settings.agent_name,
     }
-    workload_labels = child_map(meta, "labels")
-    workload_labels.update(pod_labels)
+    child_map(meta, "labels").update(pod_labels)
     child_map(meta, "annotations").update(
         {
             L.RUN_QUEUE_ITEM_ID: run.run_queue_item_id,
-            L.QUEUE_NAME: queue,
+            L.QUEUE_NAME: subject.queue,
             L.QUEUE_SPEC: spec.name,
             L.ENTITY: run.entity,
             L.PROJECT: run.project,
         }
     )
+    return pod_labels
 
-    templates = info.pod_template_matches(manifest)
-    mains: set[str] = set()
-    for index, (_path, tmpl) in enumerate(templates):
+
+def _prepare_pod_templates(
+    templates: list[tuple[Any, Any]], info: KindInfo, pod_labels: Mapping[str, str]
+) -> None:
+    """Every pod template: the run's labels, the kind's restartPolicy, and named containers
+    (one, empty, where the template has none)."""
+    for _path, tmpl in templates:
         child_map(child_map(tmpl, "metadata"), "labels").update(pod_labels)
         pod_spec = child_map(tmpl, "spec")
         if info.restart_policy and "restartPolicy" not in pod_spec:
@@ -230,58 +304,53 @@ def render(
         for i, c in enumerate(containers):
             if isinstance(c, dict) and not c.get("name"):
                 c["name"] = f"launch{i}"  # W&B's names for unnamed containers
-        if info.env_target != "containers":
+
+
+def _write_run(
+    manifest: dict[str, Any],
+    info: KindInfo,
+    templates: list[tuple[Any, Any]],
+    subject: _Run,
+    settings: RenderSettings,
+) -> None:
+    """The run itself, where the kind keeps it (`KindInfo.run_targets`): its image, command,
+    args and W&B environment, once for every target; a RayJob's entry point."""
+    run, image = subject.item, subject.image
+    spec_body = child_map(manifest, "spec")
+    if info.env_target == "trainer":
+        child_map(spec_body, "trainer")  # written into even when the template has none
+    env = functools.partial(
+        wandb_env,
+        run,
+        settings,
+        run_id=subject.run_id,
+        image=image,
+        queue_name=subject.queue,
+        payload=subject.payload,
+    )
+    mains: set[str] = set()
+    for index, target in enumerate(info.run_targets(manifest, templates)):
+        if target is None:
             continue
-        main = main_container(containers, info.main_container)
-        if main is None:
-            continue
-        if not main.get("image"):
-            main["image"] = image
-        if isinstance(main.get("name"), str):
-            mains.add(main["name"])
-        if info.entry_target == "containers":
+        if info.env_target == "trainer":
+            target.setdefault("image", image)
+        elif not target.get("image"):
+            target["image"] = image
+        if info.env_target == "containers" and isinstance(target.get("name"), str):
+            mains.add(target["name"])
+        if info.entry_target != "rayjob":
+            # The kubelet expands command and args (a trainer's become its container's).
             if run.entry_point:
-                main["command"] = [escape(a) for a in run.entry_point]
+                target["command"] = [escape(a) for a in run.entry_point]
             if run.args:  # W&B applies only non-empty args (kubernetes_runner.py)
-                main["args"] = [escape(a) for a in run.args]
-        env = wandb_env(
-            run,
-            settings,
-            run_id=run_id,
-            image=image,
-            queue_name=queue,
-            payload=payload,
-            primary=index == 0,
-        )
-        set_env(main, env)
+                target["args"] = [escape(a) for a in run.args]
+        set_env(target, env(primary=index == 0))
     # Which containers run the run itself, and its image: the tracker and `diagnose` blame them
     # before sidecars (tracking/pods.py `main_container_of`), adopted runs included.
-    run_annotations = child_map(meta, "annotations")
+    run_annotations = child_map(child_map(manifest, "metadata"), "annotations")
     if mains:
         run_annotations[L.MAIN_CONTAINERS] = ",".join(sorted(mains))
     run_annotations[L.RUN_IMAGE] = image
-
-    spec_body = child_map(manifest, "spec")
-    if info.env_target == "trainer":
-        trainer = child_map(spec_body, "trainer")
-        trainer.setdefault("image", image)
-        # The trainer's command, args and env become the container's: the kubelet expands them.
-        if run.entry_point:
-            trainer["command"] = [escape(a) for a in run.entry_point]
-        if run.args:
-            trainer["args"] = [escape(a) for a in run.args]
-        set_env(
-            trainer,
-            wandb_env(
-                run,
-                settings,
-                run_id=run_id,
-                image=image,
-                queue_name=queue,
-                payload=payload,
-                primary=True,
-            ),
-        )
     if info.entry_target == "rayjob" and (run.entry_point or run.args):
         # KubeRay puts the entrypoint into the submitter container's command (K8sJobMode), which
         # the kubelet expands; HTTPMode sends it to the dashboard as it is.
@@ -293,40 +362,47 @@ def render(
         )
         spec_body["entrypoint"] = shlex.join(head + [quote(a) for a in run.args or ()])
 
-    _apply_defaults(manifest, info, spec, settings)
-    if info.builtin and info.api_version == "batch/v1" and info.kind == "Job":
-        # A disruption must outlive its pod: render/disruption_rule.py.
-        add_disruption_rule(spec_body)
 
+def _queue_labels(manifest: dict[str, Any], info: KindInfo, spec: QueueSpec) -> list[Problem]:
+    """The spec's Kueue LocalQueue and GKE diagnostics labels; the warnings they earn."""
+    workload_labels = child_map(child_map(manifest, "metadata"), "labels")
     if spec.kueue_queue_name:
         workload_labels[L.KUEUE_QUEUE_NAME] = spec.kueue_queue_name
         if info.kueue == "suspend":
-            set_suspended(manifest, info, True)
-    if spec.gke_ml_diagnostics:
-        workload_labels[L.GKE_ML_DIAGNOSTICS] = "true"
-        if not info.gke_diagnostics:
-            warnings.append(
-                Problem(
-                    "spec.diagnostics.gkeManagedMLDiagnostics",
-                    f"the GKE ML diagnostics webhook supports JobSet, LeaderWorkerSet and"
-                    f" RayJob; a {info.label} gets the label but may not be instrumented",
-                )
-            )
+            info.set_suspended(manifest, True)
+    if not spec.gke_ml_diagnostics:
+        return []
+    workload_labels[L.GKE_ML_DIAGNOSTICS] = "true"
+    if info.gke_diagnostics:
+        return []
+    return [
+        Problem(
+            "spec.diagnostics.gkeManagedMLDiagnostics",
+            f"the GKE ML diagnostics webhook supports JobSet, LeaderWorkerSet and"
+            f" RayJob; a {info.label} gets the label but may not be instrumented",
+        )
+    ]
 
-    apply_decisions(manifest, info, decisions)
-    warnings += enforce_every_pod(manifest, info, spec, templates)
-    # Last: what the API server would refuse for its size, with the item's values to blame.
+
+# --- 6. what the API server would refuse -------------------------------------------------------
+
+
+def _check_size(manifest: Mapping[str, Any], run: RunItem, pod_templates: int) -> None:
+    """Last: what the API server would refuse for its size, with the item's values to blame."""
     run_spec = run.raw.get("runSpec")
     too_big = size_problems(
-        manifest, run_spec if isinstance(run_spec, Mapping) else {}, len(templates)
+        manifest, run_spec if isinstance(run_spec, Mapping) else {}, pod_templates
     )
     if too_big:
         raise InvalidInput(too_big)
-    # Conventional key order, so `render` output reads like a hand-written manifest.
+
+
+def _in_key_order(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Conventional key order, so `render` output reads like a hand-written manifest."""
     first: dict[str, Any] = {
         k: manifest.pop(k) for k in ("apiVersion", "kind", "metadata") if k in manifest
     }
-    return RenderResult([{**first, **manifest}], warnings)
+    return {**first, **manifest}
 
 
 def nesting_problem(item: Any, limit: int = ITEM_LIMITS.max_depth) -> Problem | None:
@@ -486,6 +562,9 @@ def _apply_defaults(
                 continue
         for parent in _parents(manifest, where[0]):
             parent.setdefault(where[1], value)
+    if info.builtin and info.api_version == "batch/v1" and info.kind == "Job":
+        # A disruption must outlive its pod: render/disruption_rule.py.
+        add_disruption_rule(child_map(manifest, "spec"))
 
 
 def _parents(manifest: dict[str, Any], glob_text: str) -> list[dict[str, Any]]:
@@ -512,31 +591,14 @@ def pod_sets(manifest: Mapping[str, Any], custom: CustomKind | None = None) -> l
     return _info_for(manifest, custom).pod_sets(manifest)
 
 
-def set_suspended(manifest: dict[str, Any], info: KindInfo, value: bool) -> None:
-    if info.suspend_path is None:
-        raise InvalidInput(
-            [Problem("spec", f"a {info.label} has no suspend field: admit it before creating it")]
-        )
-    node = manifest
-    for key in info.suspend_path[:-1]:
-        node = child_map(node, key)
-    node[info.suspend_path[-1]] = value
-
-
 def suspend(manifest: dict[str, Any], custom: CustomKind | None = None) -> None:
     """Mark a workload suspended (in place); raises `InvalidInput` for kinds without one."""
-    set_suspended(manifest, _info_for(manifest, custom), True)
+    _info_for(manifest, custom).set_suspended(manifest, True)
 
 
 def unsuspend(manifest: dict[str, Any], custom: CustomKind | None = None) -> None:
-    set_suspended(manifest, _info_for(manifest, custom), False)
+    _info_for(manifest, custom).set_suspended(manifest, False)
 
 
 def is_suspended(manifest: Mapping[str, Any], custom: CustomKind | None = None) -> bool:
-    info = _info_for(manifest, custom)
-    if info.suspend_path is None:
-        return False
-    node: Any = manifest
-    for key in info.suspend_path:
-        node = node.get(key) if isinstance(node, dict) else None
-    return node is True
+    return _info_for(manifest, custom).is_suspended(manifest)

@@ -35,7 +35,6 @@ from typing import Any
 from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import Problem, QueueSpec, SecurityExceptions
 from launch_agent.model.run_item import RunItem
-from launch_agent.render.edit import main_container
 from launch_agent.render.kinds import KindInfo
 from launch_agent.render.merge import MISSING, REMOVED, Change, is_named_list, merge_changes
 from launch_agent.render.paths import (
@@ -207,7 +206,8 @@ def _keys(node: Any, path: Path) -> Iterator[tuple[Path, str, Any]]:
 
 
 def _refusals(change: Change, sec: SecurityExceptions) -> Iterator[tuple[Path, str]]:
-    """What no grant permits in this change: the keys on its path and in its new value."""
+    """What no grant permits in this change: the keys on its path and in its new value, the
+    Secrets it names, and the reserved labels it removes or replaces."""
     path, value = change.path, change.value
     on_path: list[tuple[Path, str, Any]] = []
     for i, seg in enumerate(path):
@@ -215,26 +215,45 @@ def _refusals(change: Change, sec: SecurityExceptions) -> Iterator[tuple[Path, s
             on_path.append((path[: i + 1], seg, _at_rest(path[i + 1 :], value)))
     new = list(_keys(value, path)) if value is not REMOVED else []
     for where, key, v in on_path + new:
-        parent = where[-2] if len(where) > 1 else None
-        if parent in ("labels", "annotations"):
-            if _reserved(key):
+        yield from _key_refusals(where, key, v, sec)
+    yield from _secret_refusals(change, on_path, sec)
+    # Removing or replacing the admin's reserved labels (Kueue's queue) is a change to them too.
+    if change.base is not MISSING:
+        for where, key, _v in _keys(change.base, path):
+            if len(where) > 1 and where[-2] in ("labels", "annotations") and _reserved(key):
                 yield where, f"is reserved for the agent and Kueue; {_NO_GRANT}"
-            continue
-        if parent in FREE_FORM:
-            continue
-        if key in SWITCHES and parent not in SWITCH_EXEMPT_PARENTS:
-            yield where, f"{SWITCHES[key]}; {_NO_GRANT}"
-        elif tuple(where) in QUEUE_KEYS:
-            yield where, f"sets the scheduler queue the workload is admitted from; {_NO_GRANT}"
-        elif "namespace" in key.lower() and key not in NOT_A_NAMESPACE:
-            yield where, f"names a namespace: workloads run only in the queue spec's; {_NO_GRANT}"
-        elif key == "serviceAccountToken":
-            yield from _token(where, v, sec)
-    # Secrets: the names the new value brings, less those the template's replaced value had.
+
+
+def _key_refusals(
+    where: Path, key: str, value: Any, sec: SecurityExceptions
+) -> Iterator[tuple[Path, str]]:
+    """What a key the change writes (or writes below) switches that no grant covers."""
+    parent = where[-2] if len(where) > 1 else None
+    if parent in ("labels", "annotations"):
+        if _reserved(key):
+            yield where, f"is reserved for the agent and Kueue; {_NO_GRANT}"
+        return
+    if parent in FREE_FORM:
+        return
+    if key in SWITCHES and parent not in SWITCH_EXEMPT_PARENTS:
+        yield where, f"{SWITCHES[key]}; {_NO_GRANT}"
+    elif tuple(where) in QUEUE_KEYS:
+        yield where, f"sets the scheduler queue the workload is admitted from; {_NO_GRANT}"
+    elif "namespace" in key.lower() and key not in NOT_A_NAMESPACE:
+        yield where, f"names a namespace: workloads run only in the queue spec's; {_NO_GRANT}"
+    elif key == "serviceAccountToken":
+        yield from _token(where, value, sec)
+
+
+def _secret_refusals(
+    change: Change, on_path: Sequence[tuple[Path, str, Any]], sec: SecurityExceptions
+) -> Iterator[tuple[Path, str]]:
+    """The Secrets the new value names, less those the template's replaced value had, that
+    the spec does not list."""
     trusted = (
         {n for _w, n in _secret_names(change.base, (), [])} if change.base is not MISSING else set()
     )
-    for where, name in _secret_names(value, path, on_path):
+    for where, name in _secret_names(change.value, change.path, on_path):
         if name not in trusted and name not in sec.secrets:
             listed = ", ".join(sorted(sec.secrets)) or "none"
             yield (
@@ -242,11 +261,6 @@ def _refusals(change: Change, sec: SecurityExceptions) -> Iterator[tuple[Path, s
                 f"names Secret {name!r}, which the queue spec does not list in security.secrets"
                 f" (listed: {listed}); {_NO_GRANT}",
             )
-    # Removing or replacing the admin's reserved labels (Kueue's queue) is a change to them too.
-    if change.base is not MISSING:
-        for where, key, _v in _keys(change.base, path):
-            if len(where) > 1 and where[-2] in ("labels", "annotations") and _reserved(key):
-                yield where, f"is reserved for the agent and Kueue; {_NO_GRANT}"
 
 
 _NO_GRANT = "refused even where the queue spec grants overrides"
@@ -399,23 +413,14 @@ def _args_unchanged(
             return shlex.join([*shlex.split(str(current)), *args]) == str(current)
         except ValueError:
             return False
-    if info.entry_target == "trainer":
-        spec = manifest.get("spec")
-        trainer = spec.get("trainer") if isinstance(spec, dict) else None
-        return _same_args(trainer.get("args") if isinstance(trainer, dict) else None, args)
-    if info.env_target != "containers":
-        return True  # the pipeline writes containers' args only with the W&B environment
-    for _path, tmpl in info.pod_template_matches(manifest):
-        spec = tmpl.get("spec")
-        containers = spec.get("containers") if isinstance(spec, dict) else None
-        if not isinstance(containers, list) or not containers:
-            if args:
-                return False
-            continue
-        main = main_container(containers, info.main_container)
-        if main is not None and not _same_args(main.get("args"), args):
-            return False
-    return True
+    # Everywhere else the pipeline writes the args into the run's targets: a TrainJob's
+    # trainer, or each pod template's main container (`{}` for a template whose container
+    # the pipeline adds).
+    return all(
+        _same_args(target.get("args"), args)
+        for target in info.run_targets(manifest)
+        if target is not None
+    )
 
 
 def _same_args(current: Any, args: list[str]) -> bool:

@@ -43,7 +43,7 @@ import yaml
 from launch_agent.model.queue_spec import InvalidInput, Problem, QueueSpec
 from launch_agent.model.safe_load import SPEC_LIMITS, InputError, Limits, compose_yaml
 from launch_agent.render.kind_schema import KindSchema, glob_fits, kind_schema
-from launch_agent.render.kinds import KindInfo, lookup
+from launch_agent.render.kinds import KindInfo, kind_info, lookup, unknown_kind
 from launch_agent.render.macros import substitute
 from launch_agent.render.merge import normalise
 from launch_agent.render.paths import (
@@ -54,7 +54,7 @@ from launch_agent.render.paths import (
     item_label,
     parse_glob,
 )
-from launch_agent.render.pipeline import enforce_every_pod, kind_info, unknown_kind
+from launch_agent.render.pipeline import enforce_every_pod
 
 MAX_SPEC_BYTES = 1_000_000
 SCHEMA_FILE = "queue-spec.v1.schema.json"

@@ -1,19 +1,25 @@
 """The agent: every part wired on one `AsyncExitStack`, run by the supervisor.
 
-Start-up order (each step finishes before the next; docs/agent.md, "Start-up"):
+Start-up, in five phases, each a method of `Agent` that only builds and wires, and each done
+before the next (docs/agent.md, "Start-up"), as aiohttp's `AppRunner.setup()` and kopf's
+`running.py` only wire:
 
-1. health server (so `/healthz` answers while the agent starts; `/readyz` says why not ready);
-2. W&B client and Kubernetes client (one session each for the process);
-3. queue specs loaded (off the loop);
-4. `resolve_queues`: key, entity, queues (read-only);
-5. with `leader_election.enabled`, the Lease elector starts (runtime/leader.py);
-6. informers for every kind the specs run and for pods, and a wait for their first list:
-   this is adoption, every run the agent owns is in the table before anything is popped;
-7. a standby waits here, informers synced, until it leads;
-8. `register` (`createLaunchAgent`) and the API-key Secret in every target namespace;
-   with `quota.mode: kueue`, Kueue's Workload informers too (`runtime/kueue_watch.py`; a
-   cluster without Kueue stops the start here);
-9. the root tasks: poller, finisher, warnings, stop checks, spec reload, housekeeping.
+1. `_clients`: the health server (so `/healthz` answers while the agent starts; `/readyz` says
+   why not ready), then the W&B and Kubernetes clients (one session each for the process);
+2. `_specs`: queue specs loaded (off the loop), every configured queue served, and the
+   admission mode of `quota.mode` built once (`runtime/admission/modes.py`; an invalid quota
+   tree stops the start before anything is registered);
+3. `_adopt`: `resolve_queues` (key, entity, queues: read-only); with
+   `leader_election.enabled`, the Lease elector (runtime/leader.py); informers for every kind
+   the specs run and for pods, and a wait for their first list: this is adoption, every run
+   the agent owns is in the table before anything is popped; a standby waits here (`_lead`),
+   informers synced, until it leads;
+4. `_register`: `createLaunchAgent` and the API-key Secret in every target namespace; then the
+   mode's admission stage (`AdmissionMode.open`: with `quota.mode: kueue` Kueue's Workload
+   informers, and a cluster without Kueue stops the start here; with `agent` the quota engine
+   rebuilt from the adopted runs);
+5. `_loops`: the dispatcher and the root tasks: the mode's (the quota driver), poller,
+   finisher, warnings, stop checks, spec reload, housekeeping.
 
 Shutdown (SIGTERM/SIGINT, `stop()`, the `stop_event`, or W&B's `stopPolling`): the poller stops
 popping, W&B hears `KILLED`, in-flight creates and acks finish within
@@ -22,8 +28,9 @@ the next start adopts them.
 
 Wiring: every collaborator and callback is given to an object's constructor, here; nothing is
 assigned to another object afterwards (tests/unit/test_constructor_wiring.py checks it). The
-wake-up events that connect the parts (the poller's, the quota driver's) are made first, so the
-objects that set them and the loops that wait on them can be built in any order. One monotonic
+wake-up events that connect the parts (the poller's here, the quota driver's in its mode) are
+made first, so the objects that set them and the loops that wait on them can be built in any
+order. One monotonic
 clock (`clock`, runtime/clock.py) is given to every part that measures time.
 
 `Agent` is also the in-process entry point for the demo and the benchmarks:
@@ -44,7 +51,7 @@ import platform
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from launch_agent import __version__
 from launch_agent.adapters.kube import (
@@ -59,26 +66,27 @@ from launch_agent.model.config import AgentConfig
 from launch_agent.model.lease import LeaseTiming
 from launch_agent.render.kinds import suspend_paths
 from launch_agent.render.settings import RenderSettings
-from launch_agent.runtime.admission.kueue import KueueAdmission
+from launch_agent.runtime.admission.modes import AdmissionMode, StageParts, admission_mode
 from launch_agent.runtime.admission.quota import QuotaAdmission
-from launch_agent.runtime.admission.quota_driver import QuotaDriver
 from launch_agent.runtime.admission.schedulers import SchedulerCap
-from launch_agent.runtime.admission.slots import MaxJobs
 from launch_agent.runtime.admission.stage import AdmissionStage
 from launch_agent.runtime.builds import check_builder, open_builds
 from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.dispatcher import Dispatcher
 from launch_agent.runtime.finisher import Finisher
 from launch_agent.runtime.health import HealthServer, Readiness
-from launch_agent.runtime.kueue_watch import KueueWatch, KueueWorkloads
+from launch_agent.runtime.kueue_watch import KueueWatch
 from launch_agent.runtime.leader import LeaderElector
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.poller import Poller
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.run_checks import RunChecks
 from launch_agent.runtime.runs import RunTable
+from launch_agent.runtime.settlement import Settlement
 from launch_agent.runtime.specs import SpecStore
 from launch_agent.runtime.startup import (
+    Queues,
+    Registration,
     StartupError,
     Stopped,
     ensure_api_key_secrets,
@@ -98,6 +106,22 @@ log = logging.getLogger(__name__)
 ADOPTION_TIMEOUT = 120.0
 
 
+class _Adopted(NamedTuple):
+    """What the adoption phase built: the queues W&B serves and the tracking side."""
+
+    queues: Queues
+    wandb: WandbClient
+    reporter: Reporter
+    settlement: Settlement
+    finisher: Finisher
+    tracker: Tracker
+
+
+class _Registered(NamedTuple):
+    registration: Registration
+    settings: RenderSettings
+
+
 class Agent:
     """One agent process's worth of state; `run()` once."""
 
@@ -110,7 +134,6 @@ class Agent:
         kube_context: str | None = None,
         now: Callable[[], datetime] | None = None,
         hostname: str | None = None,
-        admission: AdmissionStage | None = None,
         wandb_retry: RetryPolicy | None = None,
         kube_retry: RetryPolicy | None = None,
         informer_settings: InformerSettings | None = None,
@@ -123,7 +146,6 @@ class Agent:
         self.kube_context = kube_context
         self.now = now or (lambda: datetime.now(UTC))
         self.hostname = hostname or platform.node() or "launch-agent"
-        self.admission: AdmissionStage = admission or MaxJobs(config.max_jobs)
         self.clock = clock
         self.wandb_retry = wandb_retry
         self.kube_retry = kube_retry
@@ -136,7 +158,6 @@ class Agent:
         self.supervisor = Supervisor(grace_seconds=config.shutdown_grace_seconds)
         # The poller waits on it when it may not pop; runs ending and quota room set it.
         self.poll_wake = asyncio.Event()
-        self.quota_wake = asyncio.Event()  # the quota driver's (quota.mode agent)
         self.runs = RunTable(on_change=self.poll_wake.set)
         self.status = StatusSource(
             config,
@@ -165,6 +186,14 @@ class Agent:
         self.quota: QuotaAdmission | None = None  # quota.mode agent
         self.kueue: KueueWatch | None = None  # quota.mode kueue
         self.elector: LeaderElector | None = None  # leader_election.enabled
+        self._stage: AdmissionStage | None = None  # `quota.mode`'s, built once at registration
+
+    @property
+    def admission(self) -> AdmissionStage:
+        """The admission stage `quota.mode` names (runtime/admission/modes.py), once started."""
+        if self._stage is None:
+            raise RuntimeError("the agent has not registered yet: no admission stage")
+        return self._stage
 
     def _quota_admission(self) -> QuotaAdmission | None:
         return self.quota
@@ -210,9 +239,35 @@ class Agent:
         self.supervisor.stop("stop event")
 
     async def _start(self, stack: AsyncExitStack) -> None:
+        """The start-up phases, in order (the module docstring's steps): each only builds and
+        wires; the root tasks run once the supervisor does."""
+        check_builder(self.config)  # before anything is registered with W&B
+        wandb, kube = await self._clients(stack)
+        specs, mode = await self._specs()
+        adopted = await self._adopt(stack, wandb, kube, specs, mode)
+        if adopted is None:
+            return  # stopped while standing by
+        registered = await self._register(stack, wandb, kube, adopted)
+        parts = StageParts(
+            self.config,
+            kube,
+            self.runs,
+            specs,
+            adopted.reporter,
+            adopted.tracker.evaluate,
+            self.informer_settings,
+            self.clock,
+        )
+        self._stage = await mode.open(parts, stack, self.supervisor.stopping)
+        self.kueue = mode.kueue
+        await self._loops(stack, mode, parts, adopted, registered)
+
+    # --- 1. clients ----------------------------------------------------------------------------
+
+    async def _clients(self, stack: AsyncExitStack) -> tuple[WandbClient, KubeClient]:
+        """The health server (so `/healthz` answers while the agent starts), then one W&B and
+        one Kubernetes client for the process."""
         config = self.config
-        stopping = self.supervisor.stopping
-        check_builder(config)  # before anything is registered with W&B
         health = await stack.enter_async_context(
             HealthServer(
                 self.readiness,
@@ -231,8 +286,7 @@ class Agent:
             client = WandbClient.from_config(config, **options)
         except CABundleError as exc:  # a customCABundle that is not mounted, or not PEM
             raise StartupError(str(exc)) from None
-        wandb = await stack.enter_async_context(client)
-        self.wandb = wandb
+        self.wandb = await stack.enter_async_context(client)
         kube_options: dict[str, Any] = {"policy": self.kube_retry, "observer": self._observe_kube}
         if self.kube_configuration is not None:
             kube_cfg = self.kube_configuration
@@ -240,9 +294,15 @@ class Agent:
             kube_cfg = await self._kube_configuration()
             # Expiring credentials: the pod's rotated token, a kubeconfig's exec plugin.
             kube_options.update(KubeClient.renewal(self.kubeconfig, self.kube_context))
-        kube = await stack.enter_async_context(KubeClient(kube_cfg, **kube_options))
-        self.kube = kube
+        self.kube = await stack.enter_async_context(KubeClient(kube_cfg, **kube_options))
+        return self.wandb, self.kube
 
+    # --- 2. specs ------------------------------------------------------------------------------
+
+    async def _specs(self) -> tuple[SpecStore, AdmissionMode]:
+        """The queue specs (off the loop), every configured queue served, and `quota.mode`'s
+        admission (an invalid quota tree fails here, before the agent registers with W&B)."""
+        config = self.config
         specs = SpecStore(config.queue_specs_dir, self.metrics)
         await specs.reload()
         self.specs = specs
@@ -252,53 +312,53 @@ class Agent:
         if unserved:
             # Refused now rather than failing every item of the queue later.
             raise StartupError(unserved_message(unserved, config.queue_specs_dir))
+        mode = admission_mode(config, specs, self.runs, now=self.now, poll_wake=self.poll_wake)
+        self.quota = mode.quota
+        return specs, mode
 
-        if config.quota.mode == "agent":
-            # An invalid tree fails the start, before the agent registers with W&B.
-            self.quota = QuotaAdmission.from_config(
-                config,
-                specs,
-                self.runs,
-                now=self.now,
-                on_change=self.quota_wake.set,
-                on_room=self.poll_wake.set,
-            )
-            self.admission = self.quota
+    # --- 3. adoption ---------------------------------------------------------------------------
 
-        # Read-only checks first: a standby replica does this much and registers once it leads.
+    async def _adopt(
+        self,
+        stack: AsyncExitStack,
+        wandb: WandbClient,
+        kube: KubeClient,
+        specs: SpecStore,
+        mode: AdmissionMode,
+    ) -> _Adopted | None:
+        """Read-only checks with W&B, the Lease elector, then informers for every kind the
+        specs run and for pods, and a wait for their first list: every run the agent owns is
+        in the table before anything is popped. A standby waits here, informers synced, until
+        it leads (None: stopped meanwhile)."""
+        config, stopping = self.config, self.supervisor.stopping
         queues = await resolve_queues(config, wandb, stopping)
         if config.leader_election.enabled:
             self.elector = await stack.enter_async_context(self._elector(kube))
-
-        reporter = Reporter(wandb, self.metrics, stopping)
-        self.reporter = reporter
-        finisher = Finisher(
+        self.reporter = reporter = Reporter(wandb, self.metrics, stopping)
+        settlement = Settlement(wandb, reporter, self.metrics, queue_entity=queues.entity)
+        self.finisher = finisher = Finisher(
             kube,
             self.runs,
             reporter,
             self.metrics,
             config.tracking,
             checks=RunChecks(wandb, reporter, config.sweeps, entity=queues.entity),
+            settlement=settlement,
             queue_entity=queues.entity,
             clock=self.clock,
         )
-        self.finisher = finisher
-        policy = TrackingPolicy.from_config(config.tracking)
-        # quota.mode kueue: the Kueue watch (below) writes each run's Workload, the tracker reads.
-        kueue_workloads = KueueWorkloads() if config.quota.mode == "kueue" else None
-        tracker = Tracker(
+        self.tracker = tracker = Tracker(
             kube,
             self.runs,
             reporter,
             self.metrics,
             self.readiness,
             agent_name=config.agent_name,
-            policy=policy,
+            policy=TrackingPolicy.from_config(config.tracking),
             now=self.now,
             finish=finisher.submit,
-            # Inactive until `rebuild` below: the rebuild reads every adopted run at once.
-            observe=self.quota.observe if self.quota is not None else None,
-            kueue_workload=kueue_workloads.of if kueue_workloads is not None else None,
+            observe=mode.observe,
+            kueue_workload=mode.kueue_workload,
             # The slim cache keeps these flags: a held run still reads as held after a restart.
             informer_settings=dataclasses.replace(
                 self.informer_settings or InformerSettings(),
@@ -306,7 +366,6 @@ class Agent:
             ),
             clock=self.clock,
         )
-        self.tracker = tracker
         await stack.enter_async_context(tracker.informers)
         await stack.enter_async_context(tracker.event_informers)
         await tracker.watch_specs(specs.specs, config.namespaces)
@@ -314,23 +373,39 @@ class Agent:
             log.warning("not every watch listed within %.0fs; popping anyway", ADOPTION_TIMEOUT)
         await tracker.recheck(everything=True)
         log.info("adopted %d run(s) from the cluster", len(self.runs))
-        if self.elector is not None:
-            await self.elector.wait_tried(stopping)
-        if self.elector is not None and not self.elector.leading.is_set():
-            # A standby: informers synced and the run table kept, nothing popped, dispatched
-            # or reported (the finisher's queue waits) until the Lease is this replica's.
-            log.info("standby: %s leads; waiting for the Lease", self.elector.leader or "nobody")
-            if not await self.elector.wait_leading(stopping):
-                return
-            log.info("took over with %d run(s) in the table", len(self.runs))
+        if not await self._lead(stopping):
+            return None
+        return _Adopted(queues, wandb, reporter, settlement, finisher, tracker)
 
+    async def _lead(self, stopping: asyncio.Event) -> bool:
+        """Whether this replica leads (or runs alone); a standby waits for the Lease with its
+        informers synced and the run table kept, nothing popped, dispatched or reported (the
+        finisher's queue waits). False: stopped while standing by."""
+        if self.elector is None:
+            return True
+        await self.elector.wait_tried(stopping)
+        if self.elector.leading.is_set():
+            return True
+        log.info("standby: %s leads; waiting for the Lease", self.elector.leader or "nobody")
+        if not await self.elector.wait_leading(stopping):
+            return False
+        log.info("took over with %d run(s) in the table", len(self.runs))
+        return True
+
+    # --- 4. registration -----------------------------------------------------------------------
+
+    async def _register(
+        self, stack: AsyncExitStack, wandb: WandbClient, kube: KubeClient, adopted: _Adopted
+    ) -> _Registered:
+        """`createLaunchAgent`, and the API-key Secret in every target namespace."""
+        config, stopping = self.config, self.supervisor.stopping
         registration = await register(
             config,
             wandb,
             stopping,
             hostname=self.hostname,
             version=__version__,
-            queues=queues,
+            queues=adopted.queues,
         )
         self.agent_id, self.entity = registration.agent_id, registration.entity
         settings = RenderSettings.from_config(config, queue_entity=registration.entity)
@@ -344,43 +419,45 @@ class Agent:
             agent_name=config.agent_name,
             stopping=stopping,
         )
-        if config.quota.mode == "kueue":
-            # Kueue admits; the agent reports its decisions and caps the runs waiting in it.
-            kueue = KueueWatch(
-                kube,
-                self.runs,
-                reporter,
-                specs,
-                config,
-                workloads=kueue_workloads,
-                on_workload=tracker.evaluate,
-                informer_settings=self.informer_settings,
-            )
-            await kueue.start(stack, stopping)
-            self.kueue = kueue
-            self.admission = KueueAdmission(kueue, self.runs, specs, config)
-        if self.quota is not None:
-            await self.quota.rebuild()  # same usage and order as before the restart
+        return _Registered(registration, settings)
 
+    # --- 5. loops ------------------------------------------------------------------------------
+
+    async def _loops(
+        self,
+        stack: AsyncExitStack,
+        mode: AdmissionMode,
+        parts: StageParts,
+        adopted: _Adopted,
+        registered: _Registered,
+    ) -> None:
+        """The dispatcher and the root tasks: the mode's own (the quota driver), poller,
+        finisher, warnings, stop checks, spec reload, housekeeping."""
+        config, stopping = self.config, self.supervisor.stopping
+        wandb, kube, specs = adopted.wandb, parts.kube, parts.specs
+        registration = registered.registration
         # Kaniko builds (None unless builder.type is kaniko): one ImageBuilder per process,
         # closed (builds in flight cancelled and cleaned up) before the Kubernetes client.
-        builds = await open_builds(stack, config, kube, reporter, stopping, metrics=self.metrics)
+        builds = await open_builds(
+            stack, config, kube, adopted.reporter, stopping, metrics=self.metrics
+        )
         dispatcher = Dispatcher(
             config,
             wandb=wandb,
             kube=kube,
             specs=specs,
             runs=self.runs,
-            reporter=reporter,
-            tracker=tracker,
+            reporter=adopted.reporter,
+            tracker=adopted.tracker,
             metrics=self.metrics,
-            settings=settings,
+            settings=registered.settings,
             admission=self.admission,
             schedulers=SchedulerCap(config.max_schedulers, self.runs),
+            settlement=adopted.settlement,
             builds=builds,
             clock=self.clock,
         )
-        poller = Poller(
+        self.poller = Poller(
             wandb,
             self.runs,
             dispatcher,
@@ -396,18 +473,6 @@ class Agent:
             agent_check_seconds=self.agent_check_seconds,
             clock=self.clock,
         )
-        self.poller = poller
-        if self.quota is not None:
-            driver = QuotaDriver(
-                self.quota,
-                kube=kube,
-                runs=self.runs,
-                specs=specs,
-                reporter=reporter,
-                wake=self.quota_wake,
-                clock=self.clock,
-            )
-            self.supervisor.add("quota", driver.run)
         stopper = Stopper(
             wandb,
             kube,
@@ -418,12 +483,14 @@ class Agent:
             now=self.now,
         )
         sup = self.supervisor
-        sup.add("poller", poller.run)
-        sup.add("finisher", finisher.run)
-        sup.add("warnings", reporter.run_warnings)
+        for name, loop in mode.loops(parts):
+            sup.add(name, loop)
+        sup.add("poller", self.poller.run)
+        sup.add("finisher", adopted.finisher.run)
+        sup.add("warnings", adopted.reporter.run_warnings)
         sup.add("stop-checks", stopper.run)
         sup.add("spec-reload", lambda s: specs.watch(config.specs_reload_seconds, s))
-        sup.add("housekeeping", tracker.run_periodic)
+        sup.add("housekeeping", adopted.tracker.run_periodic)
         sup.on_stop(self._on_stop)
 
     def _elector(self, kube: KubeClient) -> LeaderElector:

@@ -283,7 +283,9 @@ class BuildService:
             # The name reaches the wandb SDK first: it is checked before that read too.
             check_artifact_name(job, "runSpec.job")
         except SourceError as exc:
-            await self.reporter.fail(item.id, f"cannot build this run: {exc}", "agent", "job")
+            await self.reporter.fail(
+                item.id, f"cannot build this run: {exc}", stage="agent", reason="job"
+            )
             return None
         try:
             # The read retries through a W&B outage (`job_info`); one SDK read in flight can
@@ -298,7 +300,9 @@ class BuildService:
             log.warning("item %s left for a later pop: %s", item.id, exc)
             return None
         except (JobArtifactError, JobSpecError) as exc:
-            await self.reporter.fail(item.id, f"cannot build this run: {exc}", "agent", "job")
+            await self.reporter.fail(
+                item.id, f"cannot build this run: {exc}", stage="agent", reason="job"
+            )
             return None
         if spec.source is SourceKind.IMAGE:
             return spec.uri
@@ -318,7 +322,7 @@ class BuildService:
         failure = build.exception()
         if isinstance(failure, BuildFailed):
             message = build_failure_message(job, failure)
-            await self.reporter.fail(item.id, message, failure.stage, "build")
+            await self.reporter.fail(item.id, message, stage=failure.stage, reason="build")
             return None
         return build.result()  # raises anything else: a bug, logged by the poller
 

@@ -9,7 +9,7 @@ unless the runSpec names one), so every crash window ends well:
   knowing whether the item was acked. While the workload exists, a second pop of the item finds
   its record (or its create answers 409) and only acks it; when the run ends, the finisher
   acks the item or, its lease lapsed, keeps the workload until W&B offers the item again and
-  that offer is acked (`Finisher._settle`), so an item never gets a second workload;
+  that offer is acked (runtime/settlement.py), so an item never gets a second workload;
 - crash after the ack: the restarted agent adopts the workload from its labels.
 
 `ackRunQueueItem` answering `success: false` means our lease lapsed before the ack: the item is
@@ -36,51 +36,49 @@ spec allows it. A sweep run (`sweep_id`) starts only while its sweep is RUNNING 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from launch_agent.adapters.kube import (
+    Created,
     KindNotInstalled,
     KubeApiError,
     KubeClient,
     KubeError,
     KubeForbidden,
     KubeUnauthorized,
-    KubeUnavailable,
 )
 from launch_agent.adapters.wandb_client import RunQueueItem, WandbClient
-from launch_agent.adapters.wandb_errors import WandbAckUncertain, WandbError, WandbUnavailable
+from launch_agent.adapters.wandb_errors import WandbError, WandbUnavailable
 from launch_agent.model.config import AgentConfig
-from launch_agent.model.queue_spec import InvalidInput, Problem
+from launch_agent.model.queue_spec import InvalidInput, Problem, QueueSpec
 from launch_agent.model.run_item import RunItem, parse_run_item
 from launch_agent.model.sweeps import (
-    SCHEDULER_MARK,
     is_custom_scheduler,
     is_scheduler_item,
     sweep_state_refusal,
 )
 from launch_agent.render import kinds
-from launch_agent.render.decisions import NO_DECISIONS, Refused
+from launch_agent.render.decisions import NO_DECISIONS, NotAdmitted
 from launch_agent.render.naming import derived_run_id
 from launch_agent.render.pipeline import render
 from launch_agent.render.scheduler import scheduler_queue_spec, scheduler_run
-from launch_agent.render.settings import RenderSettings
+from launch_agent.render.settings import RenderResult, RenderSettings
 from launch_agent.runtime.admission.schedulers import SchedulerCap
 from launch_agent.runtime.admission.stage import AdmissionStage
 from launch_agent.runtime.builds import BuildService
 from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.metrics import Metrics
+from launch_agent.runtime.outcomes import ItemFailed, LeftForLater
+from launch_agent.runtime.recorded_spec import record_run_spec
 from launch_agent.runtime.reporter import Delivery, Reporter
-from launch_agent.runtime.runs import RUN_SPEC, RunRecord, RunTable
+from launch_agent.runtime.runs import RunRecord, RunTable
+from launch_agent.runtime.settlement import Settlement
 from launch_agent.runtime.specs import SpecStore
 from launch_agent.runtime.tracker import Tracker
 
 log = logging.getLogger(__name__)
-
-# Larger run specs are not recorded on the workload (annotations share a 256 KiB budget);
-# such a run is failed instead of requeued if it is preempted.
-MAX_RUN_SPEC_ANNOTATION = 64 * 1024
 
 
 def not_installed_message(exc: KindNotInstalled) -> str:
@@ -103,6 +101,19 @@ def problems_text(problems: Sequence[Problem]) -> str:
     return "; ".join(str(p) for p in problems)
 
 
+def _standard_scheduler(item: RunQueueItem, scheduler: bool) -> bool:
+    """W&B's own `wandb scheduler`, rendered from the built-in spec (render/scheduler.py)."""
+    return scheduler and not is_custom_scheduler(item.run_spec)
+
+
+class Landed(NamedTuple):
+    """A workload that exists: its record, the create's answer and the kind it was created as."""
+
+    record: RunRecord
+    created: Created
+    kind: str
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -118,6 +129,7 @@ class Dispatcher:
         settings: RenderSettings,
         admission: AdmissionStage,
         schedulers: SchedulerCap,
+        settlement: Settlement,
         builds: BuildService | None = None,
         clock: Clock = monotonic,
     ) -> None:
@@ -133,6 +145,7 @@ class Dispatcher:
         self.settings = settings
         self.admission = admission
         self.schedulers = schedulers
+        self.settlement = settlement
         self.clock = clock
         # Scheduler items already warned about the cap (W&B offers them again every lease).
         self._capped: set[str] = set()
@@ -140,12 +153,12 @@ class Dispatcher:
         self._in_flight: set[str] = set()
         self.namespaces = frozenset(config.namespaces)
 
-    async def _fail(
-        self, item: RunQueueItem, message: str, reason: str, stage: str = "agent"
-    ) -> Delivery[None]:
+    async def _fail(self, item: RunQueueItem, failed: ItemFailed) -> Delivery[None]:
         # Whatever W&B made of it, the item is done here: unacked, W&B offers it again after
         # its lease (NotSent), and a refusal is final.
-        return await self.reporter.fail(item.id, message, stage, reason)
+        return await self.reporter.fail(
+            item.id, failed.message, stage=failed.stage, reason=failed.reason
+        )
 
     async def dispatch(self, item: RunQueueItem, popped_at: float | None = None) -> None:
         """Handle one popped item to the end of its ack (or its failure)."""
@@ -157,7 +170,7 @@ class Dispatcher:
             return
         existing = self.runs.get(item.id)
         if existing is not None:
-            await self._offered_again(item, existing)
+            await self.settlement.offered_again(item, existing)
             return
         self._in_flight.add(item.id)
         try:
@@ -183,28 +196,12 @@ class Dispatcher:
             # it again after its lease, forever.
             await self._fail(
                 item,
-                "the run queue item is nested too deeply to handle (limits.max_item_depth)",
-                "malformed",
+                ItemFailed(
+                    "the run queue item is nested too deeply to handle (limits.max_item_depth)",
+                    stage="agent",
+                    reason="malformed",
+                ),
             )
-
-    async def _offered_again(self, item: RunQueueItem, record: RunRecord) -> None:
-        """W&B offers an item this process has a workload for (created or adopted): its ack
-        was lost and its lease lapsed. The run is never rendered or created again, whatever
-        became of its workload (a custom resource that ended is deleted, and then a create
-        would succeed): the offer is acked. A run already over waits for this ack before its
-        clean-up (`Finisher._settle`). A record without a workload yet is a dispatch of the
-        same item still in flight: that dispatch acks."""
-        if record.last is None:
-            return  # a record whose create has not answered is a dispatch's: it acks
-        log.warning(
-            "item %s offered again by W&B (its ack was lost, its lease lapsed): %s exists"
-            " already; acking it, not creating it again",
-            item.id,
-            record.workload,
-        )
-        # Counted as a create answering 409 is: the pop found its workload.
-        self.metrics.submits.labels(queue=item.queue, kind=record.kind, outcome="adopted").inc()
-        await self._ack(item, record)
 
     def _over_cap(self, item: RunQueueItem) -> None:
         """W&B's agent: warn, do not ack; the lease lapses and W&B offers the item again."""
@@ -219,13 +216,41 @@ class Dispatcher:
     async def _dispatch(
         self, item: RunQueueItem, popped_at: float | None, *, scheduler: bool = False
     ) -> None:
+        """One new item's steps, in order: spec, parse, image, render, create, then report.
+        Each step returns what the next needs or raises `ItemFailed` / `LeftForLater`
+        (runtime/outcomes.py), which end the item here and nowhere else."""
         popped_at = self.clock() if popped_at is None else popped_at
-        if item.problem is not None:
-            await self._fail(
-                item, f"the run queue item cannot be read: {item.problem}", "malformed"
+        try:
+            spec = self._spec(item, scheduler)
+            run = self._parse(item, scheduler)
+            if run.sweep_id and not scheduler:
+                await self._sweep_running(run)
+            image = await self._image(item, run)
+            result = self._render(item, spec, run, image, scheduler)
+            landed = await self._create(
+                item, spec, run, result, popped_at=popped_at, scheduler=scheduler
             )
+        except ItemFailed as failed:
+            await self._fail(item, failed)
             return
-        standard = scheduler and not is_custom_scheduler(item.run_spec)
+        except LeftForLater as later:
+            log.log(later.level, "item %s left for a later pop: %s", item.id, later.why)
+            return
+        await self._report(item, run, landed, result, popped_at)
+
+    # --- the steps ---------------------------------------------------------------------------
+
+    def _spec(self, item: RunQueueItem, scheduler: bool) -> QueueSpec:
+        """The queue spec the item renders with (the built-in one for the standard sweep
+        scheduler), checked against what this agent serves. An item whose runSpec could not be
+        read fails first: nothing else about it can be trusted."""
+        if item.problem is not None:
+            raise ItemFailed(
+                f"the run queue item cannot be read: {item.problem}",
+                stage="agent",
+                reason="malformed",
+            )
+        standard = _standard_scheduler(item, scheduler)
         spec = (
             scheduler_queue_spec(
                 item.queue, self.config.scheduler_namespace, self.config.sweeps.scheduler_image
@@ -234,70 +259,87 @@ class Dispatcher:
             else self.specs.for_queue(item.queue)
         )
         if spec is None:
-            await self._fail(
-                item,
+            raise ItemFailed(
                 f"no queue spec serves queue {item.queue!r}: add one to"
                 f" {self.config.queue_specs_dir} (a QueueSpec whose spec.queues lists"
                 f" {item.queue!r})",
-                "no_queue_spec",
+                stage="agent",
+                reason="no_queue_spec",
             )
-            return
         if spec.namespace not in self.namespaces:
-            await self._fail(
-                item,
+            raise ItemFailed(
                 f"queue spec {spec.name!r} targets namespace {spec.namespace!r}, which this agent"
                 f" does not serve (namespaces: {', '.join(sorted(self.namespaces))}): add it to"
                 " `namespaces` in the agent configuration",
-                "namespace",
+                stage="agent",
+                reason="namespace",
             )
-            return
         if scheduler and not standard and not spec.custom_schedulers:
-            await self._fail(
-                item,
+            raise ItemFailed(
                 f"this sweep scheduler is a job ({shown(item.run_spec.get('job'))}) that runs the"
                 f" submitter's code, and queue spec {spec.name!r} does not allow custom"
                 " schedulers: set spec.sweeps.customSchedulers: true in it, or launch the sweep"
                 " with the standard scheduler (`wandb launch-sweep` without scheduler.job)",
-                "custom_scheduler",
+                stage="agent",
+                reason="custom_scheduler",
             )
-            return
+        return spec
+
+    def _parse(self, item: RunQueueItem, scheduler: bool) -> RunItem:
         try:
             run = parse_run_item(
                 {"runQueueItemId": item.id, "runSpec": item.run_spec}, scheduler=scheduler
             )
-            if standard:
+            if _standard_scheduler(item, scheduler):
                 run = scheduler_run(run, self.config.sweeps.scheduler_image)
         except InvalidInput as exc:
-            await self._fail(
-                item, f"the run queue item is malformed: {problems_text(exc.problems)}", "malformed"
-            )
-            return
-        if run.sweep_id and not scheduler and not await self._sweep_runnable(item, run):
-            return
-        image: str | None = None
-        if run.docker_image is None and run.job is not None:
-            if self.builds is None:
-                await self._fail(item, self._build_message(run), "build_not_configured", "build")
-                return
-            # Minutes, in this item's own task: the poller goes on (runtime/builds.py).
-            image = await self.builds.image_for(item, run)
-            if image is None:
-                return
-        run_id = run.run_id or derived_run_id(run.run_queue_item_id)
-        text = json.dumps(
-            {k: v for k, v in item.run_spec.items() if k != "_wandb_api_key"},
-            separators=(",", ":"),
-            default=str,
-        )
-        recorded = {RUN_SPEC: text} if len(text) <= MAX_RUN_SPEC_ANNOTATION else {}
-        if scheduler:
-            recorded[SCHEDULER_MARK] = "true"
-        refusal: Refused | None = None
+            raise ItemFailed(
+                f"the run queue item is malformed: {problems_text(exc.problems)}",
+                stage="agent",
+                reason="malformed",
+            ) from None
+        return run
+
+    async def _sweep_running(self, run: RunItem) -> None:
+        """W&B's `check_sweep_state`: a sweep run starts only in a RUNNING or PAUSED sweep.
+        W&B being unavailable is not the item's fault: it is left for a later pop."""
+        assert run.sweep_id is not None
+        try:
+            state = await self.wandb.sweep_state(run.entity, run.project, run.sweep_id)
+        except WandbUnavailable as exc:
+            raise LeftForLater(f"sweep state unknown: {exc}") from None
+        except WandbError as exc:
+            log.info("sweep state of %s not read: %s", run.sweep_id, exc)
+            state = None  # W&B's agent: any error reading the state refuses the run
+        refusal = sweep_state_refusal(run.sweep_id, state)
+        if refusal is not None:
+            raise ItemFailed(refusal, stage="agent", reason="sweep_not_running")
+
+    async def _image(self, item: RunQueueItem, run: RunItem) -> str | None:
+        """The image built for a run that names a job and no image; None: the run names its
+        own (or has none, which render refuses)."""
+        if run.docker_image is not None or run.job is None:
+            return None
+        if self.builds is None:
+            raise ItemFailed(self._build_message(run), stage="build", reason="build_not_configured")
+        # Minutes, in this item's own task: the poller goes on (runtime/builds.py).
+        image = await self.builds.image_for(item, run)
+        if image is None:
+            # The build service failed the item, or left it, and said so.
+            raise LeftForLater("no image from the build service", level=logging.DEBUG)
+        return image
+
+    def _render(
+        self, item: RunQueueItem, spec: QueueSpec, run: RunItem, image: str | None, scheduler: bool
+    ) -> RenderResult:
+        """The admission stage's decisions, then the one manifest render makes of them.
+        Render's own problems are reported before the stage's refusal: they are what the
+        submitter can change; the refused run is rendered without decisions only to find them."""
+        recorded = record_run_spec(item.run_spec, scheduler=scheduler)
+        refusal: NotAdmitted | None = None
         try:
             decisions = self.admission.admit(item.id, item.queue, spec, item.run_spec)
-        except Refused as exc:
-            # Reported after render's own problems, which come first (what the submitter can
-            # change); the refused run is rendered without decisions only to find those.
+        except NotAdmitted as exc:
             decisions, refusal = NO_DECISIONS, exc
         try:
             result = render(
@@ -308,68 +350,92 @@ class Dispatcher:
                 queue_name=item.queue,
                 decisions=decisions.annotated(recorded),
             )
-        except Refused as exc:
-            await self._fail(item, exc.message, exc.reason)
-            return
+        except NotAdmitted as exc:
+            raise ItemFailed(exc.message, stage="agent", reason=exc.reason) from None
         except InvalidInput as exc:
-            await self._fail(
-                item,
+            raise ItemFailed(
                 f"queue spec {spec.name!r} refused this run: {problems_text(exc.problems)}",
-                "render",
-            )
-            return
+                stage="agent",
+                reason="render",
+            ) from None
         if refusal is not None:
-            await self._fail(item, refusal.message, refusal.reason)
-            return
-        workload = result.workload
-        meta = workload["metadata"]
+            raise ItemFailed(refusal.message, stage="agent", reason=refusal.reason)
+        return result
 
+    async def _create(
+        self,
+        item: RunQueueItem,
+        spec: QueueSpec,
+        run: RunItem,
+        result: RenderResult,
+        *,
+        popped_at: float,
+        scheduler: bool,
+    ) -> Landed:
+        """The workload created (or adopted: its create answered 409), with its record in the
+        table and its kind watched from before the create."""
+        workload = result.workload
         try:
             resource = await self.kube.resolve(str(workload["apiVersion"]), str(workload["kind"]))
         except KindNotInstalled as exc:
-            await self._fail(item, not_installed_message(exc), "kind_not_installed")
-            return
+            raise ItemFailed(
+                not_installed_message(exc), stage="agent", reason="kind_not_installed"
+            ) from None
         except KubeError as exc:
-            log.error("item %s left for a later pop: Kubernetes discovery failed: %s", item.id, exc)
-            return
-        record = self.runs.get(item.id)
-        if record is None:
-            record = self.runs.add(
-                RunRecord(
-                    rqi_id=item.id,
-                    queue=item.queue,
-                    entity=run.entity,
-                    project=run.project,
-                    run_id=run_id,
-                    namespace=spec.namespace,
-                    name=str(meta["name"]),
-                    api_version=resource.api_version,
-                    kind=resource.kind,
-                    started=popped_at,
-                    scheduler=scheduler,
-                )
+            raise LeftForLater(f"Kubernetes discovery failed: {exc}", level=logging.ERROR) from None
+        record = self.runs.get(item.id) or self.runs.add(
+            RunRecord(
+                rqi_id=item.id,
+                queue=item.queue,
+                entity=run.entity,
+                project=run.project,
+                run_id=run.run_id or derived_run_id(run.run_queue_item_id),
+                namespace=spec.namespace,
+                name=str(workload["metadata"]["name"]),
+                api_version=resource.api_version,
+                kind=resource.kind,
+                started=popped_at,
+                scheduler=scheduler,
             )
+        )
         self.tracker.watch(resource, spec.namespace)
         try:
             created = await self.kube.create(workload, spec.namespace)
-        except (KubeUnavailable, KubeError) as exc:
-            # 401: the agent's own credential was refused (and could not be renewed), which
-            # says nothing about this run: it stays in W&B like any unavailability.
-            refused = not isinstance(exc, KubeUnavailable | KubeUnauthorized)
-            if isinstance(exc, KubeApiError) and refused:
-                self.runs.remove(record, finished=False)
-                await self._fail(item, self._refused_message(record, exc), "kube_refused")
-                return
+        except KubeUnauthorized as exc:
+            # The agent's own credential was refused (and could not be renewed), which says
+            # nothing about this run: it stays in W&B like any unavailability.
+            raise self._not_created(item, record, resource.kind, exc) from None
+        except KubeApiError as exc:
             self.runs.remove(record, finished=False)
-            self.metrics.submits.labels(queue=item.queue, kind=resource.kind, outcome="error").inc()
-            log.error(
-                "item %s not created, left for a later pop (its lease lapses): %s", item.id, exc
-            )
-            return
+            raise ItemFailed(
+                self._refused_message(record, exc), stage="agent", reason="kube_refused"
+            ) from None
+        except KubeError as exc:  # KubeUnavailable: retried until the policy gave up
+            raise self._not_created(item, record, resource.kind, exc) from None
+        return Landed(record, created, resource.kind)
+
+    def _not_created(
+        self, item: RunQueueItem, record: RunRecord, kind: str, exc: KubeError
+    ) -> LeftForLater:
+        self.runs.remove(record, finished=False)
+        self.metrics.submits.labels(queue=item.queue, kind=kind, outcome="error").inc()
+        return LeftForLater(f"not created (its lease lapses): {exc}", level=logging.ERROR)
+
+    async def _report(
+        self,
+        item: RunQueueItem,
+        run: RunItem,
+        landed: Landed,
+        result: RenderResult,
+        popped_at: float,
+    ) -> None:
+        """The workload exists: count it, ack the item, tell the admission stage, then the
+        render's warnings."""
+        record, created = landed.record, landed.created
         if record.last is None:
             record.last = created.obj
         outcome = "adopted" if created.adopted else "created"
-        self.metrics.submits.labels(queue=item.queue, kind=resource.kind, outcome=outcome).inc()
+        self.metrics.submits.labels(queue=item.queue, kind=landed.kind, outcome=outcome).inc()
         self.metrics.queue_latency.observe(self.clock() - popped_at)
         log.info(
             "%s %s for item %s (queue %r, run %s)",
@@ -377,65 +443,12 @@ class Dispatcher:
             record.workload,
             item.id,
             item.queue,
-            run_id,
+            run.run_id or derived_run_id(run.run_queue_item_id),
         )
-        await self._ack(item, record)
+        await self.settlement.ack(item, record)
         self.admission.created(record)
         for warning in result.warnings:
             self.reporter.warn(item.id, f"{warning}", "agent")
-
-    async def _sweep_runnable(self, item: RunQueueItem, run: RunItem) -> bool:
-        """W&B's `check_sweep_state`: a sweep run starts only in a RUNNING or PAUSED sweep.
-        W&B being unavailable is not the item's fault: it is left for a later pop."""
-        assert run.sweep_id is not None
-        try:
-            state = await self.wandb.sweep_state(run.entity, run.project, run.sweep_id)
-        except WandbUnavailable as exc:
-            log.warning("item %s left for a later pop: sweep state unknown: %s", item.id, exc)
-            return False
-        except WandbError as exc:
-            log.info("sweep state of %s not read: %s", run.sweep_id, exc)
-            state = None  # W&B's agent: any error reading the state refuses the run
-        refusal = sweep_state_refusal(run.sweep_id, state)
-        if refusal is None:
-            return True
-        await self._fail(item, refusal, "sweep_not_running")
-        return False
-
-    async def _ack(self, item: RunQueueItem, record: RunRecord) -> None:
-        try:
-            won = await self.wandb.ack(item.id, record.run_id)
-        except WandbAckUncertain as exc:
-            # It may have landed or not (the chaos bench saw such items offered again): the
-            # workload stays tracked, the item not known acked; the offer is acked if it comes,
-            # and W&B's item state is read before the run's clean-up (`Finisher._settle`).
-            log.warning("%s; the item is settled when offered again or when the run ends", exc)
-            return
-        except WandbUnavailable as exc:
-            log.warning(
-                "ack of item %s not sent (%s): W&B offers it again after its lease and the"
-                " existing workload is adopted then",
-                item.id,
-                exc,
-            )
-            return
-        except WandbError as exc:
-            log.error("W&B refused the ack of item %s: %s", item.id, exc)
-            return
-        if not won:
-            if record.acked:
-                return  # claimed meanwhile by this process (the finisher settling the run)
-            # Our lease lapsed: W&B offers the item again (or another agent claimed it). The
-            # workload's name is the item's, so any claim of the item is of this workload: it
-            # stays tracked (dropping it left an unreported run and its quota held), and the
-            # item is acked when offered again or settled when the run ends (`Finisher._settle`).
-            log.warning(
-                "ack of item %s answered success: false (our lease lapsed): %s stays tracked",
-                item.id,
-                record.workload,
-            )
-            return
-        record.acked = True
 
     def _build_message(self, run: RunItem) -> str:
         builder = self.config.builder.type if self.config.builder else None

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from launch_agent.adapters.kube import Resource
+from launch_agent.tracking.views import Meta
 
 EVENT = Resource("", "v1", "Event", "events")
 WARNINGS = "type=Warning"
@@ -36,16 +37,16 @@ EventKey = tuple[str, str, str]  # (involved kind, involved name, reason)
 
 def event_view(obj: Obj) -> Obj:
     """What the diagnosis reads of a core/v1 Event (and the informer needs to cache it)."""
-    meta = obj.get("metadata") or {}
+    meta = Meta(obj)
     about = obj.get("involvedObject") or {}
     message = str(obj.get("message") or "")
     return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "resourceVersion": meta.get("resourceVersion"),
+            "name": meta.name,
+            "namespace": meta.namespace,
+            "resourceVersion": meta.resource_version,
         },
         "involvedObject": {
             k: about.get(k) for k in ("apiVersion", "kind", "name", "namespace", "uid")
@@ -74,7 +75,7 @@ def _series(value: object) -> dict[str, Any] | None:
 def about(event: Mapping[str, Any]) -> tuple[str, str, str]:
     """(namespace, kind, name) of the object an Event is about."""
     involved = event.get("involvedObject") or {}
-    namespace = involved.get("namespace") or (event.get("metadata") or {}).get("namespace")
+    namespace = involved.get("namespace") or Meta(event).namespace
     return str(namespace or ""), str(involved.get("kind") or ""), str(involved.get("name") or "")
 
 

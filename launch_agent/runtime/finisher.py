@@ -26,8 +26,9 @@ left behind. The record is removed last; if the agent stops before W&B confirmed
 record stays and the next start adopts the run and reports it then. When the annotation (or the
 delete) fails for good the record stays too and only the clean-up is tried again, with a
 growing delay: the report is not sent twice by the process that sent it. A finished Job or
-JobSet whose item W&B may still offer again has its TTL held meanwhile (`runtime/ttl_hold.py`):
-it is the proof the item ran, and a kill after its TTL would otherwise leave none.
+JobSet whose item W&B may still offer again (`runtime/settlement.py`) has its TTL held meanwhile
+(`runtime/ttl_hold.py`): it is the proof the item ran, and a kill after its TTL would otherwise
+leave none.
 
 Reported exactly once: a run this process did not see end while leading (`RunRecord.adopted`:
 adopted on start, or tracked while standing by) may have been reported by the replica that led
@@ -44,19 +45,21 @@ import asyncio
 import heapq
 import itertools
 import logging
-from typing import Any, assert_never
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, assert_never
 
 from launch_agent.adapters.kube import KubeClient, KubeError, KubeForbidden, KubeNotFound
 from launch_agent.adapters.retry import backoff_delay
 from launch_agent.aio import wait_event
 from launch_agent.model.config import TrackingConfig
 from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
-from launch_agent.model.safe_load import load_json
 from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.reporter import Delivery, ItemRef, NotSent, Refused, Reporter, Sent
+from launch_agent.runtime.recorded_spec import recorded_run_spec, resume_count
+from launch_agent.runtime.reporter import Declined, Delivery, ItemRef, NotSent, Reporter, Sent
 from launch_agent.runtime.run_checks import RunChecks
-from launch_agent.runtime.runs import REPORTED, RUN_SPEC, RunRecord, RunTable
+from launch_agent.runtime.runs import REPORTED, RunRecord, RunTable
+from launch_agent.runtime.settlement import Settlement
 from launch_agent.runtime.ttl_hold import (
     HELD_KINDS,
     hold_patch,
@@ -86,6 +89,33 @@ _HAS_LOG = frozenset(
 )
 
 
+class Ended(NamedTuple):
+    """A run the tracker saw end (or whose finish is due again), as `handle` takes it."""
+
+    record: RunRecord
+    assessment: Assessment
+
+
+@dataclass(frozen=True, slots=True)
+class Reported:
+    """A run whose end W&B has: only its finish (settling, clean-up) is left, tried `tries`
+    times so far."""
+
+    state: RunState
+    tries: int
+
+
+@dataclass(order=True, frozen=True, slots=True)
+class Later:
+    """A finish tried again once `due` (on the finisher's clock); `seq` keeps the heap's
+    order total."""
+
+    due: float
+    seq: int
+    record: RunRecord = field(compare=False)
+    assessment: Assessment = field(compare=False)
+
+
 class Finisher:
     def __init__(
         self,
@@ -96,6 +126,7 @@ class Finisher:
         tracking: TrackingConfig,
         *,
         checks: RunChecks,
+        settlement: Settlement,
         queue_entity: str,
         workers: int = 4,
         clock: Clock = monotonic,
@@ -108,27 +139,25 @@ class Finisher:
         self.metrics = metrics
         self.tracking = tracking
         self.checks = checks
+        self.settlement = settlement
         self.queue_entity = queue_entity
         self.workers = workers
-        self._queue: asyncio.Queue[tuple[RunRecord, Assessment]] = asyncio.Queue()
+        self._queue: asyncio.Queue[Ended] = asyncio.Queue()
         self.handled = 0
         # False once the API server refused a patch (RBAC): reported Jobs are deleted instead.
         self.may_patch = True
         self.clock = clock
         self.clean_up_retry_base = clean_up_retry_base
         self.clean_up_retry_cap = clean_up_retry_cap
-        # Runs reported whose clean-up (annotation or delete) failed: item id -> (state, tries).
-        # Their next `handle` only cleans up.
-        self._reported: dict[str, tuple[RunState, int]] = {}
-        # (due on `clock`, tie-breaker, record, assessment) of those clean-ups.
-        self._later: list[tuple[float, int, RunRecord, Assessment]] = []
-        # Runs over whose item W&B may still offer again (`_settle`): item id -> (record,
-        # state). Handled again as soon as the dispatcher acks the item offered again.
-        self.unsettled: dict[str, tuple[RunRecord, RunState]] = {}
+        # Runs reported whose clean-up (annotation or delete) failed, or whose item is not
+        # settled yet, by item id: their next `handle` only finishes them.
+        self._reported: dict[str, Reported] = {}
+        # Those finishes, in the order they are due (a heap).
+        self._later: list[Later] = []
         self._seq = itertools.count()
 
     def submit(self, record: RunRecord, assessment: Assessment) -> None:
-        self._queue.put_nowait((record, assessment))
+        self._queue.put_nowait(Ended(record, assessment))
 
     @property
     def pending(self) -> int:
@@ -143,20 +172,18 @@ class Finisher:
             await self.checks.close()
 
     def _due(self) -> None:
-        for rqi_id, (record, state) in list(self.unsettled.items()):
-            if record.acked:
-                del self.unsettled[rqi_id]
-                self._queue.put_nowait((record, Assessment(state, None)))
+        for unsettled in self.settlement.settled():
+            self.submit(unsettled.record, Assessment(unsettled.state, None))
         now = self.clock()
-        while self._later and self._later[0][0] <= now:
-            _, _, record, assessment = heapq.heappop(self._later)
-            self._queue.put_nowait((record, assessment))
+        while self._later and self._later[0].due <= now:
+            later = heapq.heappop(self._later)
+            self.submit(later.record, later.assessment)
 
     async def _worker(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
             self._due()
             try:
-                record, assessment = self._queue.get_nowait()
+                record, assessment = self._queue.get_nowait()  # an `Ended`
             except asyncio.QueueEmpty:
                 await wait_event(stopping, 0.05)
                 continue
@@ -165,7 +192,7 @@ class Finisher:
                 # another replica while its clean-up waited to be tried again).
                 if self.runs.get(record.rqi_id) is None:
                     self._reported.pop(record.rqi_id, None)
-                    self.unsettled.pop(record.rqi_id, None)
+                    self.settlement.forget(record.rqi_id)
                 continue
             try:
                 await self.handle(record, assessment)
@@ -191,17 +218,16 @@ class Finisher:
         match failed:
             case Sent(value=True):
                 return Sent("the item is FAILED")
-            case Sent() | Refused():
+            case Sent() | Declined():
                 pass  # a refusal cannot tell: the report must not be lost, W&B judges it
             case NotSent():
                 return failed
             case _:
                 assert_never(failed)
-        spec = _run_spec(record)
+        spec = recorded_run_spec(record.last)
         if spec is None or not record.run_id:
             return Sent(None)  # nothing to requeue from: nothing else W&B could have
-        resumes = spec.get("_resume_count", 0)
-        resumes = resumes if isinstance(resumes, int) else 0
+        resumes = resume_count(spec)
         running = self._requeue_in_cluster(record, resumes + 1)
         if running is not None:
             return Sent(f"it was requeued as item {running}, whose workload exists")
@@ -211,7 +237,7 @@ class Finisher:
         match pushed:
             case Sent(value=str(new_id)):
                 return Sent(f"it was requeued as item {new_id}")
-            case Sent() | Refused():
+            case Sent() | Declined():
                 return Sent(None)
             case NotSent():
                 return pushed
@@ -228,7 +254,7 @@ class Finisher:
         for other in self.runs:
             if other.rqi_id == record.rqi_id or other.run_id != record.run_id:
                 continue
-            spec = _run_spec(other)
+            spec = recorded_run_spec(other.last)
             if spec is not None and spec.get("_resume_count") == resume:
                 return other.rqi_id
         return None
@@ -253,7 +279,7 @@ class Finisher:
                 return False
             case NotSent():
                 return None
-            case Refused():
+            case Declined():
                 return False
             case _:
                 assert_never(known)
@@ -262,8 +288,8 @@ class Finisher:
         state, diagnosis = assessment
         done = self._reported.get(record.rqi_id)
         if done is not None:
-            # Reported already; only the clean-up failed.
-            await self._finish(record, done[0])
+            # Reported already; only the clean-up failed (or the item was not settled).
+            await self._finish(record, done.state)
             return
         there = await self._already_there(record, state)
         if there is None:
@@ -274,47 +300,60 @@ class Finisher:
         self.metrics.outcomes.labels(state=state.value).inc()
         # An adopted run was never popped by this process: its failure still counts for its queue.
         self.metrics.activity.remember(record.rqi_id, record.queue)
-        sent: Delivery[object] = Sent(None)
-        if state is RunState.FAILED:
-            diag = diagnosis or Diagnosis(
-                Reason.WORKLOAD_FAILED, "the workload failed", Severity.TERMINAL
-            )
-            message = await self._failure_message(record, diag)
-            sent = await self.reporter.fail(record.rqi_id, message, "run", diag.reason.value)
-            if isinstance(sent, Sent) and record.scheduler:
-                await self.checks.scheduler_failed(record)
-        elif state is RunState.SUCCEEDED and record.stop_requested_at is None:
-            self.checks.succeeded(record)
-        elif state is RunState.PREEMPTED:
-            sent = await self._requeue(record, diagnosis)
-        elif state is RunState.STOPPED and record.stop_requested_at is None:
-            stopped = await self.checks.stopped_in_wandb(record)
-            if stopped is None:
-                sent = NotSent("stopping before W&B said whether the run was stopped")
-            elif stopped:
-                # Stopped from the UI and deleted by the replica (or process) that saw it.
-                log.info("run %s was stopped in W&B: nothing to report", record.run_id)
-            elif record.end_unseen and not record.deleting:
-                sent = await self._unseen_deletion(record, diagnosis)
-            else:
-                diag = diagnosis or Diagnosis(
-                    Reason.DELETED, "the workload was deleted", Severity.TERMINAL
-                )
-                sent = await self.reporter.fail(
-                    record.rqi_id, diag.message, "run", diag.reason.value
-                )
+        sent = await self._report(record, state, diagnosis)
         match sent:
             case NotSent():
                 # Stopping during a W&B outage: the workload and its record stay, unmarked, so
                 # the next start adopts the run and reports it then.
                 return
-            case Sent() | Refused():
+            case Sent() | Declined():
                 pass  # W&B answered; a refusal is final, asking again gets the same answer
             case _:
                 assert_never(sent)
         # A failure W&B accepted is final: W&B never offers a FAILED item again.
         failed = state is RunState.FAILED and isinstance(sent, Sent)
         await self._finish(record, state, settled=failed)
+
+    async def _report(
+        self, record: RunRecord, state: RunState, diagnosis: Diagnosis | None
+    ) -> Delivery[object]:
+        """What W&B is told of the run's end, by state (the module docstring's list)."""
+        if state is RunState.FAILED:
+            diag = diagnosis or Diagnosis(
+                Reason.WORKLOAD_FAILED, "the workload failed", Severity.TERMINAL
+            )
+            message = await self._failure_message(record, diag)
+            sent = await self.reporter.fail(
+                record.rqi_id, message, stage="run", reason=diag.reason.value
+            )
+            if isinstance(sent, Sent) and record.scheduler:
+                await self.checks.scheduler_failed(record)
+            return sent
+        if record.stop_requested_at is not None and state is not RunState.PREEMPTED:
+            return Sent(None)  # W&B asked for the stop: nothing to report
+        if state is RunState.SUCCEEDED:
+            self.checks.succeeded(record)
+        elif state is RunState.PREEMPTED:
+            return await self._requeue(record, diagnosis)
+        elif state is RunState.STOPPED:
+            return await self._stopped(record, diagnosis)
+        return Sent(None)
+
+    async def _stopped(self, record: RunRecord, diagnosis: Diagnosis | None) -> Delivery[object]:
+        """A workload deleted before it finished, by someone other than W&B's stop."""
+        stopped = await self.checks.stopped_in_wandb(record)
+        if stopped is None:
+            return NotSent("stopping before W&B said whether the run was stopped")
+        if stopped:
+            # Stopped from the UI and deleted by the replica (or process) that saw it.
+            log.info("run %s was stopped in W&B: nothing to report", record.run_id)
+            return Sent(None)
+        if record.end_unseen and not record.deleting:
+            return await self._unseen_deletion(record, diagnosis)
+        diag = diagnosis or Diagnosis(Reason.DELETED, "the workload was deleted", Severity.TERMINAL)
+        return await self.reporter.fail(
+            record.rqi_id, diag.message, stage="run", reason=diag.reason.value
+        )
 
     async def _unseen_deletion(
         self, record: RunRecord, diagnosis: Diagnosis | None
@@ -342,8 +381,8 @@ class Finisher:
             return await self.reporter.fail(
                 record.rqi_id,
                 f"{message}; W&B says the run {state}",
-                "run",
-                Reason.DELETED.value,
+                stage="run",
+                reason=Reason.DELETED.value,
             )
         log.warning(
             "%s was found deleted by a relist (its final status unseen, not deleted by this"
@@ -357,114 +396,33 @@ class Finisher:
         """Clean up and remove the record once W&B will not offer its item again; if the
         clean-up failed, or the item may be offered again, try it again later."""
         if not settled:
-            done = await self._settle(record)
+            done = await self.settlement.settle(record)
             if done is None:
                 return  # stopping during a W&B outage: the next start adopts and settles it
             if not done:
-                self.unsettled[record.rqi_id] = (record, state)
+                self.settlement.wait(record, state)
                 await self._hold(record)
                 self._later_again(record, state, "settling the item")
                 return
         if not await self._clean_up(record, state):
             self._later_again(record, state, "clean-up")
             return
-        self.unsettled.pop(record.rqi_id, None)
+        self.settlement.forget(record.rqi_id)
         self._reported.pop(record.rqi_id, None)
         self.runs.remove(record)
         self.handled += 1
 
     def _later_again(self, record: RunRecord, state: RunState, what: str) -> None:
         """Handle the run again later (only its clean-up: it was reported), with a growing delay."""
-        tries = self._reported.get(record.rqi_id, (state, 0))[1]
-        self._reported[record.rqi_id] = (state, tries + 1)
+        before = self._reported.get(record.rqi_id)
+        tries = before.tries if before is not None else 0
+        self._reported[record.rqi_id] = Reported(state, tries + 1)
         delay = backoff_delay(
             self.clean_up_retry_base, self.clean_up_retry_cap, tries, 0.0, jitter=0.0
         )
         log.info("%s of %s is tried again in %.1fs", what, record.workload, delay)
-        entry = (self.clock() + delay, next(self._seq), record, Assessment(state, None))
-        heapq.heappush(self._later, entry)
-
-    async def _settle(self, record: RunRecord) -> bool | None:
-        """True once W&B will not offer the run's item again: it is CLAIMED (acked) or FAILED.
-        False while it may (PENDING or LEASED, its ack lost); None: stopping during an outage.
-
-        The workload is the only proof that the item has run: names are deterministic, so while
-        it exists a second pop of the item answers 409 and adopts it, but a custom resource is
-        deleted when it ends (and a Job by its TTL). Cleaned up with its item un-acked (the
-        process that created it killed before its ack reached W&B), W&B offered the item again
-        once its lease lapsed and it was created a second time. So an un-acked item is acked
-        here while its lease (the killed process's) still runs; once it lapsed, W&B accepts no
-        ack (`success: false` for any item not LEASED: the sandbox's model of wandb's server,
-        whose agent reads that as "already acknowledged", `Api.ack_run_queue_item` in
-        wandb/sdk/internal/internal_api.py), so the record and its workload stay until W&B
-        offers the item again and the dispatcher acks that offer (`Dispatcher._offered_again`).
-        Neither the W&B run (a run that never called wandb.init has none) nor anything else a
-        deleted workload leaves says the item ran; the item's state in W&B is the one record.
-        """
-        if record.acked:
-            return True
-        ref = ItemRef(self.queue_entity, record.queue, record.rqi_id)
-        state = await self.reporter.item_state(ref)
-        match state:
-            case NotSent():
-                return None
-            case Refused(error=error):
-                # An error answer (an older server without `runQueueItem`): asking again gets
-                # the same. An ack still settles a LEASED item; otherwise the run is cleaned up
-                # as it was before W&B could be asked, rather than kept for ever.
-                claimed = await self.reporter.claim(record.rqi_id, record.run_id)
-                if isinstance(claimed, NotSent):
-                    return None
-                if claimed == Sent(True):
-                    record.acked = True
-                else:
-                    log.warning(
-                        "W&B cannot say whether item %s of %s was acked (%s): cleaned up",
-                        record.rqi_id,
-                        record.workload,
-                        error,
-                    )
-                return True
-            case Sent(value=None):
-                log.warning(
-                    "item %s of %s is not in queue %r in W&B: nothing left to settle",
-                    record.rqi_id,
-                    record.workload,
-                    record.queue,
-                )
-                return True
-            case Sent(value="CLAIMED"):
-                record.acked = True
-                return True
-            case Sent(value="FAILED"):
-                return True
-            case Sent(value="LEASED"):
-                pass
-            case Sent():
-                log.info(
-                    "item %s of %s is offered again by W&B (its ack was lost and its lease"
-                    " lapsed): the workload stays until the item is popped and acked",
-                    record.rqi_id,
-                    record.workload,
-                )
-                return False
-            case _:
-                assert_never(state)
-        claimed = await self.reporter.claim(record.rqi_id, record.run_id)
-        match claimed:
-            case NotSent():
-                return None
-            case Sent(value=True):
-                log.info(
-                    "acked item %s of %s (its ack had been lost)", record.rqi_id, record.workload
-                )
-                record.acked = True
-                return True
-            case Sent() | Refused():
-                # The lease lapsed meanwhile, or the dispatcher acked the offer first.
-                return record.acked
-            case _:
-                assert_never(claimed)
+        due = Later(self.clock() + delay, next(self._seq), record, Assessment(state, None))
+        heapq.heappush(self._later, due)
 
     async def _hold(self, record: RunRecord) -> None:
         """Take the TTL off a finished Job or JobSet whose item W&B may still offer again, so
@@ -521,24 +479,23 @@ class Finisher:
 
     async def _requeue(self, record: RunRecord, diag: Diagnosis | None) -> Delivery[object]:
         reason = diag.message if diag else "the run was preempted"
-        spec = _run_spec(record)
+        spec = recorded_run_spec(record.last)
         if spec is None:
             return await self.reporter.fail(
                 record.rqi_id,
                 f"{record.workload}: {reason}; it cannot be requeued because its run spec is not"
                 " recorded on the workload: resubmit it",
-                "run",
-                Reason.PREEMPTED.value,
+                stage="run",
+                reason=Reason.PREEMPTED.value,
             )
-        resumes = spec.get("_resume_count", 0)
-        resumes = resumes if isinstance(resumes, int) else 0
+        resumes = resume_count(spec)
         if resumes >= self.tracking.max_requeues:
             return await self.reporter.fail(
                 record.rqi_id,
                 f"{record.workload}: {reason}; it was already requeued {resumes} time(s), the"
                 f" limit (tracking.max_requeues) is {self.tracking.max_requeues}",
-                "run",
-                Reason.PREEMPTED.value,
+                stage="run",
+                reason=Reason.PREEMPTED.value,
             )
         again = {**spec, "_resume_count": resumes + 1, "run_id": record.run_id}
         again.pop("sweep_id", None)  # as W&B's agent: the sweep does not own the resumed run
@@ -546,7 +503,7 @@ class Finisher:
         match pushed:
             case Sent(value=new_id):
                 pass
-            case Refused() | NotSent():
+            case Declined() | NotSent():
                 return pushed
             case _:
                 assert_never(pushed)
@@ -604,15 +561,3 @@ class Finisher:
             log.warning("cleaning up %s failed: %s", record.workload, exc)
             return False
         return True
-
-
-def _run_spec(record: RunRecord) -> dict[str, Any] | None:
-    meta = (record.last or {}).get("metadata") or {}
-    text = (meta.get("annotations") or {}).get(RUN_SPEC)
-    if not isinstance(text, str):
-        return None
-    try:
-        spec = load_json(text)
-    except ValueError:
-        return None
-    return spec if isinstance(spec, dict) else None

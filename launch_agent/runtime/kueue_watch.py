@@ -57,6 +57,7 @@ from launch_agent.tracking.kueue import (
     owner_of,
     workload_status,
 )
+from launch_agent.tracking.views import Meta
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +123,8 @@ class KueueWorkloads:
         if seen is None:
             return None
         uid, obj = seen
-        known = (record.last or {}).get("metadata") or {}
-        if uid and known.get("uid") and known.get("uid") != uid:
+        known = Meta(record.last).uid
+        if uid and known and known != uid:
             return None  # a Workload of an earlier object with the same name
         return obj
 
@@ -265,8 +266,8 @@ class KueueWatch:
             record = self.runs.get(rqi) if rqi is not None else None
         if record is None:
             return None
-        known = (record.last or {}).get("metadata") or {}
-        if uid and known.get("uid") and known.get("uid") != uid:
+        known = Meta(record.last).uid
+        if uid and known and known != uid:
             return None  # a Workload of an earlier object with the same name
         return record
 

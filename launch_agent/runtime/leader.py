@@ -29,6 +29,7 @@ from launch_agent.adapters.retry import backoff_delay
 from launch_agent.aio import race, wait_event
 from launch_agent.model.lease import Election, LeaderRecord, LeaseTiming, record_of, spec_of
 from launch_agent.runtime.clock import Clock
+from launch_agent.tracking.views import Meta
 
 log = logging.getLogger(__name__)
 
@@ -214,14 +215,13 @@ class LeaderElector:
         return created
 
     async def _update(self, current: dict[str, Any], record: LeaderRecord) -> dict[str, Any]:
-        metadata = current.get("metadata") or {}
         body = {
             "apiVersion": API_VERSION,
             "kind": "Lease",
             "metadata": {
                 "name": self.name,
                 "namespace": self.namespace,
-                "resourceVersion": metadata.get("resourceVersion", ""),
+                "resourceVersion": Meta(current).resource_version,
             },
             "spec": spec_of(record),
         }

@@ -7,7 +7,7 @@ only once W&B knows. Warnings are not worth holding a task for: `warn` queues th
 (deduplicated per run by the tracker) and one worker sends them in order, pausing while W&B is
 unavailable.
 
-Every report says what became of it with a `Delivery`: `Sent` (W&B accepted it), `Refused`
+Every report says what became of it with a `Delivery`: `Sent` (W&B accepted it), `Declined`
 (W&B answered no for good: retrying gives the same answer) or `NotSent` (the agent is stopping
 during an outage: nothing reached W&B, so the run must stay recorded for the next start to
 report). Callers match it exhaustively (`assert_never`): a bool once merged "not sent" into
@@ -57,7 +57,7 @@ class Sent(Generic[T_co]):
 
 
 @dataclass(frozen=True, slots=True)
-class Refused:
+class Declined:
     """W&B answered no for good (an error, `success: false`): the same call gets the same no."""
 
     error: str
@@ -70,7 +70,7 @@ class NotSent:
     last_error: str
 
 
-Delivery: TypeAlias = Sent[T_co] | Refused | NotSent
+Delivery: TypeAlias = Sent[T_co] | Declined | NotSent
 
 
 def clip(message: str, limit: int = MAX_MESSAGE) -> str:
@@ -144,27 +144,29 @@ class Reporter:
             return NotSent(str(gave_up.last))
         except WandbError as exc:
             log.error("W&B refused %s: %s", what, exc)
-            return Refused(str(exc))
+            return Declined(str(exc))
         return Sent(value)
 
     async def fail(
         self,
         item_id: str,
         message: str,
+        *,
         stage: str,
         reason: str,
-        *,
         verify: ItemRef | None = None,
     ) -> Delivery[None]:
-        """`failRunQueueItem`. With `verify` (the item's queue), first ask W&B whether the item
-        is already `FAILED`: then the failure is `Sent` without a second mutation."""
+        """`failRunQueueItem`: `stage` is W&B's failure kind (`agent`, `build`, `run`),
+        `reason` the failure metric's label. With `verify` (the item's queue), first ask W&B
+        whether the item is already `FAILED`: then the failure is `Sent` without a second
+        mutation."""
         if verify is not None:
             known = await self.already_failed(verify)
             match known:
                 case Sent(value=True):
                     log.info("item %s is already FAILED in W&B: not failed again", item_id)
                     return Sent(None)
-                case Sent() | Refused():
+                case Sent() | Declined():
                     # A refusal cannot tell "reported" from "not": the mutation is the report
                     # that must not be lost; W&B's own answer to it decides.
                     pass
@@ -184,8 +186,8 @@ class Reporter:
                 return Sent(None)
             case Sent():
                 log.error("W&B answered success: false to failRunQueueItem for %s", item_id)
-                return Refused("failRunQueueItem answered success: false")
-            case Refused() | NotSent():
+                return Declined("failRunQueueItem answered success: false")
+            case Declined() | NotSent():
                 return outcome
             case _:
                 assert_never(outcome)
@@ -197,7 +199,7 @@ class Reporter:
         match state:
             case Sent(value=found):
                 return Sent(found == FAILED)
-            case Refused() | NotSent():
+            case Declined() | NotSent():
                 return state
             case _:
                 assert_never(state)
@@ -213,7 +215,7 @@ class Reporter:
             case Sent(value=found):
                 self.sent["verify"] += 1
                 return Sent(None if found is None else found.state)
-            case Refused() | NotSent():
+            case Declined() | NotSent():
                 return outcome
             case _:
                 assert_never(outcome)
@@ -227,7 +229,7 @@ class Reporter:
         match outcome:
             case Sent(value=won):
                 return Sent(won)
-            case Refused() | NotSent():
+            case Declined() | NotSent():
                 return outcome
             case _:
                 assert_never(outcome)
@@ -250,7 +252,7 @@ class Reporter:
         match outcome:
             case Sent(value=items):
                 self.sent["verify"] += 1
-            case Refused() | NotSent():
+            case Declined() | NotSent():
                 return outcome
             case _:
                 assert_never(outcome)
@@ -281,7 +283,7 @@ class Reporter:
             case Sent(value=pushed):
                 self.sent["requeue"] += 1
                 return Sent(pushed.id)
-            case Refused() | NotSent():
+            case Declined() | NotSent():
                 return outcome
             case _:
                 assert_never(outcome)
@@ -314,7 +316,7 @@ class Reporter:
                 match outcome:
                     case NotSent():
                         return  # stopping during an outage
-                    case Sent() | Refused():
+                    case Sent() | Declined():
                         pass  # refused for good: retrying gives the same answer
                     case _:
                         assert_never(outcome)

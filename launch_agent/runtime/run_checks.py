@@ -22,7 +22,7 @@ from launch_agent.adapters.wandb_client import RunRef, WandbClient
 from launch_agent.adapters.wandb_errors import WandbError
 from launch_agent.model.config import SweepsConfig
 from launch_agent.model.sweeps import NO_WANDB_INIT
-from launch_agent.runtime.reporter import ItemRef, NotSent, Refused, Reporter, Sent
+from launch_agent.runtime.reporter import Declined, ItemRef, NotSent, Reporter, Sent
 from launch_agent.runtime.runs import RunRecord
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class RunChecks:
                 return bool(stopped.get(ref))
             case NotSent():
                 return None
-            case Refused():
+            case Declined():
                 return False
             case _:
                 assert_never(asked)
@@ -88,7 +88,7 @@ class RunChecks:
                 return (state or "").lower()
             case NotSent():
                 return None
-            case Refused():
+            case Declined():
                 return ""
             case _:
                 assert_never(asked)
@@ -123,7 +123,7 @@ class RunChecks:
         # An adopted run may have been checked and failed by the process before this one.
         verify = ItemRef(self.entity, record.queue, record.rqi_id) if record.adopted else None
         await self.reporter.fail(
-            record.rqi_id, NO_WANDB_INIT, "run", "no_wandb_init", verify=verify
+            record.rqi_id, NO_WANDB_INIT, stage="run", reason="no_wandb_init", verify=verify
         )
         self._verdict()
 

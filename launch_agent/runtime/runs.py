@@ -49,7 +49,7 @@ class RunRecord:
     # This process saw W&B claim the item (its ack, or the item CLAIMED when asked). An adopted
     # workload does not say whether the ack of the process that created it landed (a kill
     # between the create and the ack): False until W&B is asked, which the finisher does
-    # before the workload is cleaned up (`Finisher._settle`).
+    # before the workload is cleaned up (`Settlement.settle`, runtime/settlement.py).
     acked: bool = False
     adopted: bool = False
     state: RunState | None = None
@@ -73,7 +73,7 @@ class RunRecord:
     timed: bool = False
     # Pods of the run that still exist and have not ended: they hold their node's resources
     # (a pod deleted gracefully keeps its GPUs until its containers stop).
-    holding: int = 0
+    live_pods: int = 0
     # A failed workload whose pods do not explain it yet: wait for them until then (monotonic).
     explain_until: float | None = None
     # The `ttlSecondsAfterFinished` taken off its Job while its item is unsettled

@@ -59,6 +59,7 @@ from launch_agent.tracking import (
     new_warnings,
     pod_warnings,
 )
+from launch_agent.tracking.views import Meta
 
 log = logging.getLogger(__name__)
 
@@ -204,11 +205,11 @@ class Tracker:
         return self._by_workload.get((namespace, name))
 
     def _on_pod(self, event: InformerEvent) -> None:
-        meta = event.obj.get("metadata") or {}
-        label = (meta.get("labels") or {}).get(L.RUN_QUEUE_ITEM)
+        meta = Meta(event.obj)
+        label = meta.labels.get(L.RUN_QUEUE_ITEM)
         if not isinstance(label, str):
             return
-        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        key = (meta.namespace, meta.name)
         if event.type == "DELETED":
             keys = self._pods_by_run.get(label)
             if keys is not None:
@@ -255,7 +256,7 @@ class Tracker:
         keys = self._pods_by_run.get(record.label) or set()
         live = [] if informer is None else [informer.get(ns, n) for ns, n in sorted(keys)]
         pods: list[Mapping[str, Any]] = [p for p in live if p is not None]
-        names = {str(p["metadata"].get("name")) for p in pods}
+        names = {Meta(p).name for p in pods}
         pods += [p for name, p in record.gone_pods.items() if name not in names]
         return pods
 
@@ -281,10 +282,10 @@ class Tracker:
             return
         record.last = workload
         pods = self.pods_of(record)
-        record.holding = sum(
+        record.live_pods = sum(
             1
             for p in pods
-            if str((p.get("metadata") or {}).get("name")) not in record.gone_pods
+            if Meta(p).name not in record.gone_pods
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         )
         now = self.now()
@@ -321,7 +322,7 @@ class Tracker:
         # disruptions are judged by `assess`, not warned about.)
         live = [] if state is RunState.QUEUED else [p for p in pods if not _deleting(p)]
         candidates = list(pod_warnings(live, now, self.policy))
-        deleting = {str((p.get("metadata") or {}).get("name")) for p in pods if _deleting(p)}
+        deleting = {Meta(p).name for p in pods if _deleting(p)}
         # Kueue's own decisions on a queued run (pending, inadmissible) are the Kueue watch's to
         # report (runtime/kueue_watch.py, once per change and across restarts); the tracker
         # reads the Workload for what ends a run (deactivation).
@@ -418,4 +419,4 @@ class Tracker:
 
 
 def _deleting(pod: Mapping[str, Any]) -> bool:
-    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    return bool(Meta(pod).deletion_timestamp)

@@ -3,7 +3,7 @@
 A finished workload whose item was never acked (its creator was killed between the create and
 the ack, and the lease lapsed) is the only proof that the item ran: while it exists, a second
 pop of the item adopts it (the name is deterministic, a create answers 409), and the finisher
-keeps it until W&B offers the item and the dispatcher acks that offer (`Finisher._settle`).
+keeps it until W&B offers the item and the dispatcher acks that offer (runtime/settlement.py).
 The record of that wait is in memory; the Job is in the cluster, but its
 `ttlSecondsAfterFinished` (an hour by default) deletes it whatever the agent waits for. When the
 wait outlasts the TTL (in quota mode, a full leaf pops nothing from its queues for as long as it
@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from launch_agent.model import labels as L
+from launch_agent.tracking.views import Meta
 
 TTL_HELD = L.PREFIX + "ttl-held"  # the workload's TTL while its item is unsettled
 
@@ -50,8 +51,7 @@ def ttl_of(job: Mapping[str, Any]) -> int | None:
 
 def ttl_held_on(job: Mapping[str, Any] | None) -> int | None:
     """The TTL a hold took off this workload (its `launch-agent.io/ttl-held`), if any."""
-    annotations = ((job or {}).get("metadata") or {}).get("annotations") or {}
-    text = annotations.get(TTL_HELD)
+    text = Meta(job).annotation(TTL_HELD)
     # Anyone who may patch the Job may write it: only a plain count of seconds is taken back.
     if not isinstance(text, str) or not re.fullmatch(r"[0-9]{1,9}", text):
         return None

@@ -26,13 +26,17 @@ Precedence, strongest first:
 6. Running if the workload or any pod says so. Otherwise starting, until the start deadline
    (`start_timeout`, from creation or the last resume): then failed, with the Warning Events
    that explain it ("did not start within 30m: 3 FailedCreate events: ...").
+
+The code says the same: `JUDGEMENTS` lists one function per judgement in this order, each
+returning an `Assessment` or None (no opinion), and `assess` takes the first answer.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -285,6 +289,43 @@ def _queued(kueue_workload: Mapping[str, Any] | None) -> Assessment:
     )
 
 
+@dataclass
+class _Seen:
+    """What every judgement reads: the inputs of `assess` and what is derived from them once
+    (derived lazily where only the later judgements need it). Not frozen: a frozen init costs
+    more than some of the judgements, and this is built for every event of every run."""
+
+    workload: Mapping[str, Any]
+    pods: Sequence[Mapping[str, Any]]
+    now: datetime
+    policy: TrackingPolicy
+    status: WorkloadStatus
+    summary: PodSummary
+    about: Sequence[ev.Event]
+    graces: Graces
+    kueue_workload: Mapping[str, Any] | None
+    main: MainContainer
+    started_at: datetime | None
+
+    @functools.cached_property
+    def found(self) -> ev.Explanation | None:
+        """What the Warning Events say best."""
+        return ev.explain(self.about)
+
+    @functools.cached_property
+    def stage(self) -> str | None:
+        """A JobSet's replicatedJobs still starting in order (`jobset_startup.waiting`)."""
+        return jobset_startup.waiting(self.workload)
+
+    @property
+    def warning(self) -> Diagnosis | None:
+        """The most important pod warning."""
+        return self.summary.warnings[0] if self.summary.warnings else None
+
+
+Judgement = Callable[[_Seen], Assessment | None]
+
+
 def assess(
     workload: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
@@ -302,112 +343,209 @@ def assess(
     controller made and its pods; others are ignored. `kueue_workload`: Kueue's Workload for
     it, when Kueue admits it. `main`: the run's main container. `started_at`: when the run was
     free to start, when the caller knows better than the objects.
+
+    The first of `JUDGEMENTS` (the module docstring's precedence, in order) that has an answer
+    decides; a run none of them judges is starting.
     """
-    status = workload_status(workload)
     about = ev.related(ev.warnings(events), workload, pods)
     graces = dataclasses.replace(policy.graces, pull_errors=ev.pull_errors(about))
-    summary = summarize_pods(pods, now, policy.unschedulable_deadline, graces=graces, main=main)
-    if status.phase is Phase.SUCCEEDED:
-        return Assessment(RunState.SUCCEEDED, None)
-    if status.phase is Phase.FAILED:
-        short = volcano.shortfalls(workload) if _is_volcano(workload, status) else ()
-        if short:
-            return _volcano_short(
-                workload, status, short, pods, now=now, policy=policy, graces=graces, main=main
-            )
-        return _failed(workload, status, summary)
-    if status.phase is Phase.STOPPED:
-        own = summary.own_failure
-        if (
-            group_kind(workload)[0] == "batch.volcano.sh"
-            and own is not None
-            and own.reason in (Reason.OOM_KILLED, Reason.EXIT_CODE)
-        ):
-            # volcano `pkg/controllers/job/state/running.go` (`Execute`, AbortJobAction): a
-            # `PodFailed -> AbortJob` policy aborts the job the way `vcctl job suspend` does;
-            # a failed container says which of the two it was.
-            return Assessment(RunState.FAILED, _terminal(own))
-        what = describe_kind(workload)
-        message = f"{what} was stopped" + (f": {_said(status.message)}" if status.message else "")
-        return Assessment(
-            RunState.STOPPED,
-            Diagnosis(Reason.STOPPED, message, Severity.TERMINAL, detail=status.message),
+    seen = _Seen(
+        workload,
+        pods,
+        now,
+        policy,
+        workload_status(workload),
+        summarize_pods(pods, now, policy.unschedulable_deadline, graces=graces, main=main),
+        about,
+        graces,
+        kueue_workload,
+        main,
+        started_at,
+    )
+    for judge in JUDGEMENTS:
+        verdict = judge(seen)
+        if verdict is not None:
+            return verdict
+    return _starting(seen)
+
+
+# --- 1. the workload's own terminal signal -----------------------------------------------------
+
+
+def _succeeded(seen: _Seen) -> Assessment | None:
+    # Never overridden by a pod: terminal states are absorbing.
+    return Assessment(RunState.SUCCEEDED, None) if seen.status.phase is Phase.SUCCEEDED else None
+
+
+def _failed_itself(seen: _Seen) -> Assessment | None:
+    workload, status = seen.workload, seen.status
+    if status.phase is not Phase.FAILED:
+        return None
+    short = volcano.shortfalls(workload) if _is_volcano(workload, status) else ()
+    if short:
+        return _volcano_short(
+            workload,
+            status,
+            short,
+            seen.pods,
+            now=seen.now,
+            policy=seen.policy,
+            graces=seen.graces,
+            main=seen.main,
         )
-    if kueue_workload is not None:
-        deactivated = _kueue(workload, kueue_workload)
-        if deactivated is not None:
-            return deactivated
-    found = ev.explain(about)
-    if status.phase is Phase.SUSPENDED and not _admitted_gang(workload, found):
-        queued = _queued(kueue_workload)
-        if queued.diagnosis is None and found is not None:
-            # A Volcano gang its scheduler cannot place says so only in PodGroup Events.
-            return Assessment(RunState.QUEUED, _event_diagnosis(found, Severity.WARNING))
-        return queued
+    return _failed(workload, status, seen.summary)
+
+
+# --- 2. stopped, or deletion in progress -------------------------------------------------------
+
+
+def _stopped(seen: _Seen) -> Assessment | None:
+    workload, status = seen.workload, seen.status
+    if status.phase is not Phase.STOPPED:
+        return None
+    own = seen.summary.own_failure
     if (
-        kueue_workload is not None
-        and kueue.workload_status(kueue_workload).state.waiting
-        and status.phase is not Phase.RUNNING
-        and not summary.running
+        group_kind(workload)[0] == "batch.volcano.sh"
+        and own is not None
+        and own.reason in (Reason.OOM_KILLED, Reason.EXIT_CODE)
     ):
-        # Kueue holds kinds it cannot suspend (LeaderWorkerSet, plain pods) by gating their
-        # pods (`kueue.x-k8s.io/admission`, kueue `pkg/controller/jobs/pod/pod_controller.go`
-        # `gate`): the workload looks like it is starting, but it waits in a queue, and the
-        # start deadline must not fail it.
-        return _queued(kueue_workload)
-    if summary.stuck is not None:
-        return Assessment(RunState.FAILED, summary.stuck)
-    warning = summary.warnings[0] if summary.warnings else None
-    if status.phase is Phase.RESTARTING:
-        what = describe_kind(workload)
-        said = f": {_said(status.message)}" if status.message else ""
-        retry = Diagnosis(
-            Reason.RESTARTING,
-            f"{what} is retrying a failed attempt ({status.reason}){said}",
-            Severity.WARNING,
-            detail=status.message,
-        )
-        return Assessment(RunState.RUNNING, warning or retry)
+        # volcano `pkg/controllers/job/state/running.go` (`Execute`, AbortJobAction): a
+        # `PodFailed -> AbortJob` policy aborts the job the way `vcctl job suspend` does;
+        # a failed container says which of the two it was.
+        return Assessment(RunState.FAILED, _terminal(own))
+    what = describe_kind(workload)
+    message = f"{what} was stopped" + (f": {_said(status.message)}" if status.message else "")
+    return Assessment(
+        RunState.STOPPED,
+        Diagnosis(Reason.STOPPED, message, Severity.TERMINAL, detail=status.message),
+    )
+
+
+# --- 3. Kueue deactivated its Workload ---------------------------------------------------------
+
+
+def _deactivated(seen: _Seen) -> Assessment | None:
+    if seen.kueue_workload is None:
+        return None
+    return _kueue(seen.workload, seen.kueue_workload)
+
+
+# --- 4. suspended, or waiting in Kueue ---------------------------------------------------------
+
+
+def _suspended(seen: _Seen) -> Assessment | None:
+    if seen.status.phase is not Phase.SUSPENDED or _admitted_gang(seen.workload, seen.found):
+        return None
+    queued = _queued(seen.kueue_workload)
+    if queued.diagnosis is None and seen.found is not None:
+        # A Volcano gang its scheduler cannot place says so only in PodGroup Events.
+        return Assessment(RunState.QUEUED, _event_diagnosis(seen.found, Severity.WARNING))
+    return queued
+
+
+def _gated_by_kueue(seen: _Seen) -> Assessment | None:
+    """Kueue holds kinds it cannot suspend (LeaderWorkerSet, plain pods) by gating their pods
+    (`kueue.x-k8s.io/admission`, kueue `pkg/controller/jobs/pod/pod_controller.go` `gate`):
+    the workload looks like it is starting, but it waits in a queue, and the start deadline
+    must not fail it."""
+    if (
+        seen.kueue_workload is not None
+        and kueue.workload_status(seen.kueue_workload).state.waiting
+        and seen.status.phase is not Phase.RUNNING
+        and not seen.summary.running
+    ):
+        return _queued(seen.kueue_workload)
+    return None
+
+
+# --- 5. a pod stuck for good -------------------------------------------------------------------
+
+
+def _stuck(seen: _Seen) -> Assessment | None:
+    stuck = seen.summary.stuck
+    return Assessment(RunState.FAILED, stuck) if stuck is not None else None
+
+
+# --- 6. running, or starting until the start deadline ------------------------------------------
+
+
+def _restarting(seen: _Seen) -> Assessment | None:
+    status = seen.status
+    if status.phase is not Phase.RESTARTING:
+        return None
+    what = describe_kind(seen.workload)
+    said = f": {_said(status.message)}" if status.message else ""
+    retry = Diagnosis(
+        Reason.RESTARTING,
+        f"{what} is retrying a failed attempt ({status.reason}){said}",
+        Severity.WARNING,
+        detail=status.message,
+    )
+    return Assessment(RunState.RUNNING, seen.warning or retry)
+
+
+def _running(seen: _Seen) -> Assessment | None:
     # A JobSet creating its replicatedJobs in order (startupPolicy, dependsOn) has not started
     # its main work while an earlier stage runs: starting, under the start deadline.
-    stage = jobset_startup.waiting(workload)
-    if stage is None and (status.phase is Phase.RUNNING or summary.running):
-        return Assessment(RunState.RUNNING, warning)
+    if seen.stage is not None:
+        return None
+    if seen.status.phase is Phase.RUNNING or seen.summary.running:
+        return Assessment(RunState.RUNNING, seen.warning)
+    return None
+
+
+def _late(seen: _Seen) -> Assessment | None:
+    """Not started within `start_timeout` of its creation or last resume: failed, with what
+    explains it best (pods that cannot be created, then what a pod shows, then other Events)."""
+    stage = seen.stage
+    since = seen.started_at or _started_at(seen.workload, seen.kueue_workload)
+    started = seen.summary.started and stage is None
+    if since is None or started or seen.now - since < seen.policy.start_timeout:
+        return None
+    head = f"{describe_kind(seen.workload)} did not start within"
+    head += f" {_duration(seen.policy.start_timeout)}"
+    found, warning = seen.found, seen.warning
     # Without Events (expired, or an agent that restarted), a RayJob's mirrored RayCluster
     # status still says which pod could not be created (`tracking/ray.py`).
-    refused = ray.replica_failure(workload) if found is None else None
-    since = started_at or _started_at(workload, kueue_workload)
-    started = summary.started and stage is None
-    if since is not None and not started and now - since >= policy.start_timeout:
-        head = f"{describe_kind(workload)} did not start within {_duration(policy.start_timeout)}"
-        if refused is not None:
-            return Assessment(RunState.FAILED, _refused(refused, Severity.TERMINAL, head + ": "))
-        # Pods that cannot be created explain most; then what a pod shows; then other Events.
-        if found is not None and (found.reason in _CREATION or warning is None):
-            return Assessment(
-                RunState.FAILED, _event_diagnosis(found, Severity.TERMINAL, head + ": ")
-            )
-        if warning is not None:
-            return Assessment(
-                RunState.FAILED,
-                Diagnosis(
-                    warning.reason,
-                    f"{head}: {warning.message}",
-                    Severity.TERMINAL,
-                    pod=warning.pod,
-                    container=warning.container,
-                    image=warning.image,
-                    exit_code=warning.exit_code,
-                    detail=warning.detail,
-                ),
-            )
-        said = f"{head}: {stage}" if stage is not None else f"{head} and no Event says why"
-        return Assessment(RunState.FAILED, Diagnosis(Reason.START_TIMEOUT, said, Severity.TERMINAL))
+    refused = ray.replica_failure(seen.workload) if found is None else None
+    if refused is not None:
+        return Assessment(RunState.FAILED, _refused(refused, Severity.TERMINAL, head + ": "))
+    if found is not None and (found.reason in _CREATION or warning is None):
+        return Assessment(RunState.FAILED, _event_diagnosis(found, Severity.TERMINAL, head + ": "))
+    if warning is not None:
+        return Assessment(
+            RunState.FAILED,
+            _terminal(dataclasses.replace(warning, message=f"{head}: {warning.message}")),
+        )
+    said = f"{head}: {stage}" if stage is not None else f"{head} and no Event says why"
+    return Assessment(RunState.FAILED, Diagnosis(Reason.START_TIMEOUT, said, Severity.TERMINAL))
+
+
+def _starting(seen: _Seen) -> Assessment:
+    """Starting, with the most important pod warning, else what the Events or the RayCluster
+    say."""
+    warning, found = seen.warning, seen.found
     if warning is None and found is not None:
         warning = _event_diagnosis(found, Severity.WARNING)
+    refused = ray.replica_failure(seen.workload) if found is None else None
     if warning is None and refused is not None:
         warning = _refused(refused, Severity.WARNING)
     return Assessment(RunState.STARTING, warning)
+
+
+# The precedence of the module docstring, strongest first.
+JUDGEMENTS: tuple[Judgement, ...] = (
+    _succeeded,  # 1
+    _failed_itself,
+    _stopped,  # 2
+    _deactivated,  # 3
+    _suspended,  # 4
+    _gated_by_kueue,
+    _stuck,  # 5
+    _restarting,  # 6
+    _running,
+    _late,
+)
 
 
 def _refused(found: ray.ReplicaFailure, severity: Severity, head: str = "") -> Diagnosis:

@@ -130,6 +130,10 @@ class Meta:
         return self._text("namespace")
 
     @property
+    def uid(self) -> str:
+        return self._text("uid")
+
+    @property
     def resource_version(self) -> str:
         return self._text("resourceVersion")
 

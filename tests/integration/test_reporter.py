@@ -15,7 +15,7 @@ import pytest
 from launch_agent.adapters.retry import RetryPolicy
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.runtime.metrics import Metrics
-from launch_agent.runtime.reporter import ItemRef, NotSent, Refused, Reporter, Sent
+from launch_agent.runtime.reporter import Declined, ItemRef, NotSent, Reporter, Sent
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState, LaunchState, WandbServer
 
@@ -57,7 +57,7 @@ async def test_a_failure_report_outlasts_several_client_budgets(
     # Three whole client budgets (2 attempts each) fail before W&B answers.
     wb.faults.add(FaultRule("failRunQueueItem", status=503, times=6))
     reporter = Reporter(client, Metrics(), asyncio.Event(), retry_base=0.01, retry_cap=0.02)
-    sent = await reporter.fail(item, "OOMKilled in container main", "run", "OOMKilled")
+    sent = await reporter.fail(item, "OOMKilled in container main", stage="run", reason="OOMKilled")
     assert sent == Sent(None)
     assert wb.log.count("failRunQueueItem") == 7
     assert reporter.sent["fail"] == 1
@@ -81,7 +81,9 @@ async def test_stopping_wakes_the_wait_and_gives_up_after_one_last_try(wb: Wandb
         # An hour between two tries: only the stop event can end this wait within the timeout.
         reporter = Reporter(client, Metrics(), stopping, retry_base=3600.0, retry_cap=3600.0)
         async with asyncio.timeout(10):
-            report = asyncio.create_task(reporter.fail(item, "lost", "run", "ExitCode"))
+            report = asyncio.create_task(
+                reporter.fail(item, "lost", stage="run", reason="ExitCode")
+            )
             await budget_spent.wait()  # the first try (a whole client budget) failed
             stopping.set()
             # Not "refused": the caller must keep the run for the next start to report.
@@ -97,8 +99,8 @@ async def test_a_refusal_is_told_apart_from_not_sent(wb: WandbServer, client: Wa
     item = await popped_item(wb, client)
     wb.faults.add(FaultRule("failRunQueueItem", graphql_error=True, message="no such item"))
     reporter = Reporter(client, Metrics(), asyncio.Event(), retry_base=0.01, retry_cap=0.02)
-    refused = await reporter.fail(item, "lost", "run", "ExitCode")
-    assert isinstance(refused, Refused)
+    refused = await reporter.fail(item, "lost", stage="run", reason="ExitCode")
+    assert isinstance(refused, Declined)
     assert "no such item" in refused.error
     assert reporter.sent["fail"] == 0
 
@@ -109,10 +111,14 @@ async def test_a_verified_failure_is_not_sent_to_an_item_w_and_b_failed_already(
     item = await popped_item(wb, client)
     reporter = Reporter(client, Metrics(), asyncio.Event(), retry_base=0.01, retry_cap=0.02)
     ref = ItemRef("ent", "q1", item)
-    assert await reporter.fail(item, "exit code 3", "run", "ExitCode", verify=ref) == Sent(None)
+    assert await reporter.fail(
+        item, "exit code 3", stage="run", reason="ExitCode", verify=ref
+    ) == Sent(None)
     assert reporter.sent["fail"] == 1
     # The same failure again, as a process that adopted the run would send it.
-    assert await reporter.fail(item, "exit code 3", "run", "ExitCode", verify=ref) == Sent(None)
+    assert await reporter.fail(
+        item, "exit code 3", stage="run", reason="ExitCode", verify=ref
+    ) == Sent(None)
     assert reporter.sent["fail"] == 1
     assert wb.log.count("failRunQueueItem") == 1
     assert wb.log.count("GetRunQueueItem") == 2
@@ -137,7 +143,9 @@ async def test_a_verification_w_and_b_cannot_answer_is_not_sent(wb: WandbServer)
         reporter = Reporter(client, Metrics(), stopping, retry_base=3600.0, retry_cap=3600.0)
         ref = ItemRef("ent", "q1", item)
         async with asyncio.timeout(10):
-            report = asyncio.create_task(reporter.fail(item, "lost", "run", "ExitCode", verify=ref))
+            report = asyncio.create_task(
+                reporter.fail(item, "lost", stage="run", reason="ExitCode", verify=ref)
+            )
             await budget_spent.wait()
             stopping.set()
             assert isinstance(await report, NotSent)

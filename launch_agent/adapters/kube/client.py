@@ -257,6 +257,26 @@ class KubeClient:
         token: str | None = self._configuration.api_key.get("BearerToken")
         return token
 
+    async def _authorized(
+        self, open_request: Callable[[], Awaitable[aiohttp.ClientResponse]]
+    ) -> aiohttp.ClientResponse:
+        """`open_request()`, and once more with a renewed credential when the API server
+        answered 401 and there is one (module docstring); the caller reads and closes the
+        answer it gets."""
+        sent = self._credential()
+        response = await open_request()
+        if response.status != 401:
+            return response
+        try:
+            renewed = await self._renew(sent)
+        except BaseException:
+            response.close()
+            raise
+        if not renewed:
+            return response
+        response.close()
+        return await open_request()
+
     async def _once(
         self,
         method: str,
@@ -268,9 +288,9 @@ class KubeClient:
         headers: Mapping[str, str] | None = None,
     ) -> tuple[int, bytes, str | None]:
         limits = aiohttp.ClientTimeout(total=self.policy.timeout)
-        for renewed in (False, True):
-            sent = self._credential()
-            response = await self._open(
+        response = await self._authorized(
+            functools.partial(
+                self._open,
                 method,
                 path,
                 query,
@@ -279,14 +299,12 @@ class KubeClient:
                 limits=limits,
                 extra_headers=headers,
             )
-            try:
-                async with asyncio.timeout(self.policy.timeout):
-                    data = await response.read()
-            finally:
-                response.release()
-            if response.status == 401 and not renewed and await self._renew(sent):
-                continue
-            break
+        )
+        try:
+            async with asyncio.timeout(self.policy.timeout):
+                data = await response.read()
+        finally:
+            response.release()
         return response.status, data, response.headers.get("Retry-After")
 
     async def request(
@@ -412,11 +430,7 @@ class KubeClient:
         token: str | None = None
         version = ""
         while True:
-            query = [("limit", str(page_size))]
-            if label_selector:
-                query.append(("labelSelector", label_selector))
-            if field_selector:
-                query.append(("fieldSelector", field_selector))
+            query = [("limit", str(page_size)), *_selectors(label_selector, field_selector)]
             if token:
                 query.append(("continue", token))
             page = await self.request("GET", resource.path(namespace), query=query)
@@ -490,30 +504,19 @@ class KubeClient:
             ("allowWatchBookmarks", "true"),
             ("resourceVersion", resource_version),
             ("timeoutSeconds", str(timeout_seconds)),
+            *_selectors(label_selector, field_selector),
         ]
-        if label_selector:
-            query.append(("labelSelector", label_selector))
-        if field_selector:
-            query.append(("fieldSelector", field_selector))
         # No total timeout: a watch is long by design. A stream silent (no event, no bookmark)
         # for `silence_timeout` (default: the server's own timeout plus a margin) is a dead
         # connection, e.g. half-open TCP after a node or load balancer went away.
         silence = silence_timeout if silence_timeout is not None else timeout_seconds + 30
         limits = aiohttp.ClientTimeout(total=None, connect=self.policy.timeout, sock_read=silence)
         path = resource.path(namespace)
-        sent = self._credential()
-        response = await self._open("GET", path, query, None, content_type=None, limits=limits)
-        if response.status == 401:
-            try:
-                renewed = await self._renew(sent)
-            except BaseException:
-                response.close()
-                raise
-            if renewed:
-                response.close()
-                response = await self._open(
-                    "GET", path, query, None, content_type=None, limits=limits
-                )
+        response = await self._authorized(
+            functools.partial(
+                self._open, "GET", path, query, None, content_type=None, limits=limits
+            )
+        )
         try:
             if response.status != 200:
                 data = await response.read()
@@ -531,6 +534,16 @@ class KubeClient:
                         yield event
         finally:
             response.close()
+
+
+def _selectors(label_selector: str | None, field_selector: str | None) -> list[tuple[str, str]]:
+    """The query parameters of a list or watch that selects by label or field."""
+    query = []
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
+    return query
 
 
 def _parse(data: bytes, method: str, path: str) -> Any:

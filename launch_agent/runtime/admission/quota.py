@@ -60,7 +60,7 @@ from launch_agent.quota.requests import (
     resolve_leaf,
     run_pod_sets,
 )
-from launch_agent.render.decisions import Admission, Refused, can_suspend
+from launch_agent.render.decisions import Admission, NotAdmitted, can_suspend
 from launch_agent.render.kinds import PodSet
 from launch_agent.render.pipeline import is_suspended
 from launch_agent.runtime.admission.gate import PendingHolds, share_caps
@@ -69,6 +69,7 @@ from launch_agent.runtime.admission.rebuild import replay, sort_adopted
 from launch_agent.runtime.runs import RunRecord, RunTable
 from launch_agent.runtime.specs import SpecStore
 from launch_agent.runtime.startup import StartupError
+from launch_agent.tracking.views import Meta
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def stamp_annotation(
     try:
         request = run_pod_sets(sets)
     except RequestError as exc:
-        raise Refused(f"{where}: cannot compute the run's quota request: {exc}") from None
+        raise NotAdmitted(f"{where}: cannot compute the run's quota request: {exc}") from None
     return {STAMP: QuotaStamp(leaf, priority, enqueued, request, scheduler).dump()}
 
 
@@ -236,22 +237,22 @@ class QuotaAdmission:
     def admit(
         self, rqi_id: str, queue: str, spec: QueueSpec, run_spec: Mapping[str, Any]
     ) -> Admission:
-        """Render the run suspended and stamped; `Refused` if the quota cannot hold it back."""
+        """Render the run suspended and stamped; `NotAdmitted` if the quota cannot hold it back."""
         leaf, why = resolve_leaf(queue, spec.quota_leaf, self.leaves)
         found = self.specs.table.by_queue.get(queue)
         where = f"queue spec {spec.name!r}" + (f" ({found[0]})" if found else "")
         if leaf is None:
-            raise Refused(f"{where}: {why}")
+            raise NotAdmitted(f"{where}: {why}")
         problem = can_suspend(spec)
         if problem is not None:
-            raise Refused(
+            raise NotAdmitted(
                 f"{where}: quota.mode agent holds pending runs as suspended workloads, but"
                 f" {problem}; serve queue {queue!r} with a kind that can be suspended, or use"
                 " quota.mode kueue or off"
             )
         # Strictly increasing enqueue times: a restart orders the waiting runs as they were
         # stamped, even when many were stamped within one clock tick.
-        enqueued = max(self.clock(), self._last_enqueued + Fraction(1, 1000))
+        enqueued = max(self.engine_now(), self._last_enqueued + Fraction(1, 1000))
         self._last_enqueued = enqueued
         self.order.stamp(rqi_id)
         stamp = functools.partial(
@@ -302,7 +303,7 @@ class QuotaAdmission:
             self.forget(record.rqi_id)
         elif state is RunState.RUNNING and run.state is QState.ADMITTED:
             self.engine.mark_ready(run.id)
-        elif state is RunState.QUEUED and run.state is QState.EVICTING and not record.holding:
+        elif state is RunState.QUEUED and run.state is QState.EVICTING and not record.live_pods:
             # Suspended, and its pods are gone: only now are their resources free (a pod
             # deleted gracefully keeps them through its grace period).
             self.engine.terminated(run.id)
@@ -331,14 +332,15 @@ class QuotaAdmission:
 
     # --- learning runs from the cluster ------------------------------------------------------
 
-    def clock(self) -> Fraction:
+    def engine_now(self) -> Fraction:
+        """The engine's time now (`engine_time`: wall-clock seconds, never behind the engine);
+        not a monotonic clock like the agent's `clock`."""
         return max(self.engine.now, engine_time(self.now()))
 
     def read(self, record: RunRecord) -> tuple[QuotaStamp, Fraction | None] | str:
         """The run's stamp and admission time (None: suspended), or why it has none."""
         obj = record.last or {}
-        meta = obj.get("metadata") or {}
-        annotations = meta.get("annotations") or {}
+        annotations = Meta(obj).annotations
         try:
             stamp = QuotaStamp.load(annotations.get(STAMP))
         except ValueError as exc:
@@ -400,7 +402,7 @@ class QuotaAdmission:
         if adopted.waiting:
             self._last_enqueued = adopted.waiting[-1][0]
         self.engine = AdmissionEngine(self.tree, adopted.start(engine_time(self.now())))
-        self.backlog += await replay(self.engine, adopted, self._enter, self.clock)
+        self.backlog += await replay(self.engine, adopted, self._enter, self.engine_now)
         self.started = True
         log.info(
             "quota: rebuilt the tree from the cluster: %d running, %d pending",

@@ -38,7 +38,7 @@ from launch_agent.quota.requests import ADMITTED
 from launch_agent.render.pipeline import suspend, unsuspend
 from launch_agent.runtime.admission.quota import QuotaAdmission
 from launch_agent.runtime.clock import Clock, monotonic
-from launch_agent.runtime.reporter import NotSent, Refused, Reporter, Sent
+from launch_agent.runtime.reporter import Declined, NotSent, Reporter, Sent
 from launch_agent.runtime.runs import RunRecord, RunTable
 from launch_agent.runtime.specs import SpecStore
 
@@ -91,7 +91,7 @@ class QuotaDriver:
                 if target is None:
                     next_tick = self.clock() + self.tick_seconds
                     await self._retry_patches()
-                    target = self.admission.clock()
+                    target = self.admission.engine_now()
                 # One timer stop per turn; the cycle after it runs one step() per turn too.
                 fired, done = self.engine.advance_once(target)
                 if done:
@@ -152,7 +152,7 @@ class QuotaDriver:
             log.error("quota: cannot %s %s: %s", "suspend" if value else "admit", record, exc)
             return
         patch = {k: v for k, v in body.items() if k not in ("apiVersion", "kind")}
-        stamp = None if value else str(self.admission.clock())
+        stamp = None if value else str(self.admission.engine_now())
         patch["metadata"] = {"annotations": {ADMITTED: stamp}}
         try:
             resource = await self.kube.resolve(record.api_version, record.kind)
@@ -185,11 +185,11 @@ class QuotaDriver:
             if record is None or record.finishing:
                 continue
             self.runs.mark_finishing(record)
-            sent = await self.reporter.fail(rqi_id, message, "agent", "quota")
+            sent = await self.reporter.fail(rqi_id, message, stage="agent", reason="quota")
             match sent:
                 case NotSent():
                     continue  # the next start adopts the run and refuses it again
-                case Sent() | Refused():
+                case Sent() | Declined():
                     pass
                 case _:
                     assert_never(sent)

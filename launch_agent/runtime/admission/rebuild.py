@@ -63,7 +63,7 @@ async def sort_adopted(
 
 
 async def replay(
-    engine: AdmissionEngine, adopted: Adopted, enter: Enter, clock: Callable[[], Fraction]
+    engine: AdmissionEngine, adopted: Adopted, enter: Enter, engine_now: Callable[[], Fraction]
 ) -> list[Decision]:
     """Enter the adopted runs into `engine`; the decisions its cycles made on the way, which
     the driver applies first."""
@@ -82,5 +82,5 @@ async def replay(
             backlog += engine.advance(enqueued)
             await asyncio.sleep(0)
         enter(record, stamp, None)
-    backlog += engine.advance(clock())
+    backlog += engine.advance(engine_now())
     return backlog

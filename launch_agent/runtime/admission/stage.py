@@ -4,7 +4,7 @@
   bounds for this round; queues not named are bounded only by `room`), asked by the poller;
 - admit this run: `holding` (the popped item holds its place from the pop until its run is
   known or it failed), `admit` (the decisions render applies: `render.decisions.Admission`,
-  or `Refused`), `created` (the workload exists and the item is acked), called by the
+  or `NotAdmitted`), `created` (the workload exists and the item is acked), called by the
   dispatcher; leaving `holding` releases the item.
 
 `slots.MaxJobs` (W&B's `max_jobs`), `quota.QuotaAdmission` (`quota.mode: agent`) and

@@ -23,7 +23,8 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from launch_agent.render.pipeline import kind_info, render
+from launch_agent.render.kinds import kind_info
+from launch_agent.render.pipeline import render
 from launch_agent.render.settings import RenderSettings
 from launch_agent.render.spec_load import build_queue_spec
 

@@ -16,7 +16,7 @@ from launch_agent.quota.requests import STAMP, QuotaStamp
 from launch_agent.render.decisions import (
     NO_DECISIONS,
     Admission,
-    Refused,
+    NotAdmitted,
     can_suspend,
     default_kueue_queue,
 )
@@ -111,7 +111,7 @@ def test_the_quota_stamp_is_the_request_of_the_pod_sets_or_a_refusal() -> None:
         "a.1", 3, Fraction(5), (Request(2, {"cpu": 2 * G}),)
     )
     bad = {"spec": {"containers": [{"resources": {"requests": {"cpu": "lots"}}}]}}
-    with pytest.raises(Refused) as caught:
+    with pytest.raises(NotAdmitted) as caught:
         stamp_annotation("queue spec 's'", "a.1", 3, Fraction(5), [(1, bad)])
     assert caught.value.reason == "quota"
     assert caught.value.message.startswith(

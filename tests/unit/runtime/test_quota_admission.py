@@ -16,7 +16,7 @@ from launch_agent.model.config import AgentConfig
 from launch_agent.model.run_item import parse_run_item
 from launch_agent.quota import PodSet, RunState
 from launch_agent.quota.requests import STAMP, QuotaStamp
-from launch_agent.render.decisions import Admission, Refused
+from launch_agent.render.decisions import Admission, NotAdmitted
 from launch_agent.render.pipeline import render
 from launch_agent.render.settings import RenderSettings
 from launch_agent.runtime.admission.quota import QuotaAdmission
@@ -117,13 +117,13 @@ async def test_a_job_is_created_suspended_with_its_stamp(tmp_path: Path) -> None
 
 async def test_what_the_quota_cannot_hold_back_is_refused(tmp_path: Path) -> None:
     admission = await admission_for(tmp_path)
-    with pytest.raises(Refused) as caught:
+    with pytest.raises(NotAdmitted) as caught:
         admit(admission, "lws-multihost")
     refusal = caught.value.message
     assert caught.value.reason == "quota"
     assert refusal.startswith("queue spec 'lws-multihost' (lws.yaml): quota.mode agent holds")
     assert "has no suspend field" in refusal and "quota.mode kueue or off" in refusal
-    with pytest.raises(Refused) as caught:
+    with pytest.raises(NotAdmitted) as caught:
         admit(admission, "qz")
     assert caught.value.message == (
         "queue spec 'team-z' (z.yaml): spec.quota.leaf: 'zz' is not a leaf of quota.tree"
