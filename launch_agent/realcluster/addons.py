@@ -75,6 +75,8 @@ class Addon:
     # (cert-controller's rotator) keeps it in: seeded with the cluster's, which the rotator
     # then keeps, since it is valid for the Service name the rotator checks.
     cert_secret: tuple[str, str] | None = None
+    # A fixed folder whose `tls.crt` its rotator waits for (see `cluster._mark_certs_mounted`).
+    rotator_marker: Path | None = None
 
 
 def load_manifests(path: Path) -> list[Obj]:
@@ -255,6 +257,7 @@ def training_operator() -> Addon:
             "--enable-scheme=pytorchjob",
         ],
         cert_secret=("kubeflow", "training-operator-webhook-cert"),
+        rotator_marker=Path("/tmp/k8s-webhook-server/serving-certs"),
     )
 
 

@@ -150,6 +150,8 @@ class RealCluster:
         await self._apply([o for o in objects if o not in late])
         if addon.cert_secret is not None:
             await self._seed_cert_secret(*addon.cert_secret)
+        if addon.rotator_marker is not None:
+            _mark_certs_mounted(addon.rotator_marker, pki.loopback_server.cert)
         for filename, text in addon.files(layout).items():
             (directory / filename).write_text(text)
         child = Child(
@@ -251,6 +253,17 @@ class RealCluster:
             await self._http.__aexit__(None, None, None)
             self._http = None
         await self.control_plane.stop()
+
+
+def _mark_certs_mounted(folder: Path, cert: Path) -> None:
+    """training-operator's rotator waits for `tls.crt` to exist in a fixed folder
+    (`pkg/cert/cert.go` `certDir`, cert-controller `ensureCertsMounted` checks only that it
+    exists) while its webhook server reads the certificate from under $TMPDIR, which the runner
+    sets per cluster. So a file is put there if none is, and never overwritten: concurrent
+    clusters share the folder but each serves its own certificate."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError), (folder / "tls.crt").open("xb") as out:
+        out.write(cert.read_bytes())
 
 
 def _collection(obj: addons_.Obj) -> str:
