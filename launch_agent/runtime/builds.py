@@ -39,6 +39,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+from launch_agent.adapters.bounded import MIB, read_text_file
 from launch_agent.adapters.builder import BuildFailed, BuildSpec, Credentials, ImageBuilder
 from launch_agent.adapters.job_artifact import (
     JobArtifactError,
@@ -80,6 +81,8 @@ from launch_agent.runtime.startup import StartupError
 log = logging.getLogger(__name__)
 
 DEFAULT_PYTHON = "3.11"
+# A docker config.json with a few registries' credentials is a few KiB.
+MAX_DOCKER_CONFIG = MIB
 _RUNTIME = re.compile(r"^(\d{1,2}\.\d{1,3})(?!\d)")
 JobReader = Callable[[str], Coroutine[Any, Any, Mapping[str, Any]]]
 
@@ -334,7 +337,8 @@ def read_docker_config() -> dict[str, tuple[str, str]]:
     if not path.is_file():
         return {}
     try:
-        data = load_json(path.read_text(encoding="utf-8"), source=str(path))
+        text = read_text_file(path, MAX_DOCKER_CONFIG, what="a docker config.json")
+        data = load_json(text, source=str(path))
     except (OSError, ValueError) as exc:
         raise StartupError(f"{path}: not a readable docker config.json: {exc}") from exc
     if not isinstance(data, dict):
