@@ -41,12 +41,13 @@ from typing import Any
 
 from launch_agent.adapters.bounded import MIB, read_text_file
 from launch_agent.adapters.builder import BuildFailed, BuildSpec, Credentials, ImageBuilder
+from launch_agent.adapters.digest_record import DigestRecord, RecordUnavailable
 from launch_agent.adapters.job_artifact import (
     JobArtifactError,
     JobArtifactUnavailable,
     job_info,
 )
-from launch_agent.adapters.kube import KubeClient
+from launch_agent.adapters.kube import KubeClient, KubeForbidden, KubeUnauthorized
 from launch_agent.adapters.object_store import ContextStore, ObjectStore, PvcStore
 from launch_agent.adapters.registry import RegistryClient, docker_config_auths
 from launch_agent.adapters.tls import CABundleError, client_ssl_context
@@ -69,7 +70,7 @@ from launch_agent.model.build_source import (
     check_ref,
     check_relative_path,
 )
-from launch_agent.model.config import AgentConfig
+from launch_agent.model.config import AgentConfig, ImageTrustConfig
 from launch_agent.model.run_item import RunItem
 from launch_agent.model.safe_load import load_json
 from launch_agent.render.kaniko import KanikoSettings
@@ -323,7 +324,11 @@ class BuildService:
             message = build_failure_message(job, failure)
             await self.reporter.fail(item.id, message, failure.stage, "build")
             return None
-        return build.result()  # raises anything else: a bug, logged by the poller
+        built = build.result()  # raises anything else: a bug, logged by the poller
+        for warning in built.warnings:
+            # A poisoned tag: every run that waited for this build hears of it in W&B.
+            self.reporter.warn(item.id, warning, "build")
+        return built.image
 
 
 # --- construction, once per process --------------------------------------------------------
@@ -359,6 +364,35 @@ def check_builder(config: AgentConfig) -> None:
         raise StartupError(
             "the Kaniko builder is misconfigured: " + "; ".join(str(p) for p in problems)
         )
+
+
+def record_location(config: AgentConfig) -> tuple[str, str]:
+    """(namespace, name) of the build record ConfigMap (docs/builds.md, "Image trust")."""
+    trust = config.builder.trust if config.builder is not None else ImageTrustConfig()
+    namespace = trust.record_namespace or config.leader_election.namespace or config.namespaces[0]
+    return namespace, trust.record_name or f"{config.agent_name}-image-digests"
+
+
+async def open_record(config: AgentConfig, kube: KubeClient) -> DigestRecord:
+    """The record of the digests this agent built, read once: missing RBAC stops the start
+    with what to grant; an API server that does not answer is retried at the first build."""
+    namespace, name = record_location(config)
+    trust = config.builder.trust if config.builder is not None else ImageTrustConfig()
+    record = DigestRecord(
+        kube, namespace, name, agent=config.agent_name, max_entries=trust.max_record_entries
+    )
+    try:
+        await record.load()
+    except RecordUnavailable as exc:
+        if isinstance(exc.__cause__, KubeForbidden | KubeUnauthorized):
+            raise StartupError(
+                f"{exc}: the agent's service account needs get and update on configmaps"
+                f" {name} and create on configmaps in namespace {namespace}"
+                " (the chart's Role <release>-build-record)"
+            ) from None
+        log.warning("%s; it is read again at the first build", exc)
+    log.info("build record: %s, %d context hashes", record.where, len(record))
+    return record
 
 
 async def open_builds(
@@ -398,7 +432,14 @@ async def open_builds(
         trust = client_ssl_context(configured=config.ca_bundle)
     except CABundleError as exc:
         raise StartupError(str(exc)) from None
-    registry = await stack.enter_async_context(RegistryClient(credentials, ssl_context=trust))
+    registry = await stack.enter_async_context(
+        RegistryClient(
+            credentials,
+            ssl_context=trust,
+            max_response_bytes=builder_config.max_response_bytes,
+        )
+    )
+    record = await open_record(config, kube)
     settings = KanikoSettings(
         builder_config,
         config.kaniko_namespace or config.namespaces[0],
@@ -421,6 +462,9 @@ async def open_builds(
             log_tail_lines=config.tracking.log_tail_lines,
             unschedulable_timeout=config.tracking.unschedulable_timeout_seconds,
             observer=metrics.built if metrics is not None else None,
+            record=record,
+            untrusted_tag=builder_config.trust.untrusted_tag,
+            on_untrusted=metrics.untrusted_tag if metrics is not None else None,
         )
     )
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -72,6 +73,10 @@ class SimulatedCluster:
         self.problems: list[str] = []
         self._scripts: list[tuple[LabelSelector, tuple[Outcome, ...]]] = []
         self._attempts: dict[str, int] = {}
+        # What a pod's containers write to their termination message file, whatever outcome
+        # they play: each hook sees the pod's owner chain (pod first) and may answer a text
+        # (`sandbox/kaniko.py` writes the pushed image's digest, as Kaniko's --digest-file).
+        self.termination_hooks: list[Callable[[list[Obj]], str | None]] = []
         self.jobs = JobController(version=kubernetes_version)
         # Kueue (`cluster/kueue.py`): opt-in, and only once its Workload CRD is registered, so
         # tests that load every CRD and play Kueue by hand keep doing so.
@@ -184,6 +189,15 @@ class SimulatedCluster:
 
     def _outcome_for(self, pod: Obj) -> Outcome:
         chain = self._chain(pod)
+        outcome = self._scripted(pod, chain)
+        if not outcome.termination:
+            for hook in self.termination_hooks:
+                text = hook(chain)
+                if text:
+                    return dataclasses.replace(outcome, termination=text)
+        return outcome
+
+    def _scripted(self, pod: Obj, chain: list[Obj]) -> Outcome:
         own = (pod["metadata"].get("annotations") or {}).get(ANNOTATION)
         labels = pod["metadata"].get("labels")
         if own == RUN_FOREVER[ANNOTATION] and not any(s.matches(labels) for s, _ in self._scripts):
