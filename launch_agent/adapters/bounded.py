@@ -8,8 +8,9 @@ functions here, which read in chunks and refuse as soon as more than `limit` byt
   length that lies) the body is counted as it streams, after decompression, and the connection
   is closed the moment it passes the limit, so the rest is never received. `BodyTooLarge`
   names what was read and the setting that bounds it.
-- `read_file(path, limit, what=...)` and `read_stdin(limit, what=...)`: at most `limit + 1`
-  bytes of a file or a pipe, so `/dev/zero`, a FIFO or an endless pipe costs `limit` bytes,
+- `read_file(path, limit, what=...)` and `read_stdin(limit, what=...)`: a regular file over
+  the limit is refused from its size, unread; otherwise at most `limit + 1` bytes of a file or
+  a pipe are read, so `/dev/zero`, a FIFO or an endless pipe costs `limit` bytes,
   not all the memory there is. `InputTooLarge` is an `OSError` (errno `EFBIG`) whose
   `strerror` says what and the limit: callers that report "cannot read: <strerror>" for any
   `OSError` report it without a change.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Protocol
@@ -63,14 +65,18 @@ class BodyTooLarge(Exception):
 
 
 class InputTooLarge(OSError):
-    """A file or standard input over its limit (an `OSError`, errno `EFBIG`)."""
+    """A file or standard input over its limit (an `OSError`, errno `EFBIG`). A regular file
+    says its size (from `fstat`, nothing read); a stream only that it went past the limit."""
 
-    def __init__(self, name: str, limit: int, what: str) -> None:
+    def __init__(self, name: str, limit: int, what: str, size: int | None = None) -> None:
         self.limit = limit
         self.what = what
-        super().__init__(
-            errno.EFBIG, f"is over {size_text(limit)}, the limit for {what}; not read further", name
-        )
+        self.size = size
+        if size is None:
+            text = f"is over {size_text(limit)}, the limit for {what}; not read further"
+        else:
+            text = f"is {size:,} bytes; the limit is {limit:,} for {what}"
+        super().__init__(errno.EFBIG, text, name)
 
 
 async def read_body(
@@ -114,6 +120,10 @@ def _read_stream(stream: _Readable, limit: int, name: str, what: str) -> bytes:
 def read_file(path: str | os.PathLike[str], limit: int, *, what: str) -> bytes:
     """The file's bytes, at most `limit`; `InputTooLarge` past it, `OSError` as for `open`."""
     with Path(path).open("rb", buffering=0) as stream:
+        info = os.fstat(stream.fileno())
+        if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+            raise InputTooLarge(str(path), limit, what, info.st_size)
+        # A regular file that grows while read, a device or a FIFO: bounded while reading.
         return _read_stream(stream, limit, str(path), what)
 
 
