@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
+from launch_agent.adapters.bounded import InputTooLarge, read_text_file
 from launch_agent.model.build import python_dockerfile
 from launch_agent.model.build_source import (
     GitUrl,
@@ -135,6 +136,7 @@ async def pack(root: Path, dockerfile: str, out: Path) -> PackedContext:
 
 
 MAX_DOCKERFILE = 1 << 20
+MAX_CREDENTIALS_FILE = 1 << 20
 
 
 def _inside(root: Path, relative: str, what: str) -> Path:
@@ -170,7 +172,13 @@ def choose_dockerfile(
         (job_dockerfile, "wandb-job.json source.dockerfile"),
     ):
         if relative:
-            return _inside(root, relative, what).read_text(encoding="utf-8")
+            path = _inside(root, relative, what)
+            try:
+                return read_text_file(path, MAX_DOCKERFILE, what="a Dockerfile")
+            except InputTooLarge:  # grew after the size check in _inside
+                raise ContextError(
+                    f"{what}: {relative!r} is larger than {MAX_DOCKERFILE} bytes"
+                ) from None
     if not base_image or not entrypoint:
         raise ContextError(
             "the job has no Dockerfile; a base image and an entry point are needed to generate one"
@@ -210,7 +218,7 @@ _PASSED_THROUGH = (
 def _credential_origins(path: Path) -> set[tuple[str, str, int | None]]:
     """(scheme, host, port) of every line of a git-credentials file (secrets not kept)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text_file(path, MAX_CREDENTIALS_FILE, what="a git-credentials file")
     except OSError as exc:
         raise ContextError(f"builder.git.credentials_file {path}: cannot be read: {exc}") from None
     origins: set[tuple[str, str, int | None]] = set()

@@ -1,7 +1,8 @@
 """`ImageBuilder`: the one entry point the agent calls to turn a job's source into an image.
 
-    async with ImageBuilder(kube, store, registry, settings, workdir) as builder:
-        image = await builder.build(spec)          # raises BuildFailed (stage "build")
+    async with ImageBuilder(kube, store, registry, settings, dest, record=record) as builder:
+        built = await builder.build(spec)          # raises BuildFailed (stage "build")
+        built.image                                # REPO@sha256:...: the run is pinned to it
 
 Steps for one `BuildSpec`:
 
@@ -9,12 +10,17 @@ Steps for one `BuildSpec`:
 2. choose the Dockerfile (override, the job's own, or generated) and compute the tag;
 3. single flight: concurrent calls for the same image share one build task (owned by the
    builder, shielded from any one caller's cancellation, cancelled on `aclose`);
-4. skip everything when the registry already has `destination:tag`;
+4. skip everything when the registry's digest for `destination:tag` is on the agent's record of
+   its own builds (`digest_record.py`); a tag whose digest is not (pushed by someone else:
+   Kaniko runs `RUN` steps next to the push credential, so any build can push any tag) is
+   reported and built again, or the run refused (`builder.trust.untrusted_tag`);
 5. pack the context (deterministic tar.gz, in the executor), upload it to the context store;
 6. create the Kaniko Job (`render/kaniko.py`), adopting one of the same name (a restarted agent
    or a second replica building the same image), and wait for its outcome (below);
-7. on failure read the tail of the Kaniko container's log (when the executor ran) and raise
-   `BuildFailed` with the reason;
+7. on success read the digest Kaniko pushed from its termination message (`--digest-file`),
+   add it to the record and pin the image to it (`REPO@sha256:...`: a tag moved after the
+   build cannot swap the image); on failure read the tail of the Kaniko container's log (when
+   the executor ran) and raise `BuildFailed` with the reason;
 8. always delete the Job (propagationPolicy Background, so its pod goes too), the context
    object and the temp dir. A failing clean-up is logged and never hides the build's error.
 
@@ -44,7 +50,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from launch_agent.adapters.build_context import (
     ContextError,
@@ -53,6 +59,7 @@ from launch_agent.adapters.build_context import (
     resolve_artifact,
     resolve_git,
 )
+from launch_agent.adapters.digest_record import DigestRecord, RecordUnavailable
 from launch_agent.adapters.kube import (
     Informer,
     InformerEvent,
@@ -60,6 +67,8 @@ from launch_agent.adapters.kube import (
     InformerSettings,
     KubeClient,
     KubeError,
+    KubeForbidden,
+    KubeNotFound,
     Resource,
 )
 from launch_agent.adapters.object_store import ContextStore, ObjectStoreError
@@ -76,6 +85,7 @@ from launch_agent.tracking.build_pods import (
     BuildStatus,
     assess_build,
     job_outcome,
+    pushed_digest,
     unschedulable_pods,
 )
 from launch_agent.tracking.views import Meta
@@ -87,6 +97,7 @@ __all__ = [
     "BuildFailed",
     "BuildSpec",
     "BuilderStats",
+    "BuiltImage",
     "Credentials",
     "ImageBuilder",
     "job_outcome",
@@ -96,6 +107,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 JOBS = Resource("batch", "v1", "Job", "jobs")
 PODS = Resource("", "v1", "Pod", "pods")
+SECRETS = Resource("", "v1", "Secret", "secrets")
 STAGE = "build"
 
 
@@ -128,6 +140,16 @@ class BuildSpec:
     run_queue_item: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class BuiltImage:
+    """A build's result: the image pinned by digest, whether it was a trusted registry hit,
+    and what the runs waiting for it should be warned about (a poisoned tag)."""
+
+    image: str
+    cached: bool = False
+    warnings: tuple[str, ...] = ()
+
+
 @dataclass
 class BuilderStats:
     requests: int = 0
@@ -135,6 +157,7 @@ class BuilderStats:
     skipped: int = 0
     shared: int = 0
     failed: int = 0
+    untrusted: int = 0
     context_bytes: list[int] = field(default_factory=list)
 
 
@@ -176,10 +199,19 @@ class ImageBuilder:
         watch_timeout: int = 300,
         unschedulable_timeout: float = 600.0,
         observer: Callable[[str, float, str], None] | None = None,
+        record: DigestRecord,
+        untrusted_tag: Literal["rebuild", "refuse"] = "rebuild",
+        on_untrusted: Callable[[str, str, str], None] | None = None,
     ) -> None:
         """`observer(result, seconds, image)` hears every build once it ends (a build shared
-        by several runs once): result `built`, `cached` (the registry had it) or `failed`."""
+        by several runs once): result `built`, `cached` (the registry had it) or `failed`.
+        `record` is the agent's record of the digests it built; `untrusted_tag` what a tag
+        whose digest is not on it does (`rebuild` or `refuse`), and `on_untrusted(image,
+        digest, action)` hears each such tag (action `rebuilt` or `refused`)."""
         self.kube = kube
+        self.record = record
+        self.untrusted_tag = untrusted_tag
+        self.on_untrusted = on_untrusted
         self.observer = observer
         self.store = store
         self.registry = registry
@@ -192,7 +224,7 @@ class ImageBuilder:
         self.watch_timeout = watch_timeout
         self.unschedulable_timeout = unschedulable_timeout
         self.stats = BuilderStats()
-        self._flights: dict[str, asyncio.Task[str]] = {}
+        self._flights: dict[str, asyncio.Task[BuiltImage]] = {}
         self._waiters: dict[str, _Waiter] = {}
         self._context = BuildContext(
             settings.builder.kaniko_image, CONTAINER, settings.docker_config_secret
@@ -247,11 +279,11 @@ class ImageBuilder:
 
     # --- the entry point ---------------------------------------------------------------------
 
-    async def build(self, spec: BuildSpec) -> str:
-        """The image for `spec`, built if the registry does not have it yet."""
+    async def build(self, spec: BuildSpec) -> BuiltImage:
+        """The image for `spec`, built unless the registry has one this agent built."""
         self.stats.requests += 1
         if spec.source is SourceKind.IMAGE:
-            return spec.uri
+            return BuiltImage(spec.uri)
         if self._informers is None:
             raise RuntimeError("ImageBuilder.build needs `async with ImageBuilder(...)` first")
         tmp = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="build-", dir=self.workdir))
@@ -276,7 +308,7 @@ class ImageBuilder:
             if not handed_over:
                 await asyncio.to_thread(shutil.rmtree, tmp, True)
 
-    def _landed(self, tag: str, task: asyncio.Task[str]) -> None:
+    def _landed(self, tag: str, task: asyncio.Task[BuiltImage]) -> None:
         if self._flights.get(tag) is task:
             del self._flights[tag]
         if not task.cancelled() and task.exception() is not None:
@@ -319,12 +351,12 @@ class ImageBuilder:
 
     # --- one build ---------------------------------------------------------------------------
 
-    async def _build_once(self, request: BuildRequest, tree: Path) -> str:
+    async def _build_once(self, request: BuildRequest, tree: Path) -> BuiltImage:
         started = time.monotonic()
         try:
-            image, cached = await self._build_missing(request, tree)
-            self._observe("cached" if cached else "built", started, request.image)
-            return image
+            built = await self._build_missing(request, tree)
+            self._observe("cached" if built.cached else "built", started, request.image)
+            return built
         except BuildFailed:
             self._observe("failed", started, request.image)
             raise
@@ -335,17 +367,83 @@ class ImageBuilder:
         if self.observer is not None:
             self.observer(result, time.monotonic() - started, image)
 
-    async def _build_missing(self, request: BuildRequest, tree: Path) -> tuple[str, bool]:
-        """The image, and whether the registry had it already (no build)."""
+    def _pinned(self, digest: str) -> str:
+        return f"{self.destination.uri}@{digest}"
+
+    async def _build_missing(self, request: BuildRequest, tree: Path) -> BuiltImage:
+        """The image pinned by digest: the registry's if this agent built it, else built."""
+        warnings: tuple[str, ...] = ()
         try:
-            if await self.registry.exists(self.destination, request.tag):
-                self.stats.skipped += 1
-                log.info("image %s exists; build skipped", request.image)
-                await self._clean_up_leftover(request)
-                return request.image, True
+            found = await self.registry.digest(self.destination, request.tag)
         except RegistryError as exc:
             # Not knowing is not fatal: build, and let Kaniko's push report real problems.
             log.warning("cannot tell whether %s exists, building it: %s", request.image, exc)
+            found = None
+        if found is not None:
+            trusted = await self._trusted(request, found)
+            if trusted:
+                self.stats.skipped += 1
+                log.info("image %s (%s) was built by this agent; build skipped", request.image,
+                         found)  # fmt: skip
+                await self._clean_up_leftover(request)
+                return BuiltImage(self._pinned(found), cached=True)
+            if trusted is not None:
+                warnings = (self._untrusted(request, found),)
+        digest = await self._build_and_push(request, tree)
+        return BuiltImage(self._pinned(digest), warnings=warnings)
+
+    async def _trusted(self, request: BuildRequest, found: str) -> bool | None:
+        """Whether `found` is a digest this agent built for the tag; None: cannot tell."""
+        try:
+            if await self.record.trusts(request.tag, found):
+                return True
+        except RecordUnavailable as exc:
+            log.warning("building %s: %s", request.image, exc)
+            return None
+        # A build of this agent that ended before it could record its digest (a kill): its
+        # Job, left in the Kaniko namespace, says what it pushed.
+        name = kaniko_job_name(self.settings.builder.build_job_name, request.tag)
+        assert self._jobs is not None, "build() checked that the builder was entered"
+        job = self._jobs.get(self.settings.namespace, name)
+        if (
+            job is not None
+            and job_outcome(job) == "succeeded"
+            and pushed_digest(self._pods_of(name), CONTAINER) == found
+        ):
+            await self._remember(request, found)
+            return True
+        return False
+
+    def _untrusted(self, request: BuildRequest, found: str) -> str:
+        """Report a tag whose digest this agent did not build; the warning for its runs, or
+        `BuildFailed` when the admin chose `refuse`."""
+        self.stats.untrusted += 1
+        refuse = self.untrusted_tag == "refuse"
+        message = (
+            f"the registry's {request.image} points at {found}, which this agent did not build"
+            " (another build may have pushed it: Kaniko's RUN steps can use the push"
+            " credential; see docs/builds.md, 'Image trust')"
+        )
+        log.warning("untrusted image tag: %s; %s", message, "refusing the run" if refuse
+                    else "building it again")  # fmt: skip
+        if self.on_untrusted is not None:
+            self.on_untrusted(request.image, found, "refused" if refuse else "rebuilt")
+        if refuse:
+            raise BuildFailed(
+                f"{message}; the run is refused (builder.trust.untrusted_tag is refuse)",
+                explained=True,
+            )
+        return f"{message}; it was built again and the run uses the new digest"
+
+    async def _remember(self, request: BuildRequest, digest: str) -> None:
+        try:
+            await self.record.add(request.tag, digest)
+        except RecordUnavailable as exc:
+            # The run is still pinned to the digest it built; the next run builds again.
+            log.warning("built %s (%s) but did not record it: %s", request.image, digest, exc)
+
+    async def _build_and_push(self, request: BuildRequest, tree: Path) -> str:
+        """Build with Kaniko; the digest it pushed, recorded before the Job is deleted."""
         self.stats.builds += 1
         object_name = f"{request.tag}.tgz"
         archive = tree.parent / object_name
@@ -356,16 +454,44 @@ class ImageBuilder:
             self.stats.context_bytes.append(packed.size)
             context_uri = await self.store.upload(archive, object_name)
             uploaded = True
+            await self._check_docker_config()
             job = kaniko_job(request, self.destination, context_uri, self.settings)
             job_name = job["metadata"]["name"]
             created = await self.kube.create(job, self.settings.namespace)
             await self._wait(created.obj, request)
-            log.info("built %s", request.image)
-            return request.image, False
+            digest = await self._pushed(job_name, request)
+            await self._remember(request, digest)
+            log.info("built %s (%s)", request.image, digest)
+            return digest
         except (ObjectStoreError, KubeError) as exc:
             raise BuildFailed(f"building {request.image}: {exc}") from exc
         finally:
             await self._clean_up(job_name, object_name if uploaded else None)
+
+    async def _check_docker_config(self) -> None:
+        """Fail at once when the registry's docker config Secret does not exist.
+
+        The Job mounts it as a volume, and kubelet's volume manager
+        (`pkg/volume/secret/secret.go`, `SetUpAt`) answers a missing one with `FailedMount`
+        Events on a pod that stays ContainerCreating: nothing on the pod or the Job would
+        end the build before `activeDeadlineSeconds`. The chart grants `get` on that one
+        Secret's name; without the grant (403) the check is skipped, not the build.
+        """
+        name = self.settings.docker_config_secret
+        if not name:
+            return
+        namespace = self.settings.namespace
+        try:
+            await self.kube.get(SECRETS, namespace, name)
+        except KubeNotFound:
+            raise BuildFailed(
+                f"the build cannot start: Secret {name} (the registry's docker config Secret,"
+                f" kaniko_docker_config_secret) is missing in namespace {namespace}; create it"
+                " or change the setting",
+                explained=True,
+            ) from None
+        except KubeForbidden as exc:
+            log.debug("cannot read Secret %s/%s (%s); building anyway", namespace, name, exc)
 
     async def _wait(self, job: Mapping[str, Any], request: BuildRequest) -> None:
         """Until the Job completes (return) or fails (`BuildFailed`), as the informers see it.
@@ -407,6 +533,24 @@ class ImageBuilder:
         finally:
             if self._waiters.get(name) is waiter:
                 del self._waiters[name]
+
+    async def _pushed(self, job_name: str, request: BuildRequest) -> str:
+        """The digest the Kaniko container wrote to its termination message. The informer's
+        pod may lag the Job's completion; the API server's pods are asked then."""
+        digest = pushed_digest(self._pods_of(job_name), CONTAINER)
+        if digest is None:
+            listed = await self.kube.list(
+                PODS, self.settings.namespace, label_selector=f"job-name={job_name}"
+            )
+            digest = pushed_digest(listed.items, CONTAINER)
+        if digest is None:
+            raise BuildFailed(
+                f"building {request.image}: the Kaniko Job succeeded but its container reported"
+                " no image digest (its --digest-file, the termination message); the image is not"
+                " run unpinned. Check that builder.kaniko-image is Kaniko's executor",
+                explained=True,
+            )
+        return digest
 
     def _status(self, name: str, created: Mapping[str, Any], waiter: _Waiter) -> BuildStatus:
         assert self._jobs is not None

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from launch_agent.adapters.bounded import MIB, InputTooLarge, read_text_file
 from launch_agent.adapters.retry import GaveUp, Retryable, RetryPolicy, call_with_retries
 from launch_agent.model.safe_load import load_json
 
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 JOB_FILE = "wandb-job.json"
+# The submitter's file: W&B's own are a few KiB (source, entry point, input and output types).
+MAX_JOB_FILE = MIB
 # One SDK read: wandb-core gives up on a request after 60 s of its own retries.
 TIMEOUT = 120.0
 # Reads of one job: until W&B answers, the agent stops or 15 minutes passed (the item is then
@@ -85,7 +88,10 @@ def fetch_job_info(name: str, base_url: str, api_key: str) -> dict[str, Any]:
         if not path.is_file():
             raise JobArtifactError(f"job artifact {name} has no {JOB_FILE}")
         try:
-            info = load_json(path.read_text(encoding="utf-8"), source=JOB_FILE)
+            text = read_text_file(path, MAX_JOB_FILE, what=f"a job artifact's {JOB_FILE}")
+            info = load_json(text, source=JOB_FILE)
+        except InputTooLarge as exc:
+            raise JobArtifactError(f"job artifact {name}: {JOB_FILE} {exc.strerror}") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise JobArtifactError(f"job artifact {name}: {JOB_FILE} is not JSON: {exc}") from exc
     if not isinstance(info, dict):

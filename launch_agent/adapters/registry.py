@@ -1,4 +1,4 @@
-"""Does `repository:tag` exist? ECR through boto3, every other registry through the v2 API.
+"""Which digest does `repository:tag` have (if any)? ECR through boto3, others through v2.
 
 W&B's agent checks existence only for its three clouds (and lists every image of an Artifact
 Registry repository to do it); for any other registry it runs `docker image inspect`, absent in
@@ -7,13 +7,20 @@ a pod, so it rebuilds every time. Here any registry speaking the Docker Registry
 
     HEAD /v2/<repository>/manifests/<tag>     (Accept: Docker v2, manifest list, OCI, OCI index)
 
+and answers with the manifest's `Docker-Content-Digest` (the builder trusts a tag only when
+that digest is one it built, `adapters/digest_record.py`). A registry that leaves the header
+out is asked `GET` and the manifest is hashed, as the distribution spec defines the digest.
+
 A 401 carries a `WWW-Authenticate` challenge; for `Bearer` the client fetches a token from the
 realm (with HTTP Basic credentials when it has some for that host, anonymously otherwise) for
 `repository:<name>:pull`, caches it per (host, scope) and repeats the HEAD once. 200 means yes,
 404 means no, anything else is a `RegistryError` that says what the registry answered.
 
 ECR is asked with `describe_images` (its IAM-authenticated API; IRSA in a pod) in the executor,
-with one boto3 client per region for the life of the process.
+with one boto3 client per region for the life of the process; its `imageDigest` is the digest.
+
+Every body read (a manifest, a token) is bounded by `max_response_bytes` while it streams
+(`builder.max_response_bytes`, default 4 MiB, registries' own cap on a manifest).
 
 Artifact Registry and ACR hosts without configured credentials log in with the pod's cloud
 identity (`registry_identity.py`): Google's application default credentials as the
@@ -27,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import hashlib
 import re
 import ssl
 import threading
@@ -36,9 +44,12 @@ from typing import Any
 
 import aiohttp
 
+from launch_agent.adapters.bounded import BodyTooLarge, read_body
 from launch_agent.adapters.registry_identity import AzureLogin, GoogleLogin, IdentityError
 from launch_agent.adapters.tls import client_ssl_context
 from launch_agent.model.build import Destination, RegistryKind
+from launch_agent.model.config import BuilderConfig
+from launch_agent.model.safe_load import InputError, Limits, load_json
 
 ACCEPT = ", ".join(
     (
@@ -49,6 +60,9 @@ ACCEPT = ", ".join(
     )
 )
 _PARAM = re.compile(r'(\w+)="([^"]*)"')
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+SETTING = "builder.max_response_bytes"
+MAX_RESPONSE_BYTES = BuilderConfig().max_response_bytes
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 
 
@@ -99,15 +113,17 @@ class RegistryClient:
         google: GoogleLogin | None = None,
         azure: AzureLogin | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         self.credentials = dict(credentials or {})
+        self.max_response_bytes = max_response_bytes
         # A registry behind the same private CA as a self-hosted W&B (`tls.client_ssl_context`).
         self._ssl = ssl_context if ssl_context is not None else client_ssl_context()
         self.insecure_hosts = insecure_hosts
         self.timeout = timeout
         self.endpoints = {host: url.rstrip("/") for host, url in (endpoints or {}).items()}
         self.google = google or GoogleLogin(timeout)
-        self.azure = azure or AzureLogin()
+        self.azure = azure or AzureLogin(max_response_bytes=max_response_bytes)
         self._ecr_endpoint = ecr_endpoint_url
         self._session: aiohttp.ClientSession | None = None
         self._tokens: dict[tuple[str, str], str] = {}
@@ -140,9 +156,14 @@ class RegistryClient:
 
     async def exists(self, dest: Destination, tag: str) -> bool:
         """True if `dest:tag` is in the registry; `RegistryError` if it cannot be told."""
+        return await self.digest(dest, tag) is not None
+
+    async def digest(self, dest: Destination, tag: str) -> str | None:
+        """The digest (`sha256:...`) `dest:tag` points at now; None if there is no such tag;
+        `RegistryError` if it cannot be told."""
         if dest.kind is RegistryKind.ECR:
-            return await self._ecr_exists(dest, tag)
-        return await self._v2_exists(dest, tag)
+            return await self._ecr_digest(dest, tag)
+        return await self._v2_digest(dest, tag)
 
     # --- Docker Registry HTTP API v2 ------------------------------------------------------------
 
@@ -152,19 +173,19 @@ class RegistryClient:
         plain = host.split(":", maxsplit=1)[0] in LOOPBACK or host in self.insecure_hosts
         return f"{'http' if plain else 'https'}://{host}"
 
-    async def _v2_exists(self, dest: Destination, tag: str) -> bool:
+    async def _v2_digest(self, dest: Destination, tag: str) -> str | None:
         url = f"{self._base(dest.host)}/v2/{dest.repository}/manifests/{tag}"
         scope = f"repository:{dest.repository}:pull"
         where = f"{dest.uri}:{tag}"
         token = self._tokens.get((dest.host, scope))
-        status, challenge = await self._head(url, token, where)
+        status, challenge, digest = await self._head(url, token, where)
         if status == 401:
             token = await self._authenticate(dest, scope, challenge, where)
-            status, challenge = await self._head(url, token, where)
+            status, challenge, digest = await self._head(url, token, where)
         if status == 200:
-            return True
+            return digest if digest is not None else await self._hashed(url, token, where)
         if status == 404:
-            return False
+            return None
         if status in (401, 403):
             raise RegistryError(
                 f"{where}: the registry refused access ({status}) even with a token; check the"
@@ -172,17 +193,46 @@ class RegistryClient:
             )
         raise RegistryError(f"{where}: unexpected answer {status} from {url}")
 
-    async def _head(self, url: str, auth: str | None, where: str) -> tuple[int, str]:
+    async def _head(self, url: str, auth: str | None, where: str) -> tuple[int, str, str | None]:
+        """(status, the challenge, the digest the registry names, when it is a digest)."""
         headers = {"Accept": ACCEPT}
         if auth:
             headers["Authorization"] = auth
         try:
             async with self._http().head(url, headers=headers, allow_redirects=True) as response:
-                return response.status, response.headers.get("WWW-Authenticate", "")
+                digest = response.headers.get("Docker-Content-Digest", "").strip().lower()
+                return (
+                    response.status,
+                    response.headers.get("WWW-Authenticate", ""),
+                    digest if _DIGEST.match(digest) else None,
+                )
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise RegistryError(
                 f"{where}: cannot reach {url}: {str(exc) or type(exc).__name__}"
             ) from exc
+
+    async def _hashed(self, url: str, auth: str | None, where: str) -> str:
+        """The digest of the manifest as served: sha256 of its bytes (the spec's definition)."""
+        headers = {"Accept": ACCEPT}
+        if auth:
+            headers["Authorization"] = auth
+        try:
+            async with self._http().get(url, headers=headers, allow_redirects=True) as response:
+                body = await read_body(
+                    response,
+                    self.max_response_bytes,
+                    what=f"the manifest of {where}",
+                    setting=SETTING,
+                )
+                if response.status != 200:
+                    raise RegistryError(f"{where}: GET answered {response.status} after HEAD 200")
+        except BodyTooLarge as exc:
+            raise RegistryError(str(exc)) from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise RegistryError(
+                f"{where}: cannot reach {url}: {str(exc) or type(exc).__name__}"
+            ) from exc
+        return "sha256:" + hashlib.sha256(body).hexdigest()
 
     async def _login(self, dest: Destination, where: str) -> tuple[str, str] | None:
         """Configured credentials for the host, else the pod's cloud identity (GAR, ACR)."""
@@ -222,8 +272,16 @@ class RegistryClient:
                     raise RegistryError(
                         f"{where}: the token service {params['realm']} answered {response.status}"
                     )
-                body = await response.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                raw = await read_body(
+                    response,
+                    self.max_response_bytes,
+                    what=f"the token service {params['realm']}'s answer",
+                    setting=SETTING,
+                )
+            body = load_json(raw, source="the token", limits=Limits(max_bytes=len(raw) + 1))
+        except BodyTooLarge as exc:
+            raise RegistryError(f"{where}: {exc}") from None
+        except (aiohttp.ClientError, TimeoutError, InputError) as exc:
             raise RegistryError(
                 f"{where}: token request to {params['realm']} failed: {exc}"
             ) from exc
@@ -246,12 +304,12 @@ class RegistryClient:
                 )
             return self._ecr[region]
 
-    def _describe(self, dest: Destination, tag: str) -> bool:
+    def _describe(self, dest: Destination, tag: str) -> str | None:
         from botocore.exceptions import ClientError
 
         client = self._ecr_client(dest.region)
         try:
-            client.describe_images(
+            answer = client.describe_images(
                 registryId=dest.account,
                 repositoryName=dest.repository,
                 imageIds=[{"imageTag": tag}],
@@ -259,15 +317,19 @@ class RegistryClient:
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code == "ImageNotFoundException":
-                return False
+                return None
             if code == "RepositoryNotFoundException":
                 raise RegistryError(
                     f"{dest.uri}: the ECR repository does not exist; create it (Kaniko cannot)"
                 ) from exc
             raise RegistryError(f"{dest.uri}:{tag}: ECR describe_images failed: {exc}") from exc
-        return True
+        details = answer.get("imageDetails") or [{}]
+        digest = str(details[0].get("imageDigest") or "").lower()
+        if not _DIGEST.match(digest):
+            raise RegistryError(f"{dest.uri}:{tag}: ECR describe_images named no sha256 digest")
+        return digest
 
-    async def _ecr_exists(self, dest: Destination, tag: str) -> bool:
+    async def _ecr_digest(self, dest: Destination, tag: str) -> str | None:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.timeout):

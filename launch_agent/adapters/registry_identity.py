@@ -34,6 +34,15 @@ from typing import Any
 
 import aiohttp
 
+from launch_agent.adapters.bounded import (
+    MAX_TOKEN_FILE,
+    MIB,
+    BodyTooLarge,
+    read_body,
+    read_text_file,
+)
+from launch_agent.model.safe_load import Limits, load_json
+
 GAR_USER = "oauth2accesstoken"
 ACR_USER = "00000000-0000-0000-0000-000000000000"
 GOOGLE_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
@@ -115,8 +124,11 @@ class AzureIdentity:
 class AzureLogin:
     """(`00000000-…`, ACR refresh token) per registry, from Azure Workload Identity."""
 
-    def __init__(self, identity: AzureIdentity | None = None) -> None:
+    def __init__(
+        self, identity: AzureIdentity | None = None, *, max_response_bytes: int = 4 * MIB
+    ) -> None:
         self._identity = identity
+        self.max_response_bytes = max_response_bytes
         self._tokens: dict[str, tuple[str, float]] = {}  # registry → (refresh token, expiry)
 
     async def login(
@@ -139,6 +151,7 @@ class AzureLogin:
                 "scope": ACR_SCOPE,
             },
             "Entra ID token request",
+            self.max_response_bytes,
         )
         access = aad.get("access_token")
         if not isinstance(access, str) or not access:
@@ -153,6 +166,7 @@ class AzureLogin:
                 "access_token": access,
             },
             f"ACR token exchange at {registry}",
+            self.max_response_bytes,
         )
         refresh = exchanged.get("refresh_token")
         if not isinstance(refresh, str) or not refresh:
@@ -165,20 +179,28 @@ class AzureLogin:
 
 def _read_token_file(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8").strip()
+        return read_text_file(path, MAX_TOKEN_FILE, what="a token file").strip()
     except OSError as exc:
         raise IdentityError(f"AZURE_FEDERATED_TOKEN_FILE {path}: {exc}") from exc
 
 
 async def _post_json(
-    session: aiohttp.ClientSession, url: str, form: Mapping[str, str], what: str
+    session: aiohttp.ClientSession, url: str, form: Mapping[str, str], what: str, limit: int
 ) -> Mapping[str, Any]:
     try:
         async with session.post(url, data=dict(form)) as response:
+            raw = await read_body(
+                response,
+                limit,
+                what=f"{what} {url}: the answer",
+                setting="builder.max_response_bytes",
+            )
             if response.status != 200:
-                detail = (await response.text())[:300]
+                detail = raw[:300].decode(errors="replace")
                 raise IdentityError(f"{what} {url} answered {response.status}: {detail}")
-            body = await response.json(content_type=None)
+        body = load_json(raw, source=what, limits=Limits(max_bytes=len(raw) + 1))
+    except BodyTooLarge as exc:
+        raise IdentityError(str(exc)) from None
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         raise IdentityError(f"{what} {url} failed: {str(exc) or type(exc).__name__}") from exc
     if not isinstance(body, Mapping):

@@ -16,7 +16,12 @@ Request economy (the agent targets at most 4 W&B requests per run): `pop` asks e
 one mutation, `run_stopped` checks many runs in one query (chunked to `stop_check_batch` runs
 so a document never grows without bound), and nothing is polled per run.
 
-Reading answers: every body goes through `safe_load.decode_response`, which never raises
+Reading answers: every body is read through `bounded.read_body`, at most
+`max_response_bytes` (the `wandb.max_response_bytes` setting, default 32 MiB) counted as it
+streams: a Content-Length over it is refused before reading, a chunked body when it passes
+it, and the connection is closed (`WandbResponseTooLarge`, not retried). A pop refused that
+way loses the items W&B leased in it until their leases lapse and W&B offers them again.
+Every body then goes through `safe_load.decode_response`, which never raises
 anything but `InputError` (no `RecursionError`, no `ValueError` from a 5,000-digit number):
 values nested deeper than the item limit, duplicate keys and non-finite numbers become markers
 in place, so a hostile runSpec fails its own item (`wandb_results.run_spec`). A 200 whose body
@@ -48,6 +53,7 @@ import aiohttp
 
 from launch_agent.adapters import wandb_documents as docs
 from launch_agent.adapters import wandb_results as results
+from launch_agent.adapters.bounded import BodyTooLarge, read_body
 from launch_agent.adapters.retry import (
     NETWORK_ERRORS,
     WANDB_RETRY,
@@ -65,6 +71,7 @@ from launch_agent.adapters.wandb_errors import (
     WandbError,
     WandbNotFound,
     WandbProtocolError,
+    WandbResponseTooLarge,
     WandbUnavailable,
 )
 from launch_agent.adapters.wandb_results import (
@@ -77,7 +84,7 @@ from launch_agent.adapters.wandb_results import (
     RunRef,
     Viewer,
 )
-from launch_agent.model.config import AgentConfig, LimitsConfig
+from launch_agent.model.config import AgentConfig, LimitsConfig, WandbConfig
 from launch_agent.model.safe_load import InputError, decode_response
 
 log = logging.getLogger(__name__)
@@ -115,9 +122,11 @@ class WandbClient:
         rng: random.Random | None = None,
         limits: LimitsConfig | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        max_response_bytes: int = WandbConfig().max_response_bytes,
     ) -> None:
         """`ssl_context`: the TLS trust for https W&B URLs (default: `tls.client_ssl_context`,
-        the system roots plus the CA bundle the environment names)."""
+        the system roots plus the CA bundle the environment names). `max_response_bytes`:
+        the largest answer read (`wandb.max_response_bytes`)."""
         if not api_key:
             raise ValueError("an API key is required (WANDB_API_KEY or ~/.netrc)")
         if stop_check_batch < 1:
@@ -131,6 +140,7 @@ class WandbClient:
         self._observer = observer
         self._rng = rng or random.Random()
         self.limits = limits or LimitsConfig()
+        self.max_response_bytes = max_response_bytes
         token = base64.b64encode(f"api:{api_key}".encode()).decode("ascii")
         self._headers = {
             "Authorization": f"Basic {token}",
@@ -149,6 +159,7 @@ class WandbClient:
                 " to ~/.netrc"
             )
         options.setdefault("limits", config.limits)
+        options.setdefault("max_response_bytes", config.wandb.max_response_bytes)
         options.setdefault("stop_check_batch", config.tracking.stop_check_batch)
         if "ssl_context" not in options:
             options["ssl_context"] = client_ssl_context(configured=config.ca_bundle)
@@ -447,8 +458,16 @@ class WandbClient:
                         maybe_applied |= status != 429
                         retry_after = parse_retry_after(resp.headers.get("Retry-After"))
                         raise Retryable(f"HTTP {status}", retry_after)
-                    raw = await resp.read()
+                    raw = await read_body(
+                        resp,
+                        self.max_response_bytes,
+                        what=f"W&B's answer to {request.operation}",
+                        setting="wandb.max_response_bytes",
+                    )
                     return await self._decode(request, verdict, status, raw), maybe_applied
+            except BodyTooLarge as exc:
+                self.stats["too_large"] += 1
+                raise WandbResponseTooLarge(f"W&B at {self.base_url}: {exc}") from None
             except _Unreadable as exc:
                 # A body cut short or garbled on the way; like a 5xx, the work may have been done.
                 maybe_applied = True

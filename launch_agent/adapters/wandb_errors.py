@@ -10,6 +10,9 @@
 - `WandbNotFound`: an object the agent needs (its project, its launch agent) is absent.
 - `WandbProtocolError`: a non-retryable answer the client cannot use (a 4xx without GraphQL
   errors, a wrong shape); the message says which operation and what was wrong.
+- `WandbResponseTooLarge`: a `WandbProtocolError` for an answer over `wandb.max_response_bytes`,
+  refused while it streamed (the connection is closed, the rest never read). Not retried:
+  the same request gets the same flood, and a pop retried would lease more items.
 - `WandbAckUncertain`: an ack whose first attempt may have reached the server was retried and
   the retry answered `success: false`: the item may be ours or another agent's.
 
@@ -55,6 +58,10 @@ class WandbNotFound(WandbError):
 
 class WandbProtocolError(WandbError):
     """An answer the client cannot use: wrong status, not JSON, or the wrong shape."""
+
+
+class WandbResponseTooLarge(WandbProtocolError):
+    """An answer over the configured limit; the message names the operation and the limit."""
 
 
 class WandbAckUncertain(WandbError):

@@ -106,13 +106,15 @@ async def measure_single_flight(runs: int) -> dict[str, Any]:
     except ImportError:
         return {"skipped": "moto is not installed (pip install -e '.[dev]')"}
     from launch_agent.adapters.builder import BuildSpec, Credentials, ImageBuilder
+    from launch_agent.adapters.digest_record import DigestRecord
     from launch_agent.adapters.kube import KubeClient
     from launch_agent.adapters.object_store import ObjectStore
     from launch_agent.adapters.registry import RegistryClient
     from launch_agent.model.build import SourceKind, parse_destination
     from launch_agent.model.config import BuilderConfig, GitSourceConfig
-    from launch_agent.render.kaniko import IMAGE_TAG, KanikoSettings
+    from launch_agent.render.kaniko import KanikoSettings
     from launch_agent.sandbox.cluster import RealClock, SimulatedCluster
+    from launch_agent.sandbox.kaniko import SimulatedKaniko
     from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
     from launch_agent.sandbox.registry import RegistryServer
 
@@ -122,7 +124,6 @@ async def measure_single_flight(runs: int) -> dict[str, Any]:
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     await asyncio.to_thread(moto.start)
     endpoint = f"http://127.0.0.1:{port}"
-    created: list[str] = []
     try:
         store = ObjectStore("s3://bench-ctx/ctx", endpoint_url=endpoint, region="us-east-1")
         await store.ensure_bucket()
@@ -134,22 +135,12 @@ async def measure_single_flight(runs: int) -> dict[str, Any]:
                 KubeApiServer(host="127.0.0.1", port=0, bookmark_interval=60.0) as kube,
                 SimulatedCluster(
                     kube, clock=RealClock(), default_outcome="succeed after=1s start=0.2s"
-                ),
+                ) as cluster,
                 RegistryServer(users={"ci": "pw"}) as registry,
             ):
                 url, _ = await asyncio.to_thread(git_server.add, "repo", BENCH_FILES)
-
-                def on_write(storage: str, kind: str, obj: dict[str, Any]) -> None:
-                    labels = obj.get("metadata", {}).get("labels", {})
-                    if obj.get("kind") != "Job" or IMAGE_TAG not in labels:
-                        return
-                    if kind == "ADDED":
-                        created.append(obj["metadata"]["name"])
-                    conditions = obj.get("status", {}).get("conditions") or []
-                    if any(c.get("type") == "Complete" for c in conditions):
-                        registry.put_image("bench/train", labels[IMAGE_TAG])  # Kaniko's push
-
-                kube.store.listeners.append(on_write)
+                kaniko = SimulatedKaniko(kube.store, cluster, registry)  # the push, the digest
+                created = kaniko.jobs
                 kubeconfig = await asyncio.to_thread(
                     write_kubeconfig, Path(tmp) / "kubeconfig", kube.url, "kaniko"
                 )
@@ -164,6 +155,7 @@ async def measure_single_flight(runs: int) -> dict[str, Any]:
                         client, store, reg, KanikoSettings(builder_config, "kaniko"), dest,
                         workdir=Path(tmp),
                         credentials=Credentials(git=GitSourceConfig(allowed_schemes=["http"])),
+                        record=DigestRecord(client, "kaniko", "bench-image-digests"),
                     ) as builder,
                 ):  # fmt: skip
                     namespace = {"apiVersion": "v1", "kind": "Namespace",
@@ -184,7 +176,7 @@ async def measure_single_flight(runs: int) -> dict[str, Any]:
                     again_s = time.perf_counter() - start
                     return {
                         "runs": runs,
-                        "distinct_images": len(set(images)),
+                        "distinct_images": len({built.image for built in images}),
                         "build_jobs": jobs_after_concurrent,
                         "concurrent_seconds": round(concurrent_s, 2),
                         "rerun_build_jobs": len(created) - jobs_after_concurrent,

@@ -28,6 +28,7 @@ from launch_agent.model.config_resolve import (
     parse_yaml_with_lines,
     resolve,
 )
+from launch_agent.model.safe_load import CONFIG_LIMITS
 from launch_agent.quota.tree import validate_tree
 
 # W&B's agent reads this file when no --config is given; so do we, for drop-in compatibility.
@@ -108,7 +109,7 @@ def load_config(
     file_text = None
     if explicit or path.exists():
         try:
-            file_text = read_text(explicit or path)
+            file_text = read_text(explicit or path, CONFIG_LIMITS.max_bytes, what="a launch config")
         except (OSError, UnicodeDecodeError) as exc:
             reason = getattr(exc, "strerror", None) or exc
             raise ConfigError([ConfigProblem(name, "(file)", f"cannot read: {reason}")]) from None
@@ -116,7 +117,7 @@ def load_config(
     netrc_path = Path(env.get("NETRC", "~/.netrc")).expanduser()
     if netrc_path.is_file():
         try:
-            netrc_text = netrc_path.read_text(encoding="utf-8")
+            netrc_text = read_text(netrc_path, CONFIG_LIMITS.max_bytes, what="a netrc file")
         except OSError:
             netrc_text = None
     resolved = resolve(

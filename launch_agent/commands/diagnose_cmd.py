@@ -15,11 +15,11 @@ import re
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from launch_agent.adapters.kube import KindNotInstalled, KubeClient, KubeNotFound, Resource
 from launch_agent.commands.config_cmd import load_config, report_config_error
+from launch_agent.commands.inputs import read_bytes
 from launch_agent.model.config import TrackingConfig
 from launch_agent.model.config_resolve import ConfigError
 from launch_agent.model.safe_load import InputError, Limits, load_json, load_yaml
@@ -145,7 +145,7 @@ def verdict(assessment: Assessment) -> dict[str, str | None]:
 def _read(path: str) -> Any:
     source = "<stdin>" if path == "-" else path
     try:
-        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+        raw = read_bytes(path, DUMP_LIMITS.max_bytes, what="a diagnose input")
     except OSError as exc:
         raise DumpError(f"{source}: cannot read: {exc.strerror or exc}") from None
     if raw.lstrip()[:1] in (b"{", b"["):

@@ -181,7 +181,7 @@ def _from_file(path: str, queues: list[str], variables_path: str | None) -> Queu
         )
     name = display_name(path)
     try:
-        text = read_text(path)
+        text = read_text(path, SPEC_LIMITS.max_bytes, what="a queue's config")
     except (OSError, UnicodeDecodeError) as exc:
         raise _InputFailure(
             f"{name}: cannot read: {getattr(exc, 'strerror', None) or exc}"
@@ -206,7 +206,7 @@ def _from_file(path: str, queues: list[str], variables_path: str | None) -> Queu
 def _read_yaml(path: str) -> Any:
     name = display_name(path)
     try:
-        text = read_text(path)
+        text = read_text(path, SPEC_LIMITS.max_bytes, what="a YAML input")
     except (OSError, UnicodeDecodeError) as exc:
         raise _InputFailure(
             f"{name}: cannot read: {getattr(exc, 'strerror', None) or exc}"

@@ -114,7 +114,7 @@ class _FileError(Exception):
 def _load(path: str) -> Any:
     name = display_name(path)
     try:
-        text = read_text(path)
+        text = read_text(path, QUOTA_FILE_LIMITS.max_bytes, what="a quota file")
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise _FileError([f"{name}: (file): cannot read: {reason}"]) from None

@@ -98,7 +98,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _read(path: str, limit: int) -> tuple[str | None, list[Problem]]:
     try:
-        data = read_bytes(path)
+        data = read_bytes(path, limit, what="a render input")
     except OSError as exc:
         return None, [Problem("", f"cannot read: {exc.strerror or exc}")]
     if len(data) > limit:

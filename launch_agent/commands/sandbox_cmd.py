@@ -23,6 +23,7 @@ from typing import Any
 
 import aiohttp
 
+from launch_agent.adapters.bounded import MIB, BodyTooLarge, read_body
 from launch_agent.commands.inputs import display_name, read_text
 from launch_agent.model.safe_load import ITEM_LIMITS, InputError, load_yaml
 from launch_agent.sandbox.cluster import OutcomeError, RealClock, SimulatedCluster, parse_outcome
@@ -275,7 +276,7 @@ def _submit(args: argparse.Namespace) -> int:
                 count=args.count,
             )
         )
-    except (PushError, aiohttp.ClientError, TimeoutError) as exc:
+    except (PushError, BodyTooLarge, aiohttp.ClientError, TimeoutError) as exc:
         print(f"error: pushing to {base_url}: {str(exc) or type(exc).__name__}", file=sys.stderr)
         return 1
     print("\n".join(ids))
@@ -286,7 +287,8 @@ def _read_resource_args(path: str | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        value = load_yaml(read_text(path), limits=ITEM_LIMITS)
+        text = read_text(path, ITEM_LIMITS.max_bytes, what="a resource_args file")
+        value = load_yaml(text, limits=ITEM_LIMITS)
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise UsageError(f"{display_name(path)}: cannot read: {reason}") from None
@@ -349,7 +351,10 @@ async def push_items(
         for _ in range(count):
             body = {"query": document, "variables": variables}
             async with session.post(f"{base_url.rstrip('/')}/graphql", json=body) as response:
-                text = await response.text()
+                raw = await read_body(
+                    response, MIB, what="the server's answer", setting="of sandbox submit"
+                )
+                text = raw.decode(errors="replace")
                 if response.status != 200:
                     raise PushError(f"HTTP {response.status}: {text[:300]}")
             answer = json.loads(text)

@@ -27,6 +27,7 @@ from urllib.parse import quote
 import aiohttp
 import yaml
 
+from launch_agent.adapters.bounded import BodyTooLarge, read_body
 from launch_agent.adapters.kube import KubeClient, KubeError, load_configuration
 from launch_agent.model.safe_load import InputError, Limits, load_json
 from launch_agent.runtime.health import TOKEN_HEADER
@@ -36,6 +37,8 @@ TOKEN_ENV = "LAUNCH_AGENT_STATUS_TOKEN"
 TIMEOUT = 15.0
 # 200 runs and 50 failures of up to 2,000 characters fit in well under this.
 STATUS_LIMITS = Limits(max_bytes=16_000_000)
+# The answer is read at most that far, with or without a Content-Length (`adapters/bounded`).
+_BOUND = "of launch-agent status"
 
 
 class StatusError(Exception):
@@ -85,10 +88,11 @@ async def fetch_url(url: str, token: str | None) -> Mapping[str, Any]:
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT)) as http,
             http.get(target, headers=headers) as resp,
         ):
-            body = await resp.text()
+            raw = await read_body(resp, STATUS_LIMITS.max_bytes, what="the answer", setting=_BOUND)
+            body = raw.decode(errors="replace")
             if resp.status != 200:
                 raise StatusError(f"{target}: HTTP {resp.status}: {body.strip()[:200]}")
-    except (aiohttp.ClientError, TimeoutError) as exc:
+    except (aiohttp.ClientError, TimeoutError, BodyTooLarge) as exc:
         raise StatusError(f"{target}: {str(exc) or type(exc).__name__}") from None
     return _decode(body, target)
 
@@ -104,7 +108,14 @@ async def fetch_proxy(
     headers = {TOKEN_HEADER: token} if token else {}
     try:
         async with KubeClient(configuration) as kube:
-            body = await kube.request("GET", path, raw=True, retry=False, headers=headers)
+            body = await kube.request(
+                "GET",
+                path,
+                raw=True,
+                retry=False,
+                headers=headers,
+                max_bytes=STATUS_LIMITS.max_bytes,
+            )
     except KubeError as exc:
         raise StatusError(f"{path}: {exc}") from None
     return _decode(str(body), path)

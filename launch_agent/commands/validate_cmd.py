@@ -90,7 +90,7 @@ def spec_files(paths: list[str]) -> tuple[list[Path], list[tuple[str, Problem]]]
 def check_file(path: Path, version: str) -> tuple[QueueSpec | None, list[Problem], str]:
     """(spec, problems, summary) for one file."""
     try:
-        data = read_bytes(path)
+        data = read_bytes(path, MAX_ITEM_BYTES, what="a queue spec")
     except OSError as exc:
         return None, [Problem("", f"cannot read: {exc.strerror or exc}")], ""
     if len(data) > MAX_ITEM_BYTES:

@@ -64,6 +64,7 @@ from launch_agent.demo.chaos_specs import (
 from launch_agent.demo.world import SandboxWorld, WorldSettings
 from launch_agent.render.naming import label_value
 from launch_agent.sandbox.faults import FaultRule
+from launch_agent.sandbox.kaniko import SimulatedKaniko
 from launch_agent.sandbox.wandb import ItemState, RunQueueItem
 
 ENTITY = "ent"
@@ -397,6 +398,8 @@ class Chaos:
         await asyncio.to_thread(self._prepare)
         self.world.kube.store.listeners.append(self.creations.listener)
         self.world.kube.store.listeners.append(self.builds.listener)
+        assert self.world.cluster is not None, "the chaos world runs a cluster"
+        kaniko = SimulatedKaniko(self.world.kube.store, self.world.cluster, self.builds.registry)
         for faults, observer in self._observers:
             faults.observers.append(observer)
         self._faults()
@@ -439,6 +442,7 @@ class Chaos:
                 await asyncio.to_thread(self._keep_logs, self.logs)
             self.world.kube.store.listeners.remove(self.creations.listener)
             self.world.kube.store.listeners.remove(self.builds.listener)
+            kaniko.close()
         self._check()
         self.result.seconds_total = time.monotonic() - self.started
         return self.result

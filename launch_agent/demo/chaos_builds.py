@@ -6,8 +6,7 @@ the job's source is a git repository on the sandbox's smart-HTTP server (the bui
 agent writes `<tag>.tgz` into the claim's mount, here a local directory, so what is left in it
 is visible); images go to the sandbox registry with token auth, the agents reading their
 credentials from `$DOCKER_CONFIG/config.json`; the simulated cluster runs each Kaniko Job, and
-when one completes a store listener puts its `--destination` into the registry, which is what
-the real executor's push does.
+`sandbox/kaniko.py` plays the executor's push and its digest file (the chaos run attaches it).
 
 `jobs` artifacts of distinct commits, so several builds happen, and later runs of a job find
 its image in the registry and skip the build.
@@ -62,20 +61,12 @@ class BuildWorld:
         return {"DOCKER_CONFIG": str(self.docker_config)}
 
     def listener(self, storage: str, kind: str, obj: dict[str, Any]) -> None:
-        """Counts Kaniko Jobs and plays Kaniko's push when one completes."""
+        """Counts Kaniko Jobs (the push is `SimulatedKaniko`'s)."""
         meta = obj.get("metadata") or {}
         if storage != "batch/jobs" or IMAGE_TAG not in (meta.get("labels") or {}):
             return
         if kind == "ADDED":
             self.kaniko_jobs.append(str(meta.get("name")))
-        conditions = (obj.get("status") or {}).get("conditions") or []
-        if kind != "DELETED" and any(
-            c.get("type") == "Complete" and c.get("status") == "True" for c in conditions
-        ):
-            args = obj["spec"]["template"]["spec"]["containers"][0]["args"]
-            dest = next(a.split("=", 1)[1] for a in args if a.startswith("--destination="))
-            repo, tag = dest.split("/", 1)[1].rsplit(":", 1)
-            self.registry.put_image(repo, tag)
 
     def contexts_left(self) -> list[str]:
         return sorted(p.name for p in self.mount.iterdir())

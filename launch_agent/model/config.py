@@ -70,6 +70,37 @@ class GitSourceConfig(_Strict):
     ssh_command: str | None = None
 
 
+MIB = 1024 * 1024
+
+
+class ImageTrustConfig(_Strict):
+    """Which registry images a build may be skipped for (this agent's key, `builder.trust`).
+
+    A build is skipped only when the registry's digest for the content-addressed tag is one
+    the agent itself built (its record, a ConfigMap builds cannot write); see docs/builds.md.
+    """
+
+    # A tag whose digest is not on the record (pushed by someone else: another build's `RUN`
+    # step holds the push credential): `rebuild` builds it again and runs the new digest;
+    # `refuse` fails the run instead. Either way it is reported (log, metric, W&B).
+    untrusted_tag: Literal["rebuild", "refuse"] = "rebuild"
+    # The record's ConfigMap (default `<agent_name>-image-digests`) and namespace (default
+    # LAUNCH_AGENT_BUILD_RECORD_NAMESPACE, which the chart sets to the agent's own; else
+    # `leader_election.namespace`, else the first of `namespaces`).
+    record_name: str | None = None
+    record_namespace: str | None = None
+    # Context hashes the record keeps (the most recently built); with up to 3 digests each it
+    # stays far below a ConfigMap's 1 MiB. A hash pruned from it is built again when needed.
+    max_record_entries: int = Field(default=2000, ge=10, le=3000)
+
+    @field_validator("record_name", "record_namespace")
+    @classmethod
+    def _record_names(cls, value: str | None) -> str | None:
+        if value is not None and not DNS_LABEL.match(value):
+            raise ValueError(f"{value!r} is not a valid Kubernetes name (a DNS label)")
+        return value
+
+
 class BuilderConfig(_Strict):
     """W&B's `builder` block, with its Kaniko keys spelled as W&B spells them."""
 
@@ -86,6 +117,10 @@ class BuilderConfig(_Strict):
     # A Job manifest overlay for the build Job; free-form by design (W&B does the same).
     kaniko_config: dict[str, Any] | None = Field(default=None, alias="kaniko-config")
     git: GitSourceConfig = GitSourceConfig()
+    trust: ImageTrustConfig = ImageTrustConfig()
+    # Answers of registries, their token services and cloud identity endpoints (this agent's
+    # key): manifests and tokens are a few KiB, and registries cap manifests at 4 MiB.
+    max_response_bytes: int = Field(default=4 * MIB, ge=64 * 1024, le=256 * MIB)
 
     @model_validator(mode="after")
     def _secret_pair(self) -> BuilderConfig:
@@ -249,6 +284,16 @@ class LimitsConfig(_Strict):
     max_item_depth: int = Field(default=100, ge=8, le=500)
 
 
+class WandbConfig(_Strict):
+    """How the agent reads W&B's answers (this agent's key, `wandb`)."""
+
+    # The largest GraphQL answer read, in bytes (decompressed). Counted while the answer
+    # streams and refused at the limit, so a compromised W&B (or anything between) cannot
+    # exhaust the agent's memory. A pop's answer holds up to `poll.max_pops_per_queue` items
+    # per queue, each at most `limits.max_item_bytes`.
+    max_response_bytes: int = Field(default=32 * MIB, ge=MIB, le=1024 * MIB)
+
+
 class AgentConfig(_Strict):
     """The resolved configuration of one agent."""
 
@@ -285,6 +330,7 @@ class AgentConfig(_Strict):
     tracking: TrackingConfig = TrackingConfig()
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
     limits: LimitsConfig = LimitsConfig()
+    wandb: WandbConfig = WandbConfig()
     sweeps: SweepsConfig = SweepsConfig()
     # On SIGTERM/SIGINT: how long in-flight creates and the final reports may take.
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)

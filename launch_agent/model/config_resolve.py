@@ -116,6 +116,8 @@ ENVIRONMENT: tuple[tuple[str, Path, str], ...] = (
     # environment, so these reach it through the builder's git settings.
     ("LAUNCH_AGENT_GIT_CREDENTIALS_FILE", ("builder", "git", "credentials_file"), "str"),
     ("LAUNCH_AGENT_GIT_SSH_COMMAND", ("builder", "git", "ssh_command"), "str"),
+    # The chart's downward API: the build record lives in the agent's own namespace.
+    ("LAUNCH_AGENT_BUILD_RECORD_NAMESPACE", ("builder", "trust", "record_namespace"), "str"),
 )
 
 _EXPECTED = {

@@ -306,7 +306,14 @@ def compose_yaml(
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > limits.max_bytes:
         raise _size_error(size, limits, source)
-    loader = _Loader(text, limits)
+    try:
+        # The reader refuses NUL and other non-printable characters here, before parsing.
+        loader = _Loader(text, limits)
+    except yaml.reader.ReaderError as exc:
+        # Its text spans lines ('... not allowed\n  in "<unicode string>", position 0').
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        reason = f"unacceptable character #x{char:04x}: {exc.reason} (at character {exc.position})"
+        raise InputError(f"invalid YAML: {reason}", source=source) from None
     try:
         nodes = []
         while loader.check_node():

@@ -19,6 +19,11 @@ writes a registry password into a ConfigMap (W&B's agent does).
 
 The name is derived from the image tag, not the run: two runs needing the same image map to the
 same Job, so a second create adopts the first (409) instead of building twice.
+
+The digest Kaniko pushed is how the agent knows what it built (`model/digest_record.py`):
+`--digest-file=/dev/termination-log` makes kubelet report it as the container's termination
+message. That flag, the container's termination message path and its `File` policy are fixed:
+`kaniko-config` cannot move them (an overlay flag of that name is ignored).
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ IMAGE_TAG = labels.PREFIX + "image-tag"
 COMPONENT = "app.kubernetes.io/component"
 CONTAINER = "kaniko"
 DOCKER_CONFIG_DIR = "/kaniko/.docker"
+DIGEST_FILE = "/dev/termination-log"
+# Ours whatever `kaniko-config` says: the agent reads the pushed digest from this file.
+FIXED_FLAGS = frozenset({"--digest-file"})
 DEFAULT_RESOURCES: dict[str, Any] = {
     "requests": {"cpu": "1", "memory": "2Gi"},
     "limits": {"cpu": "2", "memory": "4Gi"},
@@ -78,10 +86,13 @@ def kaniko_args(
         "--cache-repo": f"{cache_repo}/cache",
         "--snapshot-mode": "redo",
         "--compressed-caching": "false",
+        "--digest-file": DIGEST_FILE,
     }
     extra: list[str] = []
     for arg in overlay_args:
         flag, eq, value = arg.partition("=")
+        if flag in FIXED_FLAGS:
+            continue
         if eq and flag in ours:
             ours[flag] = value
         else:
@@ -188,6 +199,8 @@ def kaniko_job(
         "resources": DEFAULT_RESOURCES,
         # Root is required (see the module docstring); escalation beyond it is not.
         "securityContext": {"allowPrivilegeEscalation": False, "runAsUser": 0},
+        "terminationMessagePath": DIGEST_FILE,
+        "terminationMessagePolicy": "File",
     }
     if env:
         container["env"] = env
@@ -235,6 +248,8 @@ def kaniko_job(
     first = merged["spec"]["template"]["spec"]["containers"][0]
     first["image"] = builder.kaniko_image
     first["args"] = container["args"]
+    first["terminationMessagePath"] = DIGEST_FILE
+    first["terminationMessagePolicy"] = "File"
     return merged
 
 

@@ -39,13 +39,15 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+from launch_agent.adapters.bounded import MIB, read_text_file
 from launch_agent.adapters.builder import BuildFailed, BuildSpec, Credentials, ImageBuilder
+from launch_agent.adapters.digest_record import DigestRecord, RecordUnavailable
 from launch_agent.adapters.job_artifact import (
     JobArtifactError,
     JobArtifactUnavailable,
     job_info,
 )
-from launch_agent.adapters.kube import KubeClient
+from launch_agent.adapters.kube import KubeClient, KubeForbidden, KubeUnauthorized
 from launch_agent.adapters.object_store import ContextStore, ObjectStore, PvcStore
 from launch_agent.adapters.registry import RegistryClient, docker_config_auths
 from launch_agent.adapters.tls import CABundleError, client_ssl_context
@@ -68,7 +70,7 @@ from launch_agent.model.build_source import (
     check_ref,
     check_relative_path,
 )
-from launch_agent.model.config import AgentConfig
+from launch_agent.model.config import AgentConfig, ImageTrustConfig
 from launch_agent.model.run_item import RunItem
 from launch_agent.model.safe_load import load_json
 from launch_agent.render.kaniko import KanikoSettings
@@ -80,6 +82,8 @@ from launch_agent.runtime.startup import StartupError
 log = logging.getLogger(__name__)
 
 DEFAULT_PYTHON = "3.11"
+# A docker config.json with a few registries' credentials is a few KiB.
+MAX_DOCKER_CONFIG = MIB
 _RUNTIME = re.compile(r"^(\d{1,2}\.\d{1,3})(?!\d)")
 JobReader = Callable[[str], Coroutine[Any, Any, Mapping[str, Any]]]
 
@@ -324,7 +328,11 @@ class BuildService:
             message = build_failure_message(job, failure)
             await self.reporter.fail(item.id, message, stage=failure.stage, reason="build")
             return None
-        return build.result()  # raises anything else: a bug, logged by the poller
+        built = build.result()  # raises anything else: a bug, logged by the poller
+        for warning in built.warnings:
+            # A poisoned tag: every run that waited for this build hears of it in W&B.
+            self.reporter.warn(item.id, warning, "build")
+        return built.image
 
 
 # --- construction, once per process --------------------------------------------------------
@@ -338,7 +346,8 @@ def read_docker_config() -> dict[str, tuple[str, str]]:
     if not path.is_file():
         return {}
     try:
-        data = load_json(path.read_text(encoding="utf-8"), source=str(path))
+        text = read_text_file(path, MAX_DOCKER_CONFIG, what="a docker config.json")
+        data = load_json(text, source=str(path))
     except (OSError, ValueError) as exc:
         raise StartupError(f"{path}: not a readable docker config.json: {exc}") from exc
     if not isinstance(data, dict):
@@ -359,6 +368,62 @@ def check_builder(config: AgentConfig) -> None:
         raise StartupError(
             "the Kaniko builder is misconfigured: " + "; ".join(str(p) for p in problems)
         )
+
+
+def record_location(config: AgentConfig) -> tuple[str, str]:
+    """(namespace, name) of the build record ConfigMap (docs/builds.md, "Image trust")."""
+    trust = config.builder.trust if config.builder is not None else ImageTrustConfig()
+    namespace = trust.record_namespace or config.leader_election.namespace or config.namespaces[0]
+    return namespace, trust.record_name or f"{config.agent_name}-image-digests"
+
+
+async def open_record(config: AgentConfig, kube: KubeClient) -> DigestRecord:
+    """The record of the digests this agent built, read once: missing RBAC stops the start
+    with what to grant; an API server that does not answer is retried at the first build."""
+    namespace, name = record_location(config)
+    trust = config.builder.trust if config.builder is not None else ImageTrustConfig()
+    record = DigestRecord(
+        kube, namespace, name, agent=config.agent_name, max_entries=trust.max_record_entries
+    )
+    try:
+        await record.load()
+    except RecordUnavailable as exc:
+        if isinstance(exc.__cause__, KubeForbidden | KubeUnauthorized):
+            raise StartupError(
+                f"{exc}: the agent's service account needs get and update on configmaps"
+                f" {name} and create on configmaps in namespace {namespace}"
+                " (the chart's Role <release>-build-record)"
+            ) from None
+        log.warning("%s; it is read again at the first build", exc)
+    log.info("build record: %s, %d context hashes", record.where, len(record))
+    return record
+
+
+def _context_store(config: AgentConfig) -> tuple[ContextStore, str]:
+    """Where build contexts go (a PVC, or an object store), and how to say so in the log."""
+    builder_config = config.builder
+    assert builder_config is not None
+    pvc = config.kaniko_pvc_name
+    if pvc is not None:
+        return PvcStore(pvc, config.kaniko_pvc_mount_path), (
+            f"PVC {pvc} (mounted at {config.kaniko_pvc_mount_path})"
+        )
+    assert builder_config.build_context_store is not None  # builder_problems checked it
+    region = config.environment.region if config.environment else None
+    store = ObjectStore(builder_config.build_context_store, region=region)
+    return store, builder_config.build_context_store
+
+
+async def _registry(config: AgentConfig) -> RegistryClient:
+    assert config.builder is not None
+    credentials = await asyncio.to_thread(read_docker_config)
+    try:
+        trust = client_ssl_context(configured=config.ca_bundle)
+    except CABundleError as exc:
+        raise StartupError(str(exc)) from None
+    return RegistryClient(
+        credentials, ssl_context=trust, max_response_bytes=config.builder.max_response_bytes
+    )
 
 
 async def open_builds(
@@ -384,21 +449,9 @@ async def open_builds(
         destination = parse_destination(destination_uri(builder_config, config.registry) or "")
     except DestinationError as exc:  # pragma: no cover - builder_problems reports it first
         raise StartupError(f"builder.destination: {exc}") from exc
-    region = config.environment.region if config.environment else None
-    store: ContextStore
-    if pvc is not None:
-        store = PvcStore(pvc, config.kaniko_pvc_mount_path)
-        where = f"PVC {pvc} (mounted at {config.kaniko_pvc_mount_path})"
-    else:
-        assert builder_config.build_context_store is not None  # builder_problems checked it
-        store = ObjectStore(builder_config.build_context_store, region=region)
-        where = builder_config.build_context_store
-    credentials = await asyncio.to_thread(read_docker_config)
-    try:
-        trust = client_ssl_context(configured=config.ca_bundle)
-    except CABundleError as exc:
-        raise StartupError(str(exc)) from None
-    registry = await stack.enter_async_context(RegistryClient(credentials, ssl_context=trust))
+    store, where = _context_store(config)
+    registry = await stack.enter_async_context(await _registry(config))
+    record = await open_record(config, kube)
     settings = KanikoSettings(
         builder_config,
         config.kaniko_namespace or config.namespaces[0],
@@ -421,6 +474,9 @@ async def open_builds(
             log_tail_lines=config.tracking.log_tail_lines,
             unschedulable_timeout=config.tracking.unschedulable_timeout_seconds,
             observer=metrics.built if metrics is not None else None,
+            record=record,
+            untrusted_tag=builder_config.trust.untrusted_tag,
+            on_untrusted=metrics.untrusted_tag if metrics is not None else None,
         )
     )
 

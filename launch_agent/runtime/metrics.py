@@ -146,6 +146,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.untrusted_tags = Counter(
+            "launch_agent_build_untrusted_tags_total",
+            "Registry tags whose digest this agent did not build (a poisoned build cache), by"
+            " what was done (rebuilt, refused)",
+            ["action"],
+            registry=r,
+        )
         self.build_seconds = Histogram(
             "launch_agent_build_duration_seconds",
             "Time to get a run's image, by result",
@@ -168,6 +175,9 @@ class Metrics:
         self.builds.labels(result=result).inc()
         self.build_seconds.labels(result=result).observe(seconds)
         self.activity.built(result, seconds, image)
+
+    def untrusted_tag(self, image: str, digest: str, action: str) -> None:
+        self.untrusted_tags.labels(action=action).inc()
 
     def api_call(self, api: str, operation: str, status: int | None, seconds: float) -> None:
         self.api_latency.labels(api=api, operation=operation).observe(seconds)

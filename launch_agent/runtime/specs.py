@@ -28,8 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launch_agent.adapters.bounded import read_file
 from launch_agent.model.queue_spec import InvalidInput, Problem, QueueSpec
-from launch_agent.render.spec_load import load_queue_spec
+from launch_agent.render.spec_load import MAX_SPEC_BYTES, load_queue_spec
 from launch_agent.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def read_dir(directory: Path, known: Mapping[str, str]) -> tuple[dict[str, str],
         if path.name.startswith(".") or path.suffix not in SPEC_SUFFIXES or not path.is_file():
             continue
         try:
-            data = path.read_bytes()
+            data = read_file(path, MAX_SPEC_BYTES, what="a queue spec")
         except OSError as exc:
             changed.append(
                 Loaded(path.name, "", None, (Problem("", f"cannot read: {exc.strerror}"),))

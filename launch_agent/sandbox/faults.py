@@ -45,6 +45,19 @@ class FaultRule:
     # key answers with an ERROR event carrying 410 Expired, as a compacted etcd would.
     stall: bool = False
     after_events: int = 0
+    # W&B only, a flood: the operation runs (a pop leases its items), then its answer is
+    # replaced by `body_bytes` bytes of filler, sent with a Content-Length, or chunked without
+    # one (`chunked`), or chunked and never ending (`endless`) until the client hangs up.
+    # `sent` counts what was written to the socket: a client that stops reading at its limit
+    # keeps it near that limit plus the kernel's buffers.
+    body_bytes: int | None = None
+    chunked: bool = False
+    endless: bool = False
+    sent: int = 0
+
+    @property
+    def floods(self) -> bool:
+        return self.endless or self.body_bytes is not None
 
     def matches(self, key: str) -> bool:
         if self.match in ("*", key):

@@ -31,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
+from launch_agent.model.digest_record import is_digest
 from launch_agent.model.run_state import Diagnosis, Reason
 from launch_agent.tracking.fields import dig, mappings, name_of, text
 from launch_agent.tracking.pods import diagnose_pod
@@ -213,3 +214,21 @@ def _unschedulable(pod: Mapping[str, Any], message: str, waited: float, deadline
 
 def _first_container(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return next(iter(mappings(pod, "spec", "containers")), {})
+
+
+def pushed_digest(pods: Sequence[Mapping[str, Any]], container: str) -> str | None:
+    """The image digest the Kaniko executor wrote (`--digest-file=/dev/termination-log`, which
+    kubelet reports as the terminated state's `message`), from the newest pod whose executor
+    exited 0; None when no such pod says a `sha256:` digest."""
+    for pod in sorted(pods, key=creation_order, reverse=True):
+        for status in mappings(pod, "status", "containerStatuses"):
+            if status.get("name") != container:
+                continue
+            done = dig(status, "state", "terminated")
+            if not isinstance(done, Mapping) or done.get("exitCode") != 0:
+                continue
+            message = done.get("message")
+            digest = message.strip().lower() if isinstance(message, str) else ""
+            if is_digest(digest):
+                return digest
+    return None

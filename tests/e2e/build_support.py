@@ -5,10 +5,11 @@
   `gcp-storage-emulator`, found through `STORAGE_EMULATOR_HOST` (google-cloud-storage's own).
 - The registry is the sandbox's Docker Registry v2 server with token auth; the agent reads its
   pull credentials from `$DOCKER_CONFIG/config.json`, as it would from a mounted Secret.
-- The simulated cluster runs the Kaniko Job with its scripted outcome; when a build Job
-  completes, a store listener puts its `--destination` into the registry, which is what the
-  real executor's push does. The listener also records every build Job ever created, so a test
-  can count builds after the Jobs are deleted.
+- The simulated cluster runs the Kaniko Job with its scripted outcome; `sandbox/kaniko.py`
+  plays the executor: when a build Job completes its `--destination` is pushed to the registry
+  (a manifest of that Job's own, so each build has its own digest) and the container's
+  termination message is that digest (Kaniko's `--digest-file`). It also records every build
+  Job ever created, so a test can count builds after the Jobs are deleted.
 - Job artifacts (`wandb-job.json`) and code artifacts are seeded in the sandbox W&B server;
   git sources are bare repositories made in the test, served over smart HTTP by the sandbox's
   `GitHttpServer` on loopback (the agent refuses local paths and `file://` from submitters);
@@ -22,16 +23,15 @@ import base64
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 
-from launch_agent.adapters.builder import job_outcome
 from launch_agent.model.config import AgentConfig
-from launch_agent.render.kaniko import IMAGE_TAG
+from launch_agent.sandbox.kaniko import SimulatedKaniko
 from launch_agent.sandbox.registry import RegistryServer
 from tests.e2e.conftest import Env
 from tests.git_repos import GitHttpServer
@@ -62,9 +62,24 @@ class Builds:
     registry: RegistryServer
     store: str  # the build-context-store URI
     git: GitHttpServer
-    kaniko_jobs: list[dict[str, Any]] = field(default_factory=list)  # every one ever created
+    kaniko: SimulatedKaniko
     s3: Any = None
     bucket: str = ""
+
+    @property
+    def kaniko_jobs(self) -> list[dict[str, Any]]:
+        """Every Kaniko Job ever created."""
+        return self.kaniko.jobs
+
+    def pushed_digest(self, tag: str) -> str:
+        """The digest the (last) build of `tag` pushed, as Kaniko reported it."""
+        return next(d for _, t, d in reversed(self.kaniko.pushed) if t == tag)
+
+    def record(self, agent: str = "test-agent") -> dict[str, str]:
+        """The agent's build record (its ConfigMap's data); empty when there is none."""
+        found = self.env.kube.objects.list("configmaps", namespace="default")
+        name = f"{agent}-image-digests"
+        return next((dict(c.get("data") or {}) for c in found if c["metadata"]["name"] == name), {})
 
     @property
     def destination(self) -> str:
@@ -123,21 +138,6 @@ class Builds:
         )
 
 
-def _simulate_push(builds: Builds) -> None:
-    def on_write(storage: str, kind: str, obj: dict[str, Any]) -> None:
-        if obj.get("kind") != "Job" or IMAGE_TAG not in obj["metadata"].get("labels", {}):
-            return
-        if kind == "ADDED":
-            builds.kaniko_jobs.append(obj)
-        if kind != "DELETED" and job_outcome(obj) == "succeeded":
-            args = obj["spec"]["template"]["spec"]["containers"][0]["args"]
-            dest = next(a.split("=", 1)[1] for a in args if a.startswith("--destination="))
-            repo, tag = dest.split("/", 1)[1].rsplit(":", 1)
-            builds.registry.put_image(repo, tag)
-
-    builds.env.kube.store.listeners.append(on_write)
-
-
 @contextlib.asynccontextmanager
 async def _git_server(tmp_path: Path) -> AsyncIterator[GitHttpServer]:
     root = tmp_path / "served"
@@ -189,9 +189,12 @@ async def s3_builds(
     await asyncio.to_thread(s3.create_bucket, Bucket=bucket)
     async with RegistryServer(users={"ci": "pw"}) as registry, _git_server(tmp_path) as git:
         await _common(env, tmp_path, monkeypatch, registry)
-        builds = Builds(env, registry, f"s3://{bucket}/contexts", git, s3=s3, bucket=bucket)
-        _simulate_push(builds)
-        yield builds
+        kaniko = SimulatedKaniko(env.kube.store, env.cluster, registry)
+        builds = Builds(env, registry, f"s3://{bucket}/contexts", git, kaniko, s3=s3, bucket=bucket)
+        try:
+            yield builds
+        finally:
+            kaniko.close()
 
 
 @pytest.fixture
@@ -202,6 +205,9 @@ async def gcs_builds(
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_host)
     async with RegistryServer(users={"ci": "pw"}) as registry, _git_server(tmp_path) as git:
         await _common(env, tmp_path, monkeypatch, registry)
-        builds = Builds(env, registry, f"gs://{GCS_BUCKET}/contexts", git)
-        _simulate_push(builds)
-        yield builds
+        kaniko = SimulatedKaniko(env.kube.store, env.cluster, registry)
+        builds = Builds(env, registry, f"gs://{GCS_BUCKET}/contexts", git, kaniko)
+        try:
+            yield builds
+        finally:
+            kaniko.close()

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from launch_agent.render.kaniko import IMAGE_TAG
+from launch_agent.sandbox.kaniko import SimulatedKaniko
 from launch_agent.sandbox.registry import RegistryServer
 from launch_agent.sandbox.wandb import ItemState
-from tests.e2e.build_support import Builds, _common, _git_server, _simulate_push
+from tests.e2e.build_support import Builds, _common, _git_server
 from tests.e2e.conftest import Env, until
 from tests.e2e.test_builds import git_job, image_of, job_spec, workload_of
 
@@ -27,9 +29,11 @@ async def pvc_builds(
     mount.mkdir()
     async with RegistryServer(users={"ci": "pw"}) as registry, _git_server(tmp_path) as git:
         await _common(env, tmp_path, monkeypatch, registry)
-        builds = Builds(env, registry, "tar:///context", git)
-        _simulate_push(builds)
-        yield builds, mount
+        kaniko = SimulatedKaniko(env.kube.store, env.cluster, registry)
+        try:
+            yield Builds(env, registry, "tar:///context", git, kaniko), mount
+        finally:
+            kaniko.close()
 
 
 async def test_a_build_context_goes_through_the_pvc(pvc_builds: tuple[Builds, Path]) -> None:
@@ -46,8 +50,9 @@ async def test_a_build_context_goes_through_the_pvc(pvc_builds: tuple[Builds, Pa
         workload = await until(
             lambda: workload_of(env, item), advance=lambda: env.advance(1), within=30
         )
-        tag = image_of(workload).rsplit(":", 1)[1]
         (kaniko,) = b.kaniko_jobs
+        tag = kaniko["metadata"]["labels"][IMAGE_TAG]
+        assert image_of(workload) == f"{b.destination}@{b.pushed_digest(tag)}"
         pod = kaniko["spec"]["template"]["spec"]
         assert f"--context=tar:///context/{tag}.tgz" in pod["containers"][0]["args"]
         claim = {"claimName": CLAIM, "readOnly": True}

@@ -14,9 +14,9 @@ from typing import Any
 
 from launch_agent.sandbox.wandb import ItemState
 from tests.e2e import build_support
-from tests.e2e.build_support import KANIKO_NS, Builds
+from tests.e2e.build_support import KANIKO_NS, REPO, Builds
 from tests.e2e.conftest import until
-from tests.e2e.test_builds import git_job, image_of, job_spec, workload_of
+from tests.e2e.test_builds import git_job, image_of, job_spec, tag_of, workload_of
 
 s3_endpoint = build_support.s3_endpoint
 s3_builds = build_support.s3_builds
@@ -33,7 +33,8 @@ def _as_left_by_a_killed_agent(job: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _built_once(b: Builds) -> tuple[str, str]:
-    """A git job built and run to its end by one agent: (the job, its image tag)."""
+    """A git job built and run to its end by one agent: (the job, its image tag); the
+    agent's record has the digest it built."""
     env = b.env
     job = await git_job(b)
     first = env.push(job_spec("first", job))
@@ -41,7 +42,8 @@ async def _built_once(b: Builds) -> tuple[str, str]:
         workload = await until(
             lambda: workload_of(env, first), advance=lambda: env.advance(1), within=30
         )
-        tag = image_of(workload).rsplit(":", 1)[1]
+        tag = tag_of(b.kaniko_jobs[0])
+        assert image_of(workload) == f"{b.destination}@{b.pushed_digest(tag)}"
         await until(
             lambda: agent.runs.get(first.id) is None,
             advance=lambda: env.advance(1),
@@ -75,7 +77,9 @@ async def test_a_build_job_and_context_left_by_a_killed_agent_go_with_the_next_b
         again = await until(
             lambda: workload_of(env, second), advance=lambda: env.advance(1), within=30
         )
-        assert image_of(again).endswith(f":{tag}")  # the build was skipped: the image exists
+        # The build was skipped: the registry's digest is one of this agent's builds (the
+        # first, on the record, or the re-created leftover's, which its Job reports).
+        assert image_of(again) == f"{b.destination}@{b.registry.digest(REPO, tag)}"
         await until(lambda: second.state is ItemState.CLAIMED, message="second ack")
         await until(
             lambda: not b.build_jobs(), advance=lambda: env.advance(1), message="leftover Job"
@@ -99,7 +103,8 @@ async def test_a_context_left_by_an_agent_killed_between_its_two_deletes_goes_wi
         again = await until(
             lambda: workload_of(env, second), advance=lambda: env.advance(1), within=30
         )
-        assert image_of(again).endswith(f":{tag}")  # skipped: the image exists
+        # Skipped: the registry's digest is on the record.
+        assert image_of(again) == f"{b.destination}@{b.pushed_digest(tag)}"
         await until(lambda: second.state is ItemState.CLAIMED, message="second ack")
         # The build's skip deletes it before the build returns, so before the workload exists.
         assert await b.context_objects() == []

@@ -53,6 +53,11 @@ def image_of(workload: dict[str, Any]) -> str:
     return str(workload["spec"]["template"]["spec"]["containers"][0]["image"])
 
 
+def tag_of(kaniko_job: dict[str, Any]) -> str:
+    """The content-addressed tag a Kaniko Job built."""
+    return str(kaniko_job["metadata"]["labels"][IMAGE_TAG])
+
+
 async def git_job(b: Builds, name: str = "train-git") -> str:
     url, sha = await asyncio.to_thread(b.make_repo, name, TRAIN)
     b.env.state.add_job(
@@ -81,15 +86,18 @@ async def test_git_job_is_built_run_and_the_next_run_skips_the_build(
             lambda: workload_of(env, first), advance=lambda: env.advance(1), within=30
         )
         image = image_of(workload)
-        assert image.startswith(f"{b.destination}:")
-        tag = image.rsplit(":", 1)[1]
         assert len(b.kaniko_jobs) == 1
         kaniko = b.kaniko_jobs[0]
+        tag = tag_of(kaniko)
+        # The run is pinned to the digest Kaniko reported pushing, not to the tag.
+        digest = b.pushed_digest(tag)
+        assert image == f"{b.destination}@{digest}"
         assert kaniko["metadata"]["namespace"] == KANIKO_NS
-        assert kaniko["metadata"]["labels"][IMAGE_TAG] == tag
         args = kaniko["spec"]["template"]["spec"]["containers"][0]["args"]
         assert f"--context={b.store}/{tag}.tgz" in args
-        assert f"--destination={image}" in args
+        assert f"--destination={b.destination}:{tag}" in args
+        assert "--digest-file=/dev/termination-log" in args
+        assert b.record()[tag].split()[1:] == [digest]
         await until(lambda: first.state is ItemState.CLAIMED, message="ack")
         await until(
             lambda: agent.runs.get(first.id) is None,
@@ -100,7 +108,7 @@ async def test_git_job_is_built_run_and_the_next_run_skips_the_build(
         assert await b.leftovers() == ([], [], [])
         assert b.manifest_heads(404) == 1
 
-        # The same job again: the image is in the registry, so no second Kaniko Job.
+        # The same job again: the registry's digest for the tag is on the record: no build.
         second = env.push(job_spec("g2", job))
         again = await until(
             lambda: workload_of(env, second), advance=lambda: env.advance(1), within=30
@@ -129,7 +137,7 @@ async def test_code_artifact_job_is_built_with_the_context_in_gcs(gcs_builds: Bu
         workload = await until(
             lambda: workload_of(env, item), advance=lambda: env.advance(1), within=30
         )
-        assert image_of(workload).startswith(f"{b.destination}:")
+        assert image_of(workload).startswith(f"{b.destination}@sha256:")
         args = b.kaniko_jobs[0]["spec"]["template"]["spec"]["containers"][0]["args"]
         assert any(a.startswith(f"--context={b.store}/") for a in args)
         await until(

@@ -42,7 +42,6 @@ import random
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -50,6 +49,13 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.config import ConfigException
 
+from launch_agent.adapters.bounded import (
+    MAX_TOKEN_FILE,
+    MIB,
+    BodyTooLarge,
+    read_body,
+    read_text_file,
+)
 from launch_agent.adapters.kube.connect import (
     SERVICE_ACCOUNT_TOKEN,
     build_api_client,
@@ -80,6 +86,9 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 Query = Sequence[tuple[str, str]]
 FIELD_MANAGER = "launch-agent"
+# A list page is at most 500 objects (`list(page_size=...)`): tens of MiB for big objects.
+# The API server is the cluster admin's; the bound is against a proxy or a broken server.
+MAX_RESPONSE_BYTES = 256 * MIB
 RENEW_INTERVAL = 10.0  # seconds between two reloads of the kubeconfig after a 401
 
 
@@ -110,10 +119,13 @@ class KubeClient:
         reload: Callable[[], Awaitable[Configuration]] | None = None,
         renew_interval: float = RENEW_INTERVAL,
         observer: Callable[[str, int | None, float], None] | None = None,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         """`observer(operation, status, seconds)` hears every attempt (status None: no answer),
-        as `WandbClient(observer=...)` does; `operation` is bounded (`operation_of`)."""
+        as `WandbClient(observer=...)` does; `operation` is bounded (`operation_of`).
+        `max_response_bytes` bounds every answer read (`request(max_bytes=...)` per call)."""
         self._observer = observer
+        self.max_response_bytes = max_response_bytes
         self._configuration = configuration
         # Loads the configuration again for a new credential after a 401 (kubeconfig mode).
         self._reload = reload
@@ -215,7 +227,8 @@ class KubeClient:
             return
         path = self._token_file
         try:
-            token = (await asyncio.to_thread(Path(path).read_text, encoding="utf-8")).strip()
+            read = functools.partial(read_text_file, path, MAX_TOKEN_FILE, what="a token file")
+            token = (await asyncio.to_thread(read)).strip()
         except OSError as exc:
             raise KubeError(f"cannot read the service account token {path}: {exc}") from None
         if not token:
@@ -286,6 +299,7 @@ class KubeClient:
         content_type: str | None,
         *,
         headers: Mapping[str, str] | None = None,
+        max_bytes: int | None = None,
     ) -> tuple[int, bytes, str | None]:
         limits = aiohttp.ClientTimeout(total=self.policy.timeout)
         response = await self._authorized(
@@ -302,10 +316,24 @@ class KubeClient:
         )
         try:
             async with asyncio.timeout(self.policy.timeout):
-                data = await response.read()
+                data = await self._read(response, method, path, max_bytes)
         finally:
             response.release()
         return response.status, data, response.headers.get("Retry-After")
+
+    async def _read(
+        self, response: aiohttp.ClientResponse, method: str, path: str, max_bytes: int | None
+    ) -> bytes:
+        limit = self.max_response_bytes if max_bytes is None else max_bytes
+        try:
+            return await read_body(
+                response,
+                limit,
+                what=f"the API server's answer to {method} {path}",
+                setting="of the Kubernetes client" if max_bytes is None else "of this call",
+            )
+        except BodyTooLarge as exc:
+            raise KubeError(str(exc)) from None  # the same request would get the same answer
 
     async def request(
         self,
@@ -318,16 +346,17 @@ class KubeClient:
         retry: bool = True,
         raw: bool = False,
         headers: Mapping[str, str] | None = None,
+        max_bytes: int | None = None,
     ) -> Any:
         """One API call with retries; the parsed JSON answer (the text if `raw`), or a typed
-        `KubeError`."""
+        `KubeError`. `max_bytes` bounds this answer (default: the client's bound)."""
         policy = self.policy if retry else dataclasses.replace(self.policy, attempts=1)
 
         async def attempt() -> Any:
             started = time.monotonic()
             try:
                 status, data, retry_after_header = await self._once(
-                    method, path, query, body, content_type, headers=headers
+                    method, path, query, body, content_type, headers=headers, max_bytes=max_bytes
                 )
             except NETWORK_ERRORS as exc:
                 self._observe(method, path, None, started)
@@ -519,7 +548,7 @@ class KubeClient:
         )
         try:
             if response.status != 200:
-                data = await response.read()
+                data = await self._read(response, "WATCH", path, None)
                 raise error_from_response(
                     response.status,
                     data,

@@ -165,15 +165,17 @@ def timeline(o: Outcome, restart_policy: str, b: float, t: float) -> dict[str, A
 def _terminated(o: Outcome, started: str, finished: str, code: int | None = None) -> dict[str, Any]:
     code = o.exit_code if code is None else code
     reason = "OOMKilled" if o.kind == "oomkilled" else ("Completed" if code == 0 else "Error")
-    return {
-        "terminated": {
-            "exitCode": code,
-            "reason": reason,
-            "startedAt": started,
-            "finishedAt": finished,
-            "containerID": "sandbox://0",
-        }
+    terminated: dict[str, Any] = {
+        "exitCode": code,
+        "reason": reason,
+        "startedAt": started,
+        "finishedAt": finished,
+        "containerID": "sandbox://0",
     }
+    if o.termination:
+        # kubelet reads at most 4096 bytes of the termination message file.
+        terminated["message"] = o.termination[:4096]
+    return {"terminated": terminated}
 
 
 class Kubelet:

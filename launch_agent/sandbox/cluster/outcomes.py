@@ -20,6 +20,8 @@ a Job or a custom resource) or passed to `SimulatedCluster.script(selector, outc
               | resource (outofresource: the resource the node lacks, default nvidia.com/gpu)
               | stop (seconds the container takes to exit after SIGTERM, default 1; longer
                 than the grace period: SIGKILL at its end, exit code 137)
+              | termination (what the container wrote to its terminationMessagePath: its
+                terminated state's `message`, as kubelet reports it; Kaniko's --digest-file)
 
 Examples: `succeed after=30s`, `exit code=3 after=10s`, `oomkilled`, `fail; succeed` (first pod
 fails, the retry succeeds), `unschedulable message="0/3 nodes are available: 3 Insufficient
@@ -77,6 +79,7 @@ class Outcome:
     stop: float = 1.0
     resource: str = "nvidia.com/gpu"
     pulls: int = 3
+    termination: str = ""
 
     @property
     def exit_code(self) -> int:
@@ -128,14 +131,15 @@ def parse_attempt(text: str) -> Outcome:
             if not value.isdigit() or not 0 <= int(value) <= 255:
                 raise OutcomeError(f"{where}: exit code must be 0..255, got {value!r}")
             values["code"] = int(value)
-        elif key in ("message", "container", "resource"):
+        elif key in ("message", "container", "resource", "termination"):
             values[key] = value
         elif key == "log":
             logs.append(value)
         else:
             raise OutcomeError(
                 f"outcome {text!r}: unknown key {key!r}"
-                " (after, start, code, message, container, log, stop, resource, pulls)"
+                " (after, start, code, message, container, log, stop, resource, pulls,"
+                " termination)"
             )
     if kind == "exit" and values.get("code") == 0:
         values["kind"] = "succeed"

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -61,6 +62,10 @@ class SimulatedCluster:
         self.nodes = list(nodes or [])
         self.book = OutcomeBook(default_outcome)
         self.tick = tick
+        # What a pod's containers write to their termination message file, whatever outcome
+        # they play: each hook sees the pod's owner chain (pod first) and may answer a text
+        # (`sandbox/kaniko.py` writes the pushed image's digest, as Kaniko's --digest-file).
+        self.termination_hooks: list[Callable[[list[Obj]], str | None]] = []
         self.jobs = JobController(version=kubernetes_version)
         # Kueue (`cluster/kueue.py`): opt-in, and only once its Workload CRD is registered, so
         # tests that load every CRD and play Kueue by hand keep doing so.
@@ -173,7 +178,14 @@ class SimulatedCluster:
         def warn(obj: Obj, problem: str) -> None:
             Ctx(self.store, self.clock).event(obj, "Warning", "InvalidOutcome", problem, "sandbox")
 
-        return self.book.outcome_for(self._chain(pod), warn)
+        chain = self._chain(pod)
+        outcome = self.book.outcome_for(chain, warn)
+        if not outcome.termination:
+            for hook in self.termination_hooks:
+                text = hook(chain)
+                if text:
+                    return dataclasses.replace(outcome, termination=text)
+        return outcome
 
     # --- time ---------------------------------------------------------------------------------
 

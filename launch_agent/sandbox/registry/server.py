@@ -119,16 +119,27 @@ class RegistryServer:
 
     # --- test helpers -------------------------------------------------------------------------
 
-    def put_image(self, repository: str, tag: str, media_type: str = DOCKER_MANIFEST) -> str:
-        """Store a minimal manifest under `repository:tag` (and its digest); return the digest."""
-        body = json.dumps(
-            {"schemaVersion": 2, "mediaType": media_type, "layers": [], "tag": tag},
-            sort_keys=True,
-        ).encode()
-        manifest = _Manifest(media_type, body)
+    def put_image(
+        self, repository: str, tag: str, media_type: str = DOCKER_MANIFEST, *, build: str = ""
+    ) -> str:
+        """Store a minimal manifest under `repository:tag` (and its digest); return the digest.
+
+        `build` goes into the manifest, so two builds of one tag (or an attacker's image under
+        someone else's tag) have different digests, as real ones do."""
+        manifest = _minimal(tag, media_type, build)
         self.manifests[(repository, tag)] = manifest
         self.manifests[(repository, manifest.digest)] = manifest
         return manifest.digest
+
+    @staticmethod
+    def digest_of(tag: str, media_type: str = DOCKER_MANIFEST, *, build: str = "") -> str:
+        """The digest `put_image` with the same arguments stores (nothing is stored)."""
+        return _minimal(tag, media_type, build).digest
+
+    def digest(self, repository: str, tag: str) -> str | None:
+        """The digest `repository:tag` points at now, if any."""
+        found = self.manifests.get((repository, tag))
+        return found.digest if found is not None else None
 
     # --- handlers -----------------------------------------------------------------------------
 
@@ -223,6 +234,14 @@ class RegistryServer:
             headers["Content-Length"] = str(len(manifest.body))
             return web.Response(status=200, headers=headers)
         return web.Response(status=200, body=manifest.body, headers=headers)
+
+
+def _minimal(tag: str, media_type: str, build: str) -> _Manifest:
+    fields: dict[str, object] = {"schemaVersion": 2, "mediaType": media_type, "layers": []}
+    fields["tag"] = tag
+    if build:
+        fields["build"] = build
+    return _Manifest(media_type, json.dumps(fields, sort_keys=True).encode())
 
 
 def _unknown(name: str, ref: str) -> web.Response:

@@ -146,6 +146,36 @@ def _errors(status: int, message: str) -> web.Response:
     return _json_response(status, {"errors": [{"message": message}]})
 
 
+_FLOOD = web.RequestKey("sandbox.flood", FaultRule)
+_FLOOD_HEAD = b'{"data": {"flood": "'
+_FLOOD_CHUNK = b"x" * 65536
+
+
+async def _flood(request: web.Request, rule: FaultRule) -> web.StreamResponse:
+    """The filler answer of a flood rule (see `FaultRule.body_bytes`)."""
+    response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+    total = None if rule.endless else rule.body_bytes or 0
+    if rule.chunked or total is None:
+        response.enable_chunked_encoding()
+    else:
+        response.content_length = total
+    await response.prepare(request)
+    left = total
+    chunk = _FLOOD_HEAD
+    try:
+        while left is None or left > 0:
+            piece = chunk if left is None else chunk[:left]
+            await response.write(piece)
+            rule.sent += len(piece)
+            if left is not None:
+                left -= len(piece)
+            chunk = _FLOOD_CHUNK
+        await response.write_eof()
+    except (ConnectionError, RuntimeError):
+        raise _Dropped from None  # the client hung up: the point of the exercise
+    return response
+
+
 class _Dropped(Exception):
     """The connection was cut on purpose; no response is written."""
 
@@ -267,6 +297,9 @@ class WandbServer:
         rule: FaultRule | None = self.faults.pick(key, request.path)
         if rule is None:
             return None
+        if rule.floods:
+            request[_FLOOD] = rule  # answered by `_flood` once the operation ran
+            return None
         await self.faults.delay_for(rule)
         if rule.drop:
             raise _Dropped
@@ -294,7 +327,7 @@ class WandbServer:
             if self.faults.refuse:
                 raise _Dropped
             if auth and not self._authorized(request):
-                response: web.Response = _errors(401, "invalid API key")
+                response: web.StreamResponse = _errors(401, "invalid API key")
             else:
                 key, response = await handle(request, key)
             status = response.status
@@ -313,7 +346,9 @@ class WandbServer:
     async def _graphql(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, "graphql", self._graphql_inner)
 
-    async def _graphql_inner(self, request: web.Request, key: str) -> tuple[str, web.Response]:
+    async def _graphql_inner(
+        self, request: web.Request, key: str
+    ) -> tuple[str, web.StreamResponse]:
         try:
             payload = await _read_json(request)
         except ValueError as exc:
@@ -351,6 +386,9 @@ class WandbServer:
             variable_values=variables,
             operation_name=operation_name,
         )
+        flood: FaultRule | None = request.get(_FLOOD)
+        if flood is not None:
+            return key, await _flood(request, flood)
         answer: dict[str, Any] = {"data": result.data}
         if result.errors:
             answer["errors"] = [e.formatted for e in result.errors]

@@ -1,9 +1,10 @@
 """`ImageBuilder` end to end on loopback: sandbox API server + simulated cluster (real time),
 S3 on moto, the sandbox registry (token auth) and git repositories made in the test.
 
-The simulated cluster runs the Kaniko Job with a scripted outcome; "Kaniko pushed the image"
-is played by a store listener that puts `--destination` into the sandbox registry when a build
-Job completes, as the real executor's push would.
+The simulated cluster runs the Kaniko Job with a scripted outcome; Kaniko's push and its
+digest file are played by `sandbox/kaniko.py` (the registry gets a manifest of that Job's own
+when it completes; the container's termination message is its digest). The builder keeps its
+record of the digests it built in a ConfigMap of the sandbox API server.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from launch_agent.adapters.builder import (
     BuildSpec,
     Credentials,
     ImageBuilder,
-    job_outcome,
 )
+from launch_agent.adapters.digest_record import DigestRecord
 from launch_agent.adapters.kube import KubeClient
 from launch_agent.adapters.object_store import ObjectStore
 from launch_agent.adapters.registry import RegistryClient
@@ -32,12 +33,14 @@ from launch_agent.model.build import SourceKind, parse_destination
 from launch_agent.model.config import BuilderConfig
 from launch_agent.render.kaniko import IMAGE_TAG, KanikoSettings
 from launch_agent.sandbox.cluster import RealClock, SimulatedCluster
+from launch_agent.sandbox.kaniko import SimulatedKaniko
 from launch_agent.sandbox.kube import KubeApiServer, write_kubeconfig
 from launch_agent.sandbox.registry import RegistryServer
 from launch_agent.sandbox.wandb import WandbServer
 from tests.git_repos import LOOPBACK_GIT, GitHttpServer
 
 NS = "kaniko"
+RECORD = "agent-a-image-digests"
 
 
 @dataclass
@@ -51,22 +54,21 @@ class Rig:
     jobs_created: list[str]
     wandb: WandbServer
     job_created: asyncio.Event
+    kaniko: SimulatedKaniko
+
+    def pinned(self, tag: str) -> str:
+        """The image a build of `tag` pushed, by the digest Kaniko reported."""
+        digest = next(d for _, t, d in reversed(self.kaniko.pushed) if t == tag)
+        return f"{self.registry.hostport}/ml/train@{digest}"
 
 
-def simulate_push(
-    kube: KubeApiServer, registry: RegistryServer, created: list[str], event: asyncio.Event
-) -> None:
+def count_jobs(kube: KubeApiServer, created: list[str], event: asyncio.Event) -> None:
     def on_write(storage: str, kind: str, obj: dict[str, Any]) -> None:
         if obj.get("kind") != "Job" or IMAGE_TAG not in obj["metadata"].get("labels", {}):
             return
         if kind == "ADDED":
             created.append(obj["metadata"]["name"])
             event.set()
-        if job_outcome(obj) == "succeeded":
-            args = obj["spec"]["template"]["spec"]["containers"][0]["args"]
-            dest = next(a.split("=", 1)[1] for a in args if a.startswith("--destination="))
-            repo, tag = dest.split("/", 1)[1].rsplit(":", 1)
-            registry.put_image(repo, tag)
 
     kube.store.listeners.append(on_write)
 
@@ -83,7 +85,8 @@ async def rig(tmp_path: Path, s3_endpoint: str, s3_bucket: str) -> AsyncIterator
     ):
         created: list[str] = []
         job_created = asyncio.Event()
-        simulate_push(kube, registry, created, job_created)
+        count_jobs(kube, created, job_created)
+        kaniko = SimulatedKaniko(kube.store, cluster, registry)
         path = await asyncio.to_thread(write_kubeconfig, tmp_path / "kubeconfig", kube.url, NS)
         policy = RetryPolicy(base_delay=0.01, max_delay=0.05)
         store = ObjectStore(f"s3://{s3_bucket}/ctx", endpoint_url=s3_endpoint, region="us-east-1")
@@ -107,14 +110,25 @@ async def rig(tmp_path: Path, s3_endpoint: str, s3_bucket: str) -> AsyncIterator
                 agent="agent-a",
                 workdir=tmp_path,
                 credentials=Credentials(wandb_server.url, wandb_server.api_key, LOOPBACK_GIT),
+                record=DigestRecord(client, NS, RECORD, agent="agent-a"),
             ) as builder,  # fmt: skip
         ):
             await client.create(
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, NS
             )
-            yield Rig(
-                kube, cluster, registry, builder, s3, s3_bucket, created, wandb_server, job_created
+            # The ServiceAccount admission plugin refuses pods naming one that does not exist.
+            await client.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": "kaniko-builder"},
+                },
+                NS,
             )
+            yield Rig(
+                kube, cluster, registry, builder, s3, s3_bucket, created, wandb_server,
+                job_created, kaniko,
+            )  # fmt: skip
 
 
 def spec(url: str, run_id: str = "run-1", ref: str | None = None, **kw: Any) -> BuildSpec:
@@ -132,18 +146,19 @@ async def leftovers(rig: Rig) -> tuple[list[str], list[str]]:
 
 async def test_build_then_skip(rig: Rig, git_repo: tuple[str, str, str]) -> None:
     origin, first, _ = git_repo
-    image = await rig.builder.build(spec(origin, ref=first))
-    assert image.startswith(f"{rig.registry.hostport}/ml/train:")
-    assert len(rig.jobs_created) == 1
+    built = await rig.builder.build(spec(origin, ref=first))
+    (job,) = rig.jobs_created
+    assert built.image == rig.pinned(job.rsplit("-", 1)[1])
+    assert not built.cached and built.warnings == ()
     assert await leftovers(rig) == ([], [])
-    # The same job again: the image is in the registry, no second Job.
+    # The same job again: the registry's digest is on the record, no second Job.
     again = await rig.builder.build(spec(origin, run_id="run-2", ref=first))
-    assert again == image
+    assert again.image == built.image and again.cached
     assert len(rig.jobs_created) == 1
     assert (rig.builder.stats.builds, rig.builder.stats.skipped) == (1, 1)
     # Another commit is another image.
     moved = await rig.builder.build(spec(origin, run_id="run-3"))
-    assert moved != image
+    assert moved.image != built.image
     assert len(rig.jobs_created) == 2
 
 
@@ -221,7 +236,7 @@ async def test_a_hostile_source_never_reaches_git(
 
 async def test_image_source_needs_no_build(rig: Rig) -> None:
     got = await rig.builder.build(BuildSpec("run-1", SourceKind.IMAGE, "busybox:1.36"))
-    assert got == "busybox:1.36"
+    assert got.image == "busybox:1.36"
     assert rig.jobs_created == []
 
 
@@ -232,9 +247,9 @@ async def test_code_artifact_build_then_skip(rig: Rig) -> None:
         "run-a", SourceKind.ARTIFACT, "wandb-artifact://ent/proj/code-train:latest",
         base_image="python:3.11-slim", entrypoint=("python", "train.py"),
     )  # fmt: skip
-    image = await rig.builder.build(art)
+    built = await rig.builder.build(art)
     assert len(rig.jobs_created) == 1
-    assert await rig.builder.build(art) == image
+    assert (await rig.builder.build(art)).image == built.image
     assert len(rig.jobs_created) == 1
     assert await leftovers(rig) == ([], [])
 
@@ -253,8 +268,8 @@ async def test_a_cancelled_caller_does_not_cancel_the_shared_build(
     quitter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await quitter
-    image = await stayer
-    assert image.endswith(":" + rig.jobs_created[0].rsplit("-", 1)[1])
+    built = await stayer
+    assert built.image == rig.pinned(rig.jobs_created[0].rsplit("-", 1)[1])
     assert len(rig.jobs_created) == 1
     assert await leftovers(rig) == ([], [])
 
@@ -278,7 +293,8 @@ def sibling(
 ) -> ImageBuilder:
     b = rig.builder
     return ImageBuilder(b.kube, b.store, b.registry, settings or b.settings, b.destination,
-                        workdir=tmp_path, credentials=b.credentials, **kw)  # fmt: skip
+                        workdir=tmp_path, credentials=b.credentials, record=b.record,
+                        **kw)  # fmt: skip
 
 
 def build_watches(builder: ImageBuilder) -> list[tuple[str, int, int]]:
@@ -296,9 +312,9 @@ async def test_the_wait_resumes_when_the_watch_ends(
     origin, first, _ = git_repo
     rig.cluster.script(IMAGE_TAG, "succeed after=2.5s start=0.1s")
     async with sibling(rig, tmp_path, watch_timeout=1) as builder:
-        image = await builder.build(spec(origin, ref=first))
+        built = await builder.build(spec(origin, ref=first))
         watches = build_watches(builder)
-    assert image.startswith(rig.registry.hostport)
+    assert built.image.startswith(rig.registry.hostport)
     assert [w[0] for w in watches] == ["jobs", "pods"]
     assert all(count >= 3 for _, count, _ in watches), watches
     assert await leftovers(rig) == ([], [])
@@ -316,8 +332,8 @@ async def test_a_dropped_stream_and_a_410_do_not_hang_the_build(
     rig.kube.compact()
     assert rig.kube.drop_watches() == 2
     async with asyncio.timeout(20):
-        image = await task
-    assert image.startswith(rig.registry.hostport)
+        built = await task
+    assert built.image.startswith(rig.registry.hostport)
     assert all(relists >= 1 for _, _, relists in build_watches(rig.builder))
     assert await leftovers(rig) == ([], [])
 
@@ -326,9 +342,9 @@ async def test_a_missing_docker_config_secret_fails_at_once_naming_it(
     rig: Rig, git_repo: tuple[str, str, str], tmp_path: Path
 ) -> None:
     origin, first, _ = git_repo
-    # The sandbox's kubelet says `secret "<container>-config" not found`: "kaniko-config".
+    # No Secret kaniko-config in the namespace: kubelet would leave the pod ContainerCreating
+    # on FailedMount (the sandbox's does too), so the builder reads the Secret first.
     settings = KanikoSettings(rig.builder.settings.builder, NS, "kaniko-builder", "kaniko-config")
-    rig.cluster.script(IMAGE_TAG, "createcontainerconfigerror")
     async with sibling(rig, tmp_path, settings) as builder:
         with pytest.raises(BuildFailed) as caught:
             async with asyncio.timeout(20):
@@ -338,6 +354,7 @@ async def test_a_missing_docker_config_secret_fails_at_once_naming_it(
     assert f"missing in namespace {NS}" in reason
     assert caught.value.log_tail == ""  # the executor never started
     assert caught.value.explained
+    assert rig.jobs_created == []
     assert await leftovers(rig) == ([], [])
 
 

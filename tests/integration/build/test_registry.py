@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import AsyncIterator
 
 import aiohttp
 import boto3
 import pytest
+from aiohttp import web
 
 from launch_agent.adapters.registry import (
     RegistryClient,
@@ -46,6 +48,43 @@ async def test_exists_with_token_auth(registry: RegistryServer) -> None:
         ("HEAD", 404),
     ]
     assert registry.tokens_issued == 1
+
+
+async def test_the_digest_is_the_registrys_for_the_tag_now(registry: RegistryServer) -> None:
+    first = registry.put_image("ml/train", "abc", build="one")
+    async with RegistryClient({registry.hostport: ("ci", "s3cret")}) as client:
+        assert await client.digest(dest(registry), "abc") == first
+        moved = registry.put_image("ml/train", "abc", build="two")  # the tag moved
+        assert moved != first
+        assert await client.digest(dest(registry), "abc") == moved
+        assert await client.digest(dest(registry), "missing") is None
+
+
+@pytest.mark.parametrize("header", [None, "garbage", "sha256:short"])
+async def test_without_a_digest_header_the_manifest_is_hashed(header: str | None) -> None:
+    """The distribution spec defines the digest as sha256 of the manifest's bytes: a registry
+    that leaves Docker-Content-Digest out (or sends something else) is asked GET."""
+    body = b'{"schemaVersion": 2, "layers": []}'
+    seen: list[str] = []
+
+    async def manifest(request: web.Request) -> web.Response:
+        seen.append(request.method)
+        headers = {"Docker-Content-Digest": header} if header else {}
+        return web.Response(body=body if request.method == "GET" else None, headers=headers)
+
+    app = web.Application()
+    app.router.add_route("*", "/v2/ml/train/manifests/{ref}", manifest)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    target = parse_destination("registry.example.com/ml/train")
+    try:
+        endpoints = {target.host: f"http://127.0.0.1:{runner.addresses[0][1]}"}
+        async with RegistryClient(endpoints=endpoints) as client:
+            assert await client.digest(target, "t") == "sha256:" + hashlib.sha256(body).hexdigest()
+    finally:
+        await runner.cleanup()
+    assert seen == ["HEAD", "GET"]
 
 
 async def test_multi_arch_index_is_found(registry: RegistryServer) -> None:
@@ -142,6 +181,11 @@ async def test_ecr_describe_images(s3_endpoint: str, aws_env: None) -> None:
     )
     async with RegistryClient(ecr_endpoint_url=s3_endpoint) as client:
         assert await client.exists(target, "abc")
+        # ECR's own imageDigest (moto computes it its own way; ECR hashes the manifest).
+        described = await asyncio.to_thread(
+            ecr.describe_images, repositoryName="ml/train", imageIds=[{"imageTag": "abc"}]
+        )
+        assert await client.digest(target, "abc") == described["imageDetails"][0]["imageDigest"]
         assert not await client.exists(target, "other")
         missing = Destination(RegistryKind.ECR, target.host, "no/repo", "us-east-1", account)
         with pytest.raises(RegistryError, match="ECR repository does not exist"):

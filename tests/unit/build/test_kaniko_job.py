@@ -120,7 +120,10 @@ def test_flags_and_identity() -> None:
         "--cache-repo": f"{GENERIC}/cache",
         "--snapshot-mode": "redo",
         "--compressed-caching": "false",
+        "--digest-file": "/dev/termination-log",
     }
+    assert container(job)["terminationMessagePath"] == "/dev/termination-log"
+    assert container(job)["terminationMessagePolicy"] == "File"
     assert "--build-arg=PIP_INDEX=https://pypi.example/simple" in container(job)["args"]
     spec = job["spec"]
     assert (
@@ -184,6 +187,32 @@ def test_overlay_tunes_but_cannot_change_identity() -> None:
     assert job["spec"]["template"]["spec"]["tolerations"] == [
         {"key": "build", "operator": "Exists"}
     ]
+
+
+def test_the_digest_file_cannot_be_moved_by_the_overlay() -> None:
+    """The agent reads the digest Kaniko pushed from the termination message: an overlay that
+    moved the file (or the container's termination message path) would hide it."""
+    overlay: dict[str, Any] = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "args": ["--digest-file=/tmp/elsewhere", "--digest-file"],
+                            "terminationMessagePath": "/tmp/x",
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
+                        }
+                    ]
+                }
+            }
+        }
+    }
+    job = _render_case({"dest": GENERIC, "kaniko-config": overlay})
+    flags = [a for a in container(job)["args"] if a.startswith("--digest-file")]
+    assert flags == ["--digest-file=/dev/termination-log"]
+    assert container(job)["terminationMessagePath"] == "/dev/termination-log"
+    assert container(job)["terminationMessagePolicy"] == "File"
+    kubernetes_validate.validate(job, "1.33", strict=True)
 
 
 @pytest.mark.parametrize(
