@@ -52,8 +52,9 @@ from launch_agent.adapters.kube import (
 from launch_agent.adapters.wandb_client import RunQueueItem, WandbClient
 from launch_agent.adapters.wandb_errors import WandbAckUncertain, WandbError, WandbUnavailable
 from launch_agent.model.config import AgentConfig
+from launch_agent.model.display import quoted
 from launch_agent.model.queue_spec import InvalidInput, Problem
-from launch_agent.model.run_item import RunItem, parse_run_item
+from launch_agent.model.run_item import RunItem, parse_run_item, shown_item_id
 from launch_agent.model.sweeps import (
     SCHEDULER_MARK,
     is_custom_scheduler,
@@ -94,9 +95,8 @@ def not_installed_message(exc: KindNotInstalled) -> str:
 
 def shown(value: object, limit: int = 80) -> str:
     """A submitter's value quoted in a failure message: its repr, at most `limit` characters
-    of it (a 900 KB job name is not echoed back to W&B)."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+    of it (a 900 KB job name is not echoed back to W&B); `model.display.quoted`."""
+    return quoted(value, limit)
 
 
 def problems_text(problems: Sequence[Problem]) -> str:
@@ -153,7 +153,10 @@ class Dispatcher:
             # Its lease lapsed during the dispatch (a long build or create) and W&B offered it
             # again: the dispatch in flight creates and acks it. Two at once would stamp it
             # twice for the quota's ordering and answer each other's ack with success: false.
-            log.info("item %s offered again while its dispatch is in flight: left to it", item.id)
+            log.info(
+                "item %s offered again while its dispatch is in flight: left to it",
+                shown_item_id(item.id),
+            )
             return
         existing = self.runs.get(item.id)
         if existing is not None:
@@ -209,11 +212,12 @@ class Dispatcher:
     def _over_cap(self, item: RunQueueItem) -> None:
         """W&B's agent: warn, do not ack; the lease lapses and W&B offers the item again."""
         message = self.schedulers.over_cap_message()
-        log.warning("scheduler item %s not started: %s", item.id, message)
-        if item.id not in self._capped:
+        key = shown_item_id(item.id)  # kept clipped: 10,000 ids of W&B's choosing
+        log.warning("scheduler item %s not started: %s", key, message)
+        if key not in self._capped:
             if len(self._capped) >= 10_000:
                 self._capped.clear()
-            self._capped.add(item.id)
+            self._capped.add(key)
             self.reporter.warn(item.id, message, "agent")
 
     async def _dispatch(
@@ -330,7 +334,11 @@ class Dispatcher:
             await self._fail(item, not_installed_message(exc), "kind_not_installed")
             return
         except KubeError as exc:
-            log.error("item %s left for a later pop: Kubernetes discovery failed: %s", item.id, exc)
+            log.error(
+                "item %s left for a later pop: Kubernetes discovery failed: %s",
+                shown_item_id(item.id),
+                exc,
+            )
             return
         record = self.runs.get(item.id)
         if record is None:
@@ -363,7 +371,9 @@ class Dispatcher:
             self.runs.remove(record, finished=False)
             self.metrics.submits.labels(queue=item.queue, kind=resource.kind, outcome="error").inc()
             log.error(
-                "item %s not created, left for a later pop (its lease lapses): %s", item.id, exc
+                "item %s not created, left for a later pop (its lease lapses): %s",
+                shown_item_id(item.id),
+                exc,
             )
             return
         if record.last is None:
@@ -391,7 +401,9 @@ class Dispatcher:
         try:
             state = await self.wandb.sweep_state(run.entity, run.project, run.sweep_id)
         except WandbUnavailable as exc:
-            log.warning("item %s left for a later pop: sweep state unknown: %s", item.id, exc)
+            log.warning(
+                "item %s left for a later pop: sweep state unknown: %s", shown_item_id(item.id), exc
+            )
             return False
         except WandbError as exc:
             log.info("sweep state of %s not read: %s", run.sweep_id, exc)
@@ -420,7 +432,7 @@ class Dispatcher:
             )
             return
         except WandbError as exc:
-            log.error("W&B refused the ack of item %s: %s", item.id, exc)
+            log.error("W&B refused the ack of item %s: %s", shown_item_id(item.id), exc)
             return
         if not won:
             if record.acked:
