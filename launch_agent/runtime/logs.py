@@ -26,6 +26,7 @@ from launch_agent.model.display import clip, one_line, terminal_text
 
 MASK = "********"
 _STANDARD = set(vars(logging.makeLogRecord({})))
+_FORMATTED = frozenset({"message", "asctime"})
 # As much as W&B takes of a failure message (`Reporter.clip`): a log tail fits, a refused
 # 200,000-character value does not.
 MAX_LOG_MESSAGE = 16_000
@@ -72,9 +73,10 @@ class JsonFormatter(logging.Formatter):
             "msg": clip(record.getMessage(), MAX_LOG_MESSAGE),
         }
         # Structured fields passed with `extra={...}` (run id, queue, stage, ...).
+        # (`message` and `asctime` are what another handler's formatter left on the record.)
         for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                entry[key] = value
+            if key not in _STANDARD and key not in _FORMATTED and not key.startswith("_"):
+                entry[key] = clip(value, MAX_LOG_MESSAGE) if isinstance(value, str) else value
         if record.exc_text:
             entry["exc"] = record.exc_text
         elif record.exc_info:

@@ -102,3 +102,21 @@ def test_a_refused_value_is_not_logged_whole() -> None:
             logging.getLogger("launch_agent").removeHandler(handler)
         out = stream.getvalue()
         assert len(out) < 16_400 and "(200,013 characters)" in out
+
+
+def test_a_json_line_carries_the_message_once_even_after_another_handler() -> None:
+    # Another handler's formatter leaves `message` on the record; it is not a structured field
+    # (it used to be copied whole, unclipped, into every JSON line).
+    stream, other = io.StringIO(), io.StringIO()
+    plain = logging.StreamHandler(other)
+    logger = logging.getLogger("launch_agent")
+    logger.addHandler(plain)
+    handler = configure_logging("json", verbosity=0, stream=stream)
+    try:
+        logging.getLogger("launch_agent.test").info("failing item %s", "Q" * 200_000)
+    finally:
+        logger.removeHandler(plain)
+        logger.removeHandler(handler)
+    (line,) = stream.getvalue().splitlines()
+    entry = json.loads(line)
+    assert "message" not in entry and len(line) < 16_400
