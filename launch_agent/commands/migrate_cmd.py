@@ -117,15 +117,7 @@ def run(args: argparse.Namespace) -> int:
     if not queues:
         print("error: migrate: no queue: configure `queues` or pass --queue", file=sys.stderr)
         return 2
-    clashes = colliding(queues)
-    if clashes:
-        for group in clashes:
-            _error(
-                f"queues {' and '.join(map(repr, group))} would be written to one file,"
-                f" {spec_name(group[0])}.yaml (a spec's name is its queue's name as a DNS label):"
-                " migrate them one at a time (--queue NAME --out DIR) into different"
-                " directories and give each spec its own metadata.name"
-            )
+    if _collide(queues):
         return 2
     default_ns = config.namespaces[0] if config.namespaces else "default"
     try:
@@ -192,6 +184,19 @@ def run(args: argparse.Namespace) -> int:
 
 class _InputFailure(Exception):
     pass
+
+
+def _collide(queues: list[str]) -> bool:
+    """Refuse queues that would be written to one file, naming them (before anything is read)."""
+    clashes = colliding(queues)
+    for group in clashes:
+        _error(
+            f"queues {' and '.join(map(repr, group))} would be written to one file,"
+            f" {spec_name(group[0])}.yaml (a spec's name is its queue's name as a DNS label):"
+            " migrate them one at a time (--queue NAME --out DIR) into different"
+            " directories and give each spec its own metadata.name"
+        )
+    return bool(clashes)
 
 
 def _error(message: str) -> None:

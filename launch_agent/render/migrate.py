@@ -372,6 +372,44 @@ def findings(template: Any) -> list[Finding]:
     return out
 
 
+def _variable_paths(
+    used: dict[str, list[Path]],
+    variables: Mapping[str, Mapping[str, Any]],
+    wrapped: bool,
+    decisions: list[str],
+) -> list[str]:
+    """The `overridable` path of each place a template variable fills (W&B writes the
+    submitter's value there), each naming exactly that place; what needs deciding is appended
+    to `decisions`."""
+    overridable: list[str] = []
+    for name in sorted(used):
+        for path in used[name]:
+            place = _manifest_path(path, wrapped)
+            glob = format_path(place)
+            if literal_path(glob) != place:
+                # A list item named `*` (or holding `]` or `"`) has no path of its own: the
+                # glob would grant more than this one place, or nothing at all.
+                decisions.append(
+                    f"template variable {name!r} fills {glob}, which no overridable path names"
+                    " exactly (a list item's name is a pattern or cannot be written in a"
+                    " path): it is not overridable; add a glob if submitters need it"
+                )
+            elif glob not in overridable:
+                overridable.append(glob)
+        if name not in variables:
+            decisions.append(f"template variable {name!r} is used but W&B gave no schema for it")
+        elif not _default(variables[name])[0]:
+            decisions.append(
+                f"template variable {name!r} has no default: the template keeps"
+                f" '{{{{{name}}}}}' at {', '.join(format_path(p) for p in used[name])};"
+                " write a value"
+            )
+    unused = sorted(set(variables) - set(used))
+    if unused:
+        decisions.append(f"template variables not used by the config: {', '.join(unused)}")
+    return overridable
+
+
 def migrate(
     queue: str,
     config: Mapping[str, Any],
@@ -406,32 +444,7 @@ def migrate(
             if isinstance(where, dict):
                 where.pop("namespace", None)
 
-    overridable: list[str] = []
-    for name in sorted(used):
-        for path in used[name]:
-            place = _manifest_path(path, wrapped)
-            glob = format_path(place)
-            if literal_path(glob) != place:
-                # A list item named `*` (or holding `]` or `"`) has no path of its own: the
-                # glob would grant more than this one place, or nothing at all.
-                decisions.append(
-                    f"template variable {name!r} fills {glob}, which no overridable path names"
-                    " exactly (a list item's name is a pattern or cannot be written in a"
-                    " path): it is not overridable; add a glob if submitters need it"
-                )
-            elif glob not in overridable:
-                overridable.append(glob)
-        if name not in variables:
-            decisions.append(f"template variable {name!r} is used but W&B gave no schema for it")
-        elif not _default(variables[name])[0]:
-            decisions.append(
-                f"template variable {name!r} has no default: the template keeps"
-                f" '{{{{{name}}}}}' at {', '.join(format_path(p) for p in used[name])};"
-                " write a value"
-            )
-    unused = sorted(set(variables) - set(used))
-    if unused:
-        decisions.append(f"template variables not used by the config: {', '.join(unused)}")
+    overridable = _variable_paths(used, variables, wrapped, decisions)
     overridable += DEFAULT_OVERRIDES
     decisions.append(
         "W&B let submitters change any field of resource_args; this spec lets them change only"
