@@ -24,7 +24,8 @@ HUGE_ID = "Q" * 200_000
 LONGEST_RUN = re.compile("Q{257,}")
 
 
-async def api_status(port: int) -> tuple[str, dict[str, Any]]:
+async def api_status(port: int | None) -> tuple[str, dict[str, Any]]:
+    assert port is not None
     async with (
         aiohttp.ClientSession() as http,
         http.get(
