@@ -24,6 +24,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from launch_agent.model.display import clip
+
+MAX_ERROR_MESSAGE = 1_000
+
 
 class WandbError(Exception):
     """Any failure talking to W&B."""
@@ -48,7 +52,9 @@ class WandbGraphQLError(WandbError):
     def __init__(self, operation: str, errors: Sequence[Mapping[str, Any]]) -> None:
         self.operation = operation
         self.errors = [dict(e) for e in errors]
-        self.messages = [str(e.get("message", e)) for e in errors]
+        # W&B's words may quote what the agent sent (a refused 200,000-character item id):
+        # each is clipped before it reaches a log line or a failure message.
+        self.messages = [clip(str(e.get("message", e)), MAX_ERROR_MESSAGE) for e in errors]
         super().__init__(f"W&B rejected {operation}: " + "; ".join(self.messages))
 
 

@@ -28,6 +28,7 @@ from launch_agent.model.config_resolve import (
     parse_yaml_with_lines,
     resolve,
 )
+from launch_agent.model.display import one_line
 from launch_agent.model.safe_load import CONFIG_LIMITS
 from launch_agent.quota.tree import validate_tree
 
@@ -196,7 +197,7 @@ def _origin(
 
 def report_config_error(error: ConfigError) -> int:
     for problem in error.problems:
-        print(f"error: {problem}", file=sys.stderr)
+        print(f"error: {one_line(str(problem))}", file=sys.stderr)
     return 2
 
 
@@ -236,7 +237,7 @@ def _show(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return report_config_error(exc)
     for warning in resolved.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {one_line(str(warning))}", file=sys.stderr)
     items = list(resolved.redacted_items())
     if args.output == "table":
         rows = [
@@ -249,7 +250,7 @@ def _show(args: argparse.Namespace) -> int:
         width = max(len(key) for key, _, _ in items)
         for key, value, source in items:
             shown = json.dumps(value, sort_keys=True)
-            print(f"{key:<{width}}  {shown:<40}  # {source}")
+            print(one_line(f"{key:<{width}}  {shown:<40}  # {source}"))
         return 0
     tree: dict[str, Any] = {}
     for key, value, _ in items:

@@ -20,8 +20,10 @@ from typing import Any
 from launch_agent.adapters.kube import KindNotInstalled, KubeClient, KubeNotFound, Resource
 from launch_agent.commands.config_cmd import load_config, report_config_error
 from launch_agent.commands.inputs import read_bytes
+from launch_agent.commands.outputs import json_text
 from launch_agent.model.config import TrackingConfig
 from launch_agent.model.config_resolve import ConfigError
+from launch_agent.model.display import one_line
 from launch_agent.model.safe_load import InputError, Limits, load_json, load_yaml
 from launch_agent.tracking import (
     Assessment,
@@ -120,7 +122,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _error(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    print(f"error: {one_line(message)}", file=sys.stderr)
     return 2
 
 
@@ -231,7 +233,10 @@ def _run(args: argparse.Namespace) -> int:
                 raise
             except Exception as exc:
                 # A kubeconfig, TLS or API failure: one line, no traceback (like kubectl).
-                print(f"error: cannot read {args.target} from the cluster: {exc}", file=sys.stderr)
+                print(
+                    f"error: cannot read {args.target} from the cluster: {one_line(str(exc))}",
+                    file=sys.stderr,
+                )
                 return 1
         else:
             return _error("give NAMESPACE/NAME or -f FILE")
@@ -257,10 +262,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def render(result: Mapping[str, str | None], output: str) -> str:
+    """The verdict as JSON (ASCII: every control character escaped) or a table whose values
+    went through the one sanitizer: the message quotes a container's termination message,
+    which the submitter's code wrote (an OSC 52 there would write the reader's clipboard)."""
     if output == "json":
-        return json.dumps(dict(result), ensure_ascii=False)
+        return json_text(dict(result))
     width = max(len(k) for k in FIELDS)
-    return "\n".join(f"{k.upper():<{width}}  {result[k] or '-'}" for k in FIELDS)
+    return "\n".join(f"{k.upper():<{width}}  {one_line(result[k] or '-')}" for k in FIELDS)
 
 
 async def read_cluster(

@@ -25,9 +25,17 @@ from launch_agent.commands.inputs import display_name, read_text
 from launch_agent.commands.outputs import render as render_output
 from launch_agent.commands.validate_cmd import check_text
 from launch_agent.model.config_resolve import ConfigError
+from launch_agent.model.display import one_line
 from launch_agent.model.queue_spec import Problem
 from launch_agent.model.safe_load import SPEC_LIMITS, InputError, load_yaml
-from launch_agent.render.migrate import Migrated, NotAQueueConfig, migrate
+from launch_agent.render.migrate import (
+    Migrated,
+    NotAQueueConfig,
+    UnsafeOutput,
+    colliding,
+    migrate,
+    spec_name,
+)
 from launch_agent.render.output_check import KUBERNETES_VERSION, MissingValidator
 
 DESCRIPTION = """\
@@ -105,9 +113,11 @@ def run(args: argparse.Namespace) -> int:
     config = resolved.config
     # `--queue` and `--namespace` are the configuration's flags: the queues to migrate, and
     # the namespace of the specs (else the W&B config's, else the agent's first).
-    queues = list(config.all_queues)
+    queues = list(dict.fromkeys(config.all_queues))
     if not queues:
         print("error: migrate: no queue: configure `queues` or pass --queue", file=sys.stderr)
+        return 2
+    if _collide(queues):
         return 2
     default_ns = config.namespaces[0] if config.namespaces else "default"
     try:
@@ -120,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
             configs = asyncio.run(_from_wandb(config, queues))
             source = f"W&B at {config.base_url}"
     except _InputFailure as exc:
-        print(f"error: migrate: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 2
 
     outcomes: list[Outcome] = []
@@ -133,10 +143,13 @@ def run(args: argparse.Namespace) -> int:
                 namespace=args.namespaces[0] if args.namespaces else None,
                 default_namespace=default_ns,
             )
+            text = migrated.text(f"{source} (queue {found.queue!r})")
         except NotAQueueConfig as exc:
-            print(f"error: migrate: queue {found.queue!r}: {exc}", file=sys.stderr)
+            _error(f"queue {found.queue!r}: {exc}")
             return 2
-        text = migrated.text(f"{source} (queue {found.queue!r})")
+        except UnsafeOutput as exc:
+            _error(f"queue {found.queue!r}: nothing written: the spec {exc}")
+            return 2
         try:
             _spec, problems, summary = check_text(text, KUBERNETES_VERSION)
         except MissingValidator as exc:
@@ -147,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         failed = _write(Path(args.out), outcomes, force=args.force)
         if failed:
-            print(f"error: migrate: {failed}", file=sys.stderr)
+            _error(failed)
             return 2
     if args.output == "text":
         if args.dry_run:
@@ -171,6 +184,23 @@ def run(args: argparse.Namespace) -> int:
 
 class _InputFailure(Exception):
     pass
+
+
+def _collide(queues: list[str]) -> bool:
+    """Refuse queues that would be written to one file, naming them (before anything is read)."""
+    clashes = colliding(queues)
+    for group in clashes:
+        _error(
+            f"queues {' and '.join(map(repr, group))} would be written to one file,"
+            f" {spec_name(group[0])}.yaml (a spec's name is its queue's name as a DNS label):"
+            " migrate them one at a time (--queue NAME --out DIR) into different"
+            " directories and give each spec its own metadata.name"
+        )
+    return bool(clashes)
+
+
+def _error(message: str) -> None:
+    print(f"error: migrate: {one_line(message)}", file=sys.stderr)
 
 
 def _from_file(path: str, queues: list[str], variables_path: str | None) -> QueueConfig:
@@ -250,21 +280,20 @@ def _write(directory: Path, outcomes: list[Outcome], *, force: bool) -> str | No
 
 
 def _summary(outcomes: list[Outcome]) -> None:
+    """What each spec grants and needs, on stderr; every line through the one sanitizer (the
+    paths and grants quote the config's values)."""
     for o in outcomes:
         m = o.migrated
         where = o.file or f"{m.name}.yaml"
         state = f"ok, {o.summary}" if not o.problems else "NOT LOADABLE until decided"
-        print(f"queue {m.queue!r} -> {where}: {state}", file=sys.stderr)
-        for decision in m.decisions:
-            print(f"  decide: {decision}", file=sys.stderr)
-        for finding in m.findings:
-            print(
-                f"  review: {finding.path}: {finding.what} (grant: security.{finding.grant})",
-                file=sys.stderr,
-            )
+        lines = [f"queue {m.queue!r} -> {where}: {state}"]
+        lines += [f"  decide: {decision}" for decision in m.decisions]
+        lines += [f"  review: {f.path}: {f.what} (grant: security.{f.grant})" for f in m.findings]
         for p in o.problems:
             at = f"line {p.line}: " if p.line is not None else ""
-            print(f"  refused: {at}{p.path or '(root)'}: {p.reason}", file=sys.stderr)
+            lines.append(f"  refused: {at}{p.path or '(root)'}: {p.reason}")
+        for line in lines:
+            print(one_line(line), file=sys.stderr)
 
 
 def _record(o: Outcome) -> dict[str, Any]:
@@ -276,7 +305,10 @@ def _record(o: Outcome) -> dict[str, Any]:
         "ok": not o.problems,
         "summary": o.summary,
         "decisions": list(m.decisions),
-        "review": [{"path": f.path, "what": f.what, "grant": f.grant} for f in m.findings],
+        "review": [
+            {"path": f.path, "what": f.what, "grant": f.grant, "key": f.key, "value": f.value}
+            for f in m.findings
+        ],
         "problems": [{"path": p.path or "(root)", "reason": p.reason} for p in o.problems],
         "spec": m.document,
         "text": o.text,

@@ -2,6 +2,11 @@
 
 `json` and `yaml` print the records whole (for scripts); `table` prints chosen columns, one row
 per record, aligned (for people). Each command keeps its own default format.
+
+Every cell and header of a table goes through the one sanitizer (`model.display.one_line`):
+records quote what submitters, pods and W&B wrote, and a newline there would forge a row, an
+escape sequence reach the reader's terminal. JSON escapes every control character but DEL,
+which is escaped here too; YAML escapes them all.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
+
+from launch_agent.model.display import one_line
 
 FORMATS = ("json", "yaml", "table")
 
@@ -46,10 +53,15 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def json_text(data: Any, **options: Any) -> str:
+    """`json.dumps`, with DEL escaped as well (JSON leaves it raw)."""
+    return json.dumps(data, **options).replace("\x7f", "\\u007f")
+
+
 def table(records: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     """Aligned columns; headers are the column names upper-cased."""
-    rows = [[c.upper() for c in columns]]
-    rows += [[_cell(r.get(c)) for c in columns] for r in records]
+    rows = [[one_line(c.upper()) for c in columns]]
+    rows += [[one_line(_cell(r.get(c))) for c in columns] for r in records]
     widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
@@ -61,7 +73,7 @@ def table(records: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
 def render(data: Any, fmt: str, columns: Sequence[str] = ()) -> str:
     """`data` (a record or a list of records) in `fmt` (json, yaml or table)."""
     if fmt == "json":
-        return json.dumps(data, indent=2) + "\n"
+        return json_text(data, indent=2) + "\n"
     if fmt == "yaml":
         return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
     if fmt == "table":

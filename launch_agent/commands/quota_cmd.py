@@ -15,6 +15,7 @@ from typing import Any
 
 from launch_agent.commands.inputs import display_name, is_stdin, read_text
 from launch_agent.commands.outputs import render as render_output
+from launch_agent.model.display import one_line
 from launch_agent.model.safe_load import InputError, Limits, load_yaml
 from launch_agent.quota.simulate import SimulationError, simulate
 from launch_agent.quota.tree import TreeError, parse_tree
@@ -128,7 +129,7 @@ def _load(path: str) -> Any:
 
 def _fail(lines: list[str]) -> int:
     for line in lines:
-        print(f"error: {line}", file=sys.stderr)
+        print(f"error: {one_line(line)}", file=sys.stderr)
     return 2
 
 

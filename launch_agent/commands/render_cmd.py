@@ -19,6 +19,7 @@ from launch_agent.commands.inputs import display_name, is_stdin, read_bytes
 from launch_agent.commands.outputs import render as render_output
 from launch_agent.model.config import LimitsConfig
 from launch_agent.model.config_resolve import ConfigError
+from launch_agent.model.display import one_line
 from launch_agent.model.queue_spec import InvalidInput, Problem
 from launch_agent.model.run_item import parse_run_item
 from launch_agent.model.safe_load import InputError, Limits, check_value, load_json, load_yaml
@@ -112,7 +113,7 @@ def _read(path: str, limit: int) -> tuple[str | None, list[Problem]]:
 def print_problems(file: str, problems: list[Problem], level: str = "error") -> None:
     for p in problems:
         at = f"{file}:{p.line}:{p.column}" if p.line is not None else file
-        print(f"{level}: {at}: {p.path or '(root)'}: {p.reason}", file=sys.stderr)
+        print(one_line(f"{level}: {at}: {p.path or '(root)'}: {p.reason}"), file=sys.stderr)
 
 
 def item_limits(args: argparse.Namespace) -> Limits:

@@ -10,17 +10,17 @@ the kubeconfig's credentials:
 $LAUNCH_AGENT_STATUS_TOKEN) goes as `Authorization: Bearer` to a URL, and in
 `X-Launch-Agent-Status-Token` through the proxy: kube-apiserver removes `Authorization` once it
 has authenticated the caller. Exit status 0 with the view, 1 when the agent could not be
-reached or refused the request (one line on stderr).
+reached, refused the request or answered something that is not the documented status
+document (one line on stderr naming the key; never a traceback).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -29,9 +29,11 @@ import yaml
 
 from launch_agent.adapters.bounded import BodyTooLarge, read_body
 from launch_agent.adapters.kube import KubeClient, KubeError, load_configuration
+from launch_agent.commands.outputs import json_text
+from launch_agent.commands.status_view import BadStatus, check, table
+from launch_agent.model.display import one_line
 from launch_agent.model.safe_load import InputError, Limits, load_json
 from launch_agent.runtime.health import TOKEN_HEADER
-from launch_agent.runtime.status.page import quantity
 
 TOKEN_ENV = "LAUNCH_AGENT_STATUS_TOKEN"
 TIMEOUT = 15.0
@@ -128,107 +130,10 @@ def _decode(body: str, where: str) -> Mapping[str, Any]:
         raise StatusError(f"{where}: not the agent's status JSON: {exc}") from None
     if not isinstance(data, Mapping) or "agent" not in data:
         raise StatusError(f"{where}: not the agent's status JSON (no `agent` key)")
-    return data
-
-
-def _rows(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
-    cells = [[str(h) for h in headers]] + [[_cell(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    ]
-
-
-def _cell(value: object) -> str:
-    text = "-" if value is None or value == "" else str(value)
-    # One line per row, and no terminal control characters from submitted text.
-    text = "".join(ch if ch.isprintable() else " " for ch in text)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def table(status: Mapping[str, Any]) -> str:
-    agent = status["agent"]
-    apis = agent.get("apis", {})
-    out = [
-        f"AGENT {agent['name']} v{agent['version']}  role {agent['role']}"
-        f" (leader {agent['leader']})  uptime {agent['uptime_seconds']:.0f}s",
-        f"  ready: {'yes' if agent['ready'] else 'no: ' + '; '.join(agent['problems'])}",
-        f"  W&B {agent['wandb']['url']}: {_ok(apis.get('wandb', {}).get('ok'))}"
-        f"  Kubernetes: {_ok(apis.get('kubernetes', {}).get('ok'))}"
-        f"  last poll {agent['last_poll'] or 'never'}",
-        "",
-        "QUEUES",
-    ]
-    out += _rows(
-        ("NAME", "POPPED(1h)", "RUNNING", "TRACKED", "FAILED(1h)", "LAST POP"),
-        [
-            (
-                q["name"],
-                q["popped_last_hour"],
-                q["running"],
-                q["tracked"],
-                q["failed_last_hour"],
-                q["last_pop"],
-            )
-            for q in status["queues"]
-        ],
-    )
-    runs = status["runs"]
-    out += ["", f"RUNS ({runs['total']} tracked, {runs['past_start_deadline']} past deadline)"]
-    out += _rows(
-        ("ITEM", "QUEUE", "STATE", "AGE", "WORKLOAD", "REASON"),
-        [
-            (
-                r["item"],
-                r["queue"],
-                r["state"],
-                f"{r['age_seconds']:.0f}s",
-                r["workload"],
-                r["reason"],
-            )
-            for r in runs["items"]
-        ],
-    )
-    quota = status.get("quota")
-    if quota is not None:
-        out += ["", "QUOTA"]
-        out += _rows(
-            ("NODE", "RESOURCE", "USED", "MIN", "MAX", "BORROWED", "PENDING"),
-            [
-                (
-                    "  " * node["depth"] + node["name"],
-                    res["resource"],
-                    quantity(res["resource"], res["used"]),
-                    quantity(res["resource"], res["min"]),
-                    quantity(res["resource"], res["max"]),
-                    quantity(res["resource"], res["borrowed"]),
-                    node["pending"] if node["leaf"] else "",
-                )
-                for node in quota["nodes"]
-                for res in node["resources"]
-            ],
-        )
-    builds = status["builds"]
-    recent = builds["recent"]
-    out += [
-        "",
-        f"BUILDS ({builds['builder']}): {recent['built']} built, {recent['cached']} cached,"
-        f" {recent['failed']} failed recently",
-    ]
-    failures = status.get("failures", [])
-    out += ["", "LAST FAILURES"]
-    out += _rows(
-        ("AT", "ITEM", "QUEUE", "STAGE", "REASON", "MESSAGE"),
-        [
-            (f["at"], f["item"], f["queue"], f["stage"], f["reason"], f["message"])
-            for f in failures[:20]
-        ],
-    )
-    return "\n".join(out)
-
-
-def _ok(value: object) -> str:
-    return "not yet" if value is None else ("ok" if value else "failing")
+    try:
+        return check(data)
+    except BadStatus as exc:
+        raise StatusError(f"{where}: not the agent's status JSON: {exc}") from None
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -241,10 +146,11 @@ def _status(args: argparse.Namespace) -> int:
                 fetch_proxy(args.kubeconfig, args.context, args.namespace, args.release, token)
             )
     except StatusError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # The reason may quote what the server answered: one line, escaped.
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return 1
     if args.output == "json":
-        print(json.dumps(status, indent=2))
+        print(json_text(status, indent=2))
     elif args.output == "yaml":
         print(yaml.safe_dump(dict(status), sort_keys=False), end="")
     else:

@@ -320,6 +320,13 @@ def _overlay_problems(overlay: Mapping[str, object]) -> list[BuildProblem]:
 
 # --- generated Dockerfiles --------------------------------------------------------------------
 
+# What may stand in the generated text, so no value can end a line, continue one (a trailing
+# `\`), or be expanded by the Dockerfile's own `$VAR` substitution: a Docker reference's
+# characters for FROM, an absolute path's for WORKDIR; the entry point is a JSON array (ASCII,
+# every control character and quote escaped), which ENTRYPOINT takes without substitution.
+_FROM = re.compile(r"[A-Za-z0-9._/:@+-]{1,512}")
+_WORKDIR = re.compile(r"/[A-Za-z0-9._/-]{0,255}")
+
 
 def python_dockerfile(
     base_image: str,
@@ -335,10 +342,12 @@ def python_dockerfile(
     cached dependency layer (Kaniko's `--cache-repo`). `requirements.txt` wins over
     `pyproject.toml` when both exist, as W&B's agent does.
     """
-    if not base_image or any(c.isspace() for c in base_image):
+    if not _FROM.fullmatch(base_image):
         raise ValueError(f"{base_image!r} is not an image reference")
-    if not entrypoint:
-        raise ValueError("a generated Dockerfile needs an entry point")
+    if not _WORKDIR.fullmatch(workdir):
+        raise ValueError(f"{workdir!r} is not an absolute path of [A-Za-z0-9._/-]")
+    if not entrypoint or not all(isinstance(word, str) for word in entrypoint):
+        raise ValueError("a generated Dockerfile needs an entry point (a list of strings)")
     lines = [
         f"FROM {base_image}",
         f"WORKDIR {workdir}",
@@ -354,5 +363,7 @@ def python_dockerfile(
     lines.append("COPY . ./")
     if pyproject and not requirements:
         lines.append("RUN pip install --no-cache-dir .")
-    lines.append("ENTRYPOINT " + json.dumps(entrypoint))
+    lines.append(
+        "ENTRYPOINT " + json.dumps(entrypoint, ensure_ascii=True).replace("\x7f", "\\u007f")
+    )
     return "\n".join(lines) + "\n"

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from launch_agent.model.display import clip, first_control, shown
 from launch_agent.model.queue_spec import InvalidInput, Problem
 
 # The only resource this agent runs; W&B's default for a missing key is local-container, but
@@ -39,9 +40,6 @@ SCHEDULER_RESOURCES = frozenset({KUBERNETES, "local-process", "local-container"}
 MAX_ID_CHARS = 128
 # W&B's item ids are base64 of `RunQueueItem:<digits>`; anything far longer is not one.
 MAX_ITEM_ID_CHARS = 256
-# C0 and C1 controls, DEL: line breaks and terminal escapes in logs; U+2028/2029 are line
-# breaks to many log viewers; the bidi overrides reorder what a reader sees.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 # Docker references, `registry/host:port/path:tag@sha256:digest` (render/macros.py `image_uri`).
 _IMAGE_REF = re.compile(r"[A-Za-z0-9._/:@+-]{1,512}")
 # wandb_settings.py `validate_project` / `validate_run_id` (sweep ids are run-id-like).
@@ -56,14 +54,22 @@ _RESERVED = {
 
 def _clip(value: str, limit: int = 80) -> str:
     """A value short enough to quote in an error (the W&B message and the log line)."""
-    return value if len(value) <= limit else f"{value[:limit]}... ({len(value):,} characters)"
+    return clip(value, limit)
+
+
+def shown_item_id(item_id: object) -> str:
+    """An item id as logs, the status page and messages show it: W&B sends it, so it may be
+    anything; one that `parse_run_item` refuses (200,000 characters, a newline) is shown
+    clipped to the documented `MAX_ITEM_ID_CHARS` and escaped, however often it comes back.
+    W&B calls still send the id whole: it is W&B's name for the item."""
+    return shown(item_id, MAX_ITEM_ID_CHARS)
 
 
 def identifier_problem(value: str, path: str, reserved: str, limit: int = MAX_ID_CHARS) -> str:
     """Why `value` cannot be an identifier at `path` (empty: it can)."""
     if len(value) > limit:
         return f"{path}: is {len(value):,} characters; at most {limit} are allowed"
-    control = _CONTROL.search(value)
+    control = first_control(value)
     if control:
         return (
             f"{path}: holds the control character {control.group()!r} at offset {control.start()}"

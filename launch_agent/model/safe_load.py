@@ -281,7 +281,15 @@ def _size_error(size: int, limits: Limits, source: str) -> InputError:
     return InputError(f"is {size:,} bytes; the limit is {limits.max_bytes:,}", source=source)
 
 
-def _yaml_error(exc: yaml.YAMLError, source: str) -> InputError:
+def _yaml_error(exc: yaml.YAMLError, source: str, text: str = "") -> InputError:
+    if isinstance(exc, yaml.reader.ReaderError) and isinstance(exc.character, int):
+        line, column = _position(text, exc.position) if text else (None, None)
+        return InputError(
+            f"invalid YAML: the character U+{exc.character:04X} is not allowed in YAML",
+            source=source,
+            line=line,
+            column=column,
+        )
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     reason = getattr(exc, "problem", None) or str(exc)
     if not isinstance(exc, _YamlRefusal):
@@ -306,15 +314,10 @@ def compose_yaml(
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > limits.max_bytes:
         raise _size_error(size, limits, source)
+    loader: _Loader | None = None
     try:
-        # The reader refuses NUL and other non-printable characters here, before parsing.
+        # Inside the `try`: the reader refuses a control character (`\x1f`) as it is built.
         loader = _Loader(text, limits)
-    except yaml.reader.ReaderError as exc:
-        # Its text spans lines ('... not allowed\n  in "<unicode string>", position 0').
-        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
-        reason = f"unacceptable character #x{char:04x}: {exc.reason} (at character {exc.position})"
-        raise InputError(f"invalid YAML: {reason}", source=source) from None
-    try:
         nodes = []
         while loader.check_node():
             node = loader.get_node()
@@ -328,11 +331,12 @@ def compose_yaml(
             return None, None
         return loader.construct_document(nodes[0]), nodes[0]
     except yaml.YAMLError as exc:
-        raise _yaml_error(exc, source) from None
+        raise _yaml_error(exc, source, text) from None
     except RecursionError:  # the depth bound makes this unreachable; never let it escape
         raise InputError(f"nested deeper than {limits.max_depth} levels", source=source) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def load_yaml(text: str, *, source: str = "", limits: Limits = SPEC_LIMITS) -> Any:

@@ -16,6 +16,18 @@ pushed, merging the filled config into the item's `resource_args`. So here:
   hostPath, added capabilities, root, a service account, Secrets) is **not** granted: each is
   listed with its path and the `security:` key that would grant it, as comments in the spec,
   so the admin decides and the spec refuses to load until they do.
+
+The spec is built as data and written by the YAML dumper; nothing of the config is ever
+pasted into YAML text. The comments that list what to review quote config values (a volume's
+name, a hostPath, a Secret), and a line break in one would end the comment and make the rest
+YAML (`name: "data\n  security:\n    privileged: true"` granted `privileged` this way), so
+every comment line is printable ASCII only: each other character is written as its escape
+(`\n`, `\x85`, `\u2028`), values in the commented grants are JSON (a YAML flow value the
+admin can uncomment as it is). Then the written text is read back with the project's loader
+(`model.safe_load`) and must be exactly the document: `check_written` refuses anything else,
+and a spec whose `spec` holds any key but `queues`, `namespace`, `template` and `overridable`
+(a `security` block above all: nothing is granted without the admin), or an `overridable`
+entry that is a pattern rather than the one path a template variable fills.
 """
 
 from __future__ import annotations
@@ -29,8 +41,17 @@ from typing import Any
 
 import yaml
 
+from launch_agent.model.display import one_line
 from launch_agent.model.queue_spec import API_VERSION, KIND
-from launch_agent.render.paths import Item, Path, format_path, item_label
+from launch_agent.model.safe_load import SPEC_LIMITS, InputError, load_yaml
+from launch_agent.render.paths import (
+    Item,
+    Path,
+    PathSyntaxError,
+    format_path,
+    item_label,
+    parse_glob,
+)
 
 _VARIABLE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*\}\}")
 _DNS_LABEL = re.compile(r"[^a-z0-9-]+")
@@ -38,20 +59,47 @@ _DNS_LABEL = re.compile(r"[^a-z0-9-]+")
 DEFAULT_OVERRIDES = ("overrides.args", "overrides.entry_point", "overrides.run_config")
 
 
+# The only keys of `spec` a migrated spec has: no `security`, `sweeps`, `quota` or `kueue`.
+SPEC_KEYS = ("queues", "namespace", "template", "overridable")
+
+
 class NotAQueueConfig(ValueError):
     """The input is not a W&B queue config this command can turn into a spec."""
 
 
+class UnsafeOutput(ValueError):
+    """The written spec would not read back as the document it was written from."""
+
+
+def comment(text: str) -> str:
+    """`text` as the body of one YAML comment line: printable ASCII only, every other
+    character as its escape, so no value can end the comment (`\n`, `\r`, NEL, U+2028,
+    U+2029) or hold a character the YAML reader refuses."""
+    return one_line(text).encode("ascii", "backslashreplace").decode("ascii")
+
+
+def flow(value: Any) -> str:
+    """A value as a one-line YAML flow value (JSON, ASCII, DEL escaped too)."""
+    return json.dumps(value, ensure_ascii=True).replace("\x7f", "\\u007f")
+
+
 @dataclass(frozen=True)
 class Finding:
-    """Something the config does that the restricted profile forbids: where, what, the grant."""
+    """Something the config does that the restricted profile forbids: where, what, and the
+    `security` key and value that would grant it (data, never YAML text)."""
 
     path: str
     what: str
-    grant: str
+    key: str
+    value: Any
     # False for what the template may do without a grant but an admin should know (Secrets
     # it names: pods of the queue read them; a submitter may name only granted ones).
     needed: bool = True
+
+    @property
+    def grant(self) -> str:
+        """`key: value` as the commented grant shows it (the value as JSON: one line)."""
+        return f"{self.key}: {flow(self.value)}"
 
 
 @dataclass(frozen=True)
@@ -64,47 +112,96 @@ class Migrated:
     variables: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def text(self, source: str) -> str:
-        """The spec as YAML, with the review list as comments (never as grants)."""
+        """The spec as YAML, with the review list as comments (never as grants), checked by
+        reading it back (`check_written`; raises `UnsafeOutput`)."""
         head = [
-            f"# Queue spec for W&B run queue {self.queue!r}, written by `launch-agent migrate`",
-            f"# from {source}. Review it before the agent loads it:",
+            f"Queue spec for W&B run queue {self.queue!r}, written by `launch-agent migrate`",
+            f"from {source}. Review it before the agent loads it:",
         ]
-        head += [f"#   - {line}" for line in self.decisions]
-        body = yaml.safe_dump(self.document, sort_keys=False, default_flow_style=False)
+        head += [f"  - {line}" for line in self.decisions]
+        body = yaml.safe_dump(
+            self.document, sort_keys=False, default_flow_style=False, allow_unicode=False
+        )
         tail: list[str] = []
         needed = tuple(f for f in self.findings if f.needed)
         known = tuple(f for f in self.findings if not f.needed)
         if needed:
             tail += [
-                "  # The config needs these exceptions to the restricted profile. None is granted:",
-                "  # the agent refuses this spec until each is removed from the template or",
-                "  # granted (uncomment; see docs/queue-specs.md#security).",
-                "  # security:",
+                "The config needs these exceptions to the restricted profile. None is granted:",
+                "the agent refuses this spec until each is removed from the template or",
+                "granted (uncomment; see docs/queue-specs.md#security).",
+                "security:",
             ]
-            for grant, paths in _grants(needed).items():
-                tail.append(f"  #   {grant}")
-                tail += [f"  #     # {p}" for p in paths]
+            tail += _grant_lines(needed)
         if known:
             tail += [
-                "  # Secrets the template names: every pod of this queue can read them. A",
-                "  # submitter may name a Secret only if it is listed in security.secrets:",
+                "Secrets the template names: every pod of this queue can read them. A",
+                "submitter may name a Secret only if it is listed in security.secrets:",
             ]
-            for grant, paths in _grants(known).items():
-                tail.append(f"  #   {grant}")
-                tail += [f"  #     # {p}" for p in paths]
+            tail += _grant_lines(known)
         for name, schema in self.variables.items():
             tail.append(
-                f"  # template variable {name!r}: W&B checked values against"
-                f" {json.dumps(schema, sort_keys=True)}; the agent does not"
+                f"template variable {name!r}: W&B checked values against"
+                f" {flow(schema)}; the agent does not"
             )
-        return "\n".join(head) + "\n" + body + ("\n".join(tail) + "\n" if tail else "")
+        text = (
+            "".join(f"# {comment(line)}\n" for line in head)
+            + body
+            + "".join(f"  # {comment(line)}\n" for line in tail)
+        )
+        check_written(text, self.document)
+        return text
 
 
-def _grants(findings: tuple[Finding, ...]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
+def _grant_lines(findings: tuple[Finding, ...]) -> list[str]:
+    """The commented grants, one per `security` key (list values merged, so uncommenting
+    them all gives no duplicate key), each followed by the paths that need it."""
+    keys: dict[str, list[Finding]] = {}
     for f in findings:
-        out.setdefault(f.grant, []).append(f"{f.path}: {f.what}")
-    return out
+        keys.setdefault(f.key, []).append(f)
+    lines = []
+    for key, found in keys.items():
+        values = [f.value for f in found]
+        if all(isinstance(v, list) for v in values):
+            merged: list[Any] = []
+            for v in values:
+                merged += [x for x in v if x not in merged]
+            grants = [f"{key}: {flow(merged)}"]
+        else:
+            grants = list(dict.fromkeys(f"{key}: {flow(v)}" for v in values))
+        lines += [f"  {g}" for g in grants]
+        lines += [f"    # {f.path}: {f.what}" for f in found]
+    return lines
+
+
+def check_written(text: str, document: dict[str, Any]) -> None:
+    """Refuse (`UnsafeOutput`) a written spec that does not read back as exactly `document`,
+    or whose `spec` could grant anything: a key but `SPEC_KEYS`, or an `overridable` entry
+    that is a pattern rather than one path."""
+    try:
+        parsed = load_yaml(text, source="the written spec", limits=SPEC_LIMITS)
+    except InputError as exc:
+        raise UnsafeOutput(f"it cannot be read back: {exc}") from None
+    if parsed != document:
+        raise UnsafeOutput("it does not read back as the spec it was written from")
+    spec = parsed.get("spec") if isinstance(parsed, dict) else None
+    if not isinstance(spec, dict) or set(spec) - set(SPEC_KEYS):
+        raise UnsafeOutput(f"its spec may hold only {', '.join(SPEC_KEYS)}")
+    for glob in spec.get("overridable", []):
+        if glob not in DEFAULT_OVERRIDES and literal_path(glob) is None:
+            raise UnsafeOutput(f"overridable entry {glob!r} is a pattern, not one path")
+
+
+def literal_path(glob: str) -> Path | None:
+    """The one concrete path `glob` names, or None if it names several (`*`, `[*]`, `**`) or
+    is not a path at all."""
+    try:
+        segs = parse_glob(glob)
+    except PathSyntaxError:
+        return None
+    if not all(isinstance(s, str | Item) for s in segs):
+        return None
+    return tuple(s for s in segs if isinstance(s, str | Item))
 
 
 def unwrap(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -133,6 +230,16 @@ def unwrap(config: Mapping[str, Any]) -> dict[str, Any]:
             " resource) or a manifest with `apiVersion`/`kind`"
         )
     return copy.deepcopy(dict(body))
+
+
+def colliding(queues: list[str]) -> list[list[str]]:
+    """The groups of queues whose specs would be written to one file (`spec_name` maps them
+    to one name: `gpu` and `GPU`, `gpu queue` and `gpu-queue`, the Kelvin sign and `k`,
+    names alike in their first 40 characters), each in the given order."""
+    by_name: dict[str, list[str]] = {}
+    for queue in dict.fromkeys(queues):
+        by_name.setdefault(spec_name(queue), []).append(queue)
+    return [group for group in by_name.values() if len(group) > 1]
 
 
 def spec_name(queue: str) -> str:
@@ -197,70 +304,110 @@ def _manifest_path(path: Path, wrapped: bool) -> Path:
 
 
 _CONTAINER_FLAGS = (
-    ("privileged", True, "a privileged container", "privileged: true"),
-    (
-        "allowPrivilegeEscalation",
-        True,
-        "privilege escalation allowed",
-        "allowPrivilegeEscalation: true",
-    ),
+    ("privileged", "a privileged container"),
+    ("allowPrivilegeEscalation", "privilege escalation allowed"),
 )
 _POD_FLAGS = ("hostNetwork", "hostPID", "hostIPC")
 
 
+def _security_context(where: str, value: dict[str, Any]) -> list[Finding]:
+    out = []
+    for field_, what in _CONTAINER_FLAGS:
+        if value.get(field_) is True:
+            out.append(Finding(f"{where}.{field_}", what, field_, True))
+    caps = value.get("capabilities")
+    added = caps.get("add") if isinstance(caps, dict) else None
+    if isinstance(added, list) and added:
+        names = [str(c) for c in added]
+        out.append(Finding(f"{where}.capabilities.add", "adds capabilities", "capabilities", names))
+    if value.get("runAsUser") == 0 or value.get("runAsNonRoot") is False:
+        out.append(Finding(where, "runs as root", "runAsRoot", True))
+    seccomp = value.get("seccompProfile")
+    if isinstance(seccomp, dict) and seccomp.get("type") == "Unconfined":
+        out.append(
+            Finding(f"{where}.seccompProfile", "seccomp unconfined", "seccompUnconfined", True)
+        )
+    return out
+
+
+def _secrets(where: str, key: str, value: Any) -> list[Finding]:
+    if key in ("secretKeyRef", "secretRef", "secret") and isinstance(value, dict):
+        name = value.get("name", value.get("secretName"))
+        if isinstance(name, str):
+            return [Finding(where, "reads a Secret", "secrets", [name], needed=False)]
+    if key == "imagePullSecrets" and isinstance(value, list):
+        return [
+            Finding(where, "pulls with a Secret", "secrets", [entry["name"]], needed=False)
+            for entry in value
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str)
+        ]
+    return []
+
+
 def findings(template: Any) -> list[Finding]:
-    """What in `template` needs an exception to the restricted profile or names a Secret."""
+    """What in `template` needs an exception to the restricted profile or names a Secret.
+
+    The values (capabilities, a hostPath, a service account, Secret names) are kept as data in
+    `Finding.value`; `what` is the project's own words only."""
     out: list[Finding] = []
     for path, value in _walk(template, ()):
         where = format_path(path, "spec.template")
         key = path[-1] if path and isinstance(path[-1], str) else None
         if key == "securityContext" and isinstance(value, dict):
-            for field_, bad, what, grant in _CONTAINER_FLAGS:
-                if value.get(field_) is bad:
-                    out.append(Finding(f"{where}.{field_}", what, grant))
-            added = (value.get("capabilities") or {}).get("add") or []
-            if added:
-                caps = ", ".join(map(str, added))
-                out.append(
-                    Finding(f"{where}.capabilities.add", f"adds {caps}", f"capabilities: [{caps}]")
-                )
-            if value.get("runAsUser") == 0 or value.get("runAsNonRoot") is False:
-                out.append(Finding(where, "runs as root", "runAsRoot: true"))
-            seccomp = value.get("seccompProfile") or {}
-            if isinstance(seccomp, dict) and seccomp.get("type") == "Unconfined":
-                out.append(
-                    Finding(
-                        f"{where}.seccompProfile", "seccomp unconfined", "seccompUnconfined: true"
-                    )
-                )
+            out += _security_context(where, value)
         elif key in _POD_FLAGS and value is True:
-            out.append(Finding(where, f"uses the node's {key[4:]} namespace", f"{key}: true"))
+            out.append(Finding(where, f"uses the node's {key[4:]} namespace", key, True))
         elif key == "hostPath" and isinstance(value, dict):
             out.append(
-                Finding(where, "mounts a node directory", f"hostPaths: [{value.get('path', '')}]")
+                Finding(where, "mounts a node directory", "hostPaths", [value.get("path", "")])
             )
         elif key == "hostPort" and value:
-            out.append(Finding(where, "binds a node port", "hostPorts: true"))
+            out.append(Finding(where, "binds a node port", "hostPorts", True))
         elif key in ("serviceAccountName", "serviceAccount") and isinstance(value, str):
-            out.append(Finding(where, "runs as a service account", f"serviceAccountName: {value}"))
+            out.append(Finding(where, "runs as a service account", "serviceAccountName", value))
         elif key == "automountServiceAccountToken" and value is True:
-            out.append(Finding(where, "mounts an API token", "automountServiceAccountToken: true"))
-        elif key in ("secretKeyRef", "secretRef", "secret") and isinstance(value, dict):
-            name = value.get("name", value.get("secretName"))
-            if isinstance(name, str):
-                out.append(
-                    Finding(where, f"reads Secret {name!r}", f"secrets: [{name}]", needed=False)
-                )
-        elif key == "imagePullSecrets" and isinstance(value, list):
-            for entry in value:
-                if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-                    name = entry["name"]
-                    out.append(
-                        Finding(
-                            where, f"pulls with Secret {name!r}", f"secrets: [{name}]", needed=False
-                        )
-                    )
+            out.append(Finding(where, "mounts an API token", "automountServiceAccountToken", True))
+        elif key is not None:
+            out += _secrets(where, key, value)
     return out
+
+
+def _variable_paths(
+    used: dict[str, list[Path]],
+    variables: Mapping[str, Mapping[str, Any]],
+    wrapped: bool,
+    decisions: list[str],
+) -> list[str]:
+    """The `overridable` path of each place a template variable fills (W&B writes the
+    submitter's value there), each naming exactly that place; what needs deciding is appended
+    to `decisions`."""
+    overridable: list[str] = []
+    for name in sorted(used):
+        for path in used[name]:
+            place = _manifest_path(path, wrapped)
+            glob = format_path(place)
+            if literal_path(glob) != place:
+                # A list item named `*` (or holding `]` or `"`) has no path of its own: the
+                # glob would grant more than this one place, or nothing at all.
+                decisions.append(
+                    f"template variable {name!r} fills {glob}, which no overridable path names"
+                    " exactly (a list item's name is a pattern or cannot be written in a"
+                    " path): it is not overridable; add a glob if submitters need it"
+                )
+            elif glob not in overridable:
+                overridable.append(glob)
+        if name not in variables:
+            decisions.append(f"template variable {name!r} is used but W&B gave no schema for it")
+        elif not _default(variables[name])[0]:
+            decisions.append(
+                f"template variable {name!r} has no default: the template keeps"
+                f" '{{{{{name}}}}}' at {', '.join(format_path(p) for p in used[name])};"
+                " write a value"
+            )
+    unused = sorted(set(variables) - set(used))
+    if unused:
+        decisions.append(f"template variables not used by the config: {', '.join(unused)}")
+    return overridable
 
 
 def migrate(
@@ -297,23 +444,7 @@ def migrate(
             if isinstance(where, dict):
                 where.pop("namespace", None)
 
-    overridable: list[str] = []
-    for name in sorted(used):
-        for path in used[name]:
-            glob = format_path(_manifest_path(path, wrapped))
-            if glob not in overridable:
-                overridable.append(glob)
-        if name not in variables:
-            decisions.append(f"template variable {name!r} is used but W&B gave no schema for it")
-        elif not _default(variables[name])[0]:
-            decisions.append(
-                f"template variable {name!r} has no default: the template keeps"
-                f" '{{{{{name}}}}}' at {', '.join(format_path(p) for p in used[name])};"
-                " write a value"
-            )
-    unused = sorted(set(variables) - set(used))
-    if unused:
-        decisions.append(f"template variables not used by the config: {', '.join(unused)}")
+    overridable = _variable_paths(used, variables, wrapped, decisions)
     overridable += DEFAULT_OVERRIDES
     decisions.append(
         "W&B let submitters change any field of resource_args; this spec lets them change only"

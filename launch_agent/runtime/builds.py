@@ -71,7 +71,7 @@ from launch_agent.model.build_source import (
     check_relative_path,
 )
 from launch_agent.model.config import AgentConfig, ImageTrustConfig
-from launch_agent.model.run_item import RunItem
+from launch_agent.model.run_item import RunItem, shown_item_id
 from launch_agent.model.safe_load import load_json
 from launch_agent.render.kaniko import KanikoSettings
 from launch_agent.render.naming import derived_run_id
@@ -273,8 +273,10 @@ class BuildService:
         """The image to run `run` with; None if the item was failed or is left for later."""
         assert run.job is not None
         if item.id in self._active:
-            log.info("item %s offered again while its image builds: the first dispatch owns it",
-                     item.id)  # fmt: skip
+            log.info(
+                "item %s offered again while its image builds: the first dispatch owns it",
+                shown_item_id(item.id),
+            )
             return None
         self._active.add(item.id)
         try:
@@ -296,12 +298,12 @@ class BuildService:
             # take a minute, which shutdown does not wait for.
             read = await race(self.read_job(job), self.stopping, name=f"job-read {item.id}")
             if read is None:
-                log.info("stopping: item %s is left for the next start", item.id)
+                log.info("stopping: item %s is left for the next start", shown_item_id(item.id))
                 return None
             spec = spec_for(run, read.result(), job, self.allowed_schemes)
         except JobArtifactUnavailable as exc:
             # W&B did not answer: not the item's fault; it is offered again after its lease.
-            log.warning("item %s left for a later pop: %s", item.id, exc)
+            log.warning("item %s left for a later pop: %s", shown_item_id(item.id), exc)
             return None
         except (JobArtifactError, JobSpecError) as exc:
             await self.reporter.fail(
@@ -321,7 +323,10 @@ class BuildService:
                 task.cancel()
             await asyncio.gather(build, stop, return_exceptions=True)
         if not build.done() or build.cancelled():
-            log.info("stopping: the build for item %s is abandoned; W&B offers it again", item.id)
+            log.info(
+                "stopping: the build for item %s is abandoned; W&B offers it again",
+                shown_item_id(item.id),
+            )
             return None
         failure = build.exception()
         if isinstance(failure, BuildFailed):

@@ -52,8 +52,9 @@ from launch_agent.adapters.kube import (
 from launch_agent.adapters.wandb_client import RunQueueItem, WandbClient
 from launch_agent.adapters.wandb_errors import WandbError, WandbUnavailable
 from launch_agent.model.config import AgentConfig
+from launch_agent.model.display import quoted
 from launch_agent.model.queue_spec import InvalidInput, Problem, QueueSpec
-from launch_agent.model.run_item import RunItem, parse_run_item
+from launch_agent.model.run_item import RunItem, parse_run_item, shown_item_id
 from launch_agent.model.sweeps import (
     is_custom_scheduler,
     is_scheduler_item,
@@ -92,9 +93,8 @@ def not_installed_message(exc: KindNotInstalled) -> str:
 
 def shown(value: object, limit: int = 80) -> str:
     """A submitter's value quoted in a failure message: its repr, at most `limit` characters
-    of it (a 900 KB job name is not echoed back to W&B)."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+    of it (a 900 KB job name is not echoed back to W&B); `model.display.quoted`."""
+    return quoted(value, limit)
 
 
 def problems_text(problems: Sequence[Problem]) -> str:
@@ -166,7 +166,10 @@ class Dispatcher:
             # Its lease lapsed during the dispatch (a long build or create) and W&B offered it
             # again: the dispatch in flight creates and acks it. Two at once would stamp it
             # twice for the quota's ordering and answer each other's ack with success: false.
-            log.info("item %s offered again while its dispatch is in flight: left to it", item.id)
+            log.info(
+                "item %s offered again while its dispatch is in flight: left to it",
+                shown_item_id(item.id),
+            )
             return
         existing = self.runs.get(item.id)
         if existing is not None:
@@ -206,11 +209,12 @@ class Dispatcher:
     def _over_cap(self, item: RunQueueItem) -> None:
         """W&B's agent: warn, do not ack; the lease lapses and W&B offers the item again."""
         message = self.schedulers.over_cap_message()
-        log.warning("scheduler item %s not started: %s", item.id, message)
-        if item.id not in self._capped:
+        key = shown_item_id(item.id)  # kept clipped: 10,000 ids of W&B's choosing
+        log.warning("scheduler item %s not started: %s", key, message)
+        if key not in self._capped:
             if len(self._capped) >= 10_000:
                 self._capped.clear()
-            self._capped.add(item.id)
+            self._capped.add(key)
             self.reporter.warn(item.id, message, "agent")
 
     async def _dispatch(
@@ -234,7 +238,9 @@ class Dispatcher:
             await self._fail(item, failed)
             return
         except LeftForLater as later:
-            log.log(later.level, "item %s left for a later pop: %s", item.id, later.why)
+            log.log(
+                later.level, "item %s left for a later pop: %s", shown_item_id(item.id), later.why
+            )
             return
         await self._report(item, run, landed, result, popped_at)
 

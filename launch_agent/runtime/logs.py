@@ -4,37 +4,43 @@ The redaction filter knows the actual secret values (the API key) and masks them
 appear: in the message, its arguments and exception text. Masking by value catches what a
 field-name rule misses, such as a key pasted into a manifest a submitter sent.
 
-Text lines escape the control characters of their message (JSON lines are escaped by JSON):
-a message can quote what a submitter wrote or a pod printed (a log tail in a failure reason),
-and a newline there would start a forged line of the agent's log, an ANSI escape repaint the
-reader's terminal.
+Text lines escape the control characters of their message with the one sanitizer
+(`model/display.py`; JSON lines are escaped by JSON, DEL included): a message can quote what a
+submitter wrote or a pod printed (a log tail in a failure reason), and a newline there would
+start a forged line of the agent's log, an ANSI escape repaint the reader's terminal. A
+traceback keeps its line breaks and nothing else. Every message is clipped to
+`MAX_LOG_MESSAGE` characters: a value W&B sent that is refused (a 200,000-character item id) is
+never written whole, however many times it comes back.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TextIO
 
+from launch_agent.model.display import clip, one_line, terminal_text
+
 MASK = "********"
 _STANDARD = set(vars(logging.makeLogRecord({})))
-# C0 (but tab) and C1 controls, DEL, and the Unicode line and paragraph separators.
-_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def escape_controls(text: str) -> str:
-    """`text` on one line: each control character as its Python escape (`\\n`, `\\x1b`)."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+_FORMATTED = frozenset({"message", "asctime"})
+# As much as W&B takes of a failure message (`Reporter.clip`): a log tail fits, a refused
+# 200,000-character value does not.
+MAX_LOG_MESSAGE = 16_000
 
 
 class TextFormatter(logging.Formatter):
     def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = escape_controls(record.message)
+        record.message = one_line(clip(record.message, MAX_LOG_MESSAGE), tabs=True)
         return super().formatMessage(record)
+
+    def format(self, record: logging.LogRecord) -> str:
+        # The message is on one line already; a traceback keeps its line breaks, and the
+        # exception texts in it lose every other control character.
+        return terminal_text(super().format(record))
 
 
 class RedactingFilter(logging.Filter):
@@ -64,17 +70,19 @@ class JsonFormatter(logging.Formatter):
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": clip(record.getMessage(), MAX_LOG_MESSAGE),
         }
         # Structured fields passed with `extra={...}` (run id, queue, stage, ...).
+        # (`message` and `asctime` are what another handler's formatter left on the record.)
         for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                entry[key] = value
+            if key not in _STANDARD and key not in _FORMATTED and not key.startswith("_"):
+                entry[key] = clip(value, MAX_LOG_MESSAGE) if isinstance(value, str) else value
         if record.exc_text:
             entry["exc"] = record.exc_text
         elif record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        # JSON escapes every control character but DEL, which the terminal would get raw.
+        return json.dumps(entry, default=str).replace("\x7f", "\\u007f")
 
 
 def configure_logging(

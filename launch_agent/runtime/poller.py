@@ -32,6 +32,7 @@ from launch_agent.adapters.wandb_client import AgentStatus, RunQueueItem, WandbC
 from launch_agent.adapters.wandb_errors import WandbAuthError, WandbError
 from launch_agent.aio import wait_event
 from launch_agent.model.config import PollConfig
+from launch_agent.model.run_item import shown_item_id
 from launch_agent.runtime.admission.stage import AdmissionStage
 from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.dispatcher import Dispatcher
@@ -156,7 +157,7 @@ class Poller:
             await self.dispatcher.dispatch(item, popped_at)
         except Exception:
             # A bug must not take the loop down; the item's lease lapses and W&B offers it again.
-            log.exception("dispatch of item %s failed unexpectedly", item.id)
+            log.exception("dispatch of item %s failed unexpectedly", shown_item_id(item.id))
         finally:
             self.runs.dispatching -= 1
 

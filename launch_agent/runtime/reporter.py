@@ -37,6 +37,7 @@ from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.adapters.wandb_documents import RUN_QUEUE_ITEMS_PAGE
 from launch_agent.adapters.wandb_errors import WandbError, WandbUnavailable
 from launch_agent.aio import wait_event
+from launch_agent.model.run_item import shown_item_id
 from launch_agent.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -164,7 +165,10 @@ class Reporter:
             known = await self.already_failed(verify)
             match known:
                 case Sent(value=True):
-                    log.info("item %s is already FAILED in W&B: not failed again", item_id)
+                    log.info(
+                        "item %s is already FAILED in W&B: not failed again",
+                        shown_item_id(item_id),
+                    )
                     return Sent(None)
                 case Sent() | Declined():
                     # A refusal cannot tell "reported" from "not": the mutation is the report
@@ -174,18 +178,20 @@ class Reporter:
                     return known
                 case _:
                     assert_never(known)
-        self.metrics.failed(item_id, stage, reason, message)
-        log.info("failing item %s (stage %s, %s): %s", item_id, stage, reason, message[:500])
+        # The id is sent whole (W&B's name for the item) but shown and kept clipped.
+        shown = shown_item_id(item_id)
+        self.metrics.failed(item_id, stage, reason, message)  # the status clips it itself
+        log.info("failing item %s (stage %s, %s): %s", shown, stage, reason, message[:500])
         text = clip(message)
         outcome = await self.retrying(
-            f"failRunQueueItem {item_id}", lambda: self.wandb.fail(item_id, text, stage)
+            f"failRunQueueItem {shown}", lambda: self.wandb.fail(item_id, text, stage)
         )
         match outcome:
             case Sent(value=True):
                 self.sent["fail"] += 1
                 return Sent(None)
             case Sent():
-                log.error("W&B answered success: false to failRunQueueItem for %s", item_id)
+                log.error("W&B answered success: false to failRunQueueItem for %s", shown)
                 return Declined("failRunQueueItem answered success: false")
             case Declined() | NotSent():
                 return outcome
@@ -208,7 +214,7 @@ class Reporter:
         """The item's state in W&B (`PENDING`, `LEASED`, `CLAIMED`, `FAILED`; None: the queue
         holds no such item), retried through an outage like a report."""
         outcome = await self.retrying(
-            f"state of item {ref.item_id}",
+            f"state of item {shown_item_id(ref.item_id)}",
             lambda: self.wandb.run_queue_item(ref.entity, ref.queue, ref.item_id),
         )
         match outcome:
@@ -224,7 +230,7 @@ class Reporter:
         """`ackRunQueueItem` for a workload that exists already (an adopted run whose ack was
         lost), retried through an outage; `Sent(False)`: W&B answered `success: false`."""
         outcome = await self.retrying(
-            f"ackRunQueueItem {item_id}", lambda: self.wandb.ack(item_id, run_name)
+            f"ackRunQueueItem {shown_item_id(item_id)}", lambda: self.wandb.ack(item_id, run_name)
         )
         match outcome:
             case Sent(value=won):
@@ -267,7 +273,7 @@ class Reporter:
                 " be read from the first page; taken as not requeued",
                 ref.queue,
                 RUN_QUEUE_ITEMS_PAGE,
-                ref.item_id,
+                shown_item_id(ref.item_id),
             )
         return Sent(None)
 
@@ -276,7 +282,7 @@ class Reporter:
     ) -> Delivery[str]:
         """`pushToRunQueueByName`; `Sent` carries the new item's id."""
         outcome = await self.retrying(
-            f"requeue of {item_id} onto {queue!r}",
+            f"requeue of {shown_item_id(item_id)} onto {queue!r}",
             lambda: self.wandb.push_to_run_queue_by_name(entity, queue, run_spec),
         )
         match outcome:
@@ -294,7 +300,9 @@ class Reporter:
             # Bounded even through a long outage; the oldest is the least useful by now.
             dropped = self._warnings.popleft()
             self.dropped_warnings += 1
-            log.warning("warning for item %s not sent (backlog full)", dropped.item_id)
+            log.warning(
+                "warning for item %s not sent (backlog full)", shown_item_id(dropped.item_id)
+            )
         self._warnings.append(Warning_(item_id, clip(message, 4000), stage))
         self._wake.set()
 
@@ -308,7 +316,7 @@ class Reporter:
             while self._warnings:
                 warning = self._warnings[0]
                 outcome = await self.retrying(
-                    f"warning for {warning.item_id}",
+                    f"warning for {shown_item_id(warning.item_id)}",
                     functools.partial(
                         self.wandb.warn, warning.item_id, warning.message, warning.stage
                     ),

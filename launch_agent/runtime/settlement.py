@@ -27,6 +27,7 @@ from typing import assert_never
 
 from launch_agent.adapters.wandb_client import RunQueueItem, WandbClient
 from launch_agent.adapters.wandb_errors import WandbAckUncertain, WandbError, WandbUnavailable
+from launch_agent.model.run_item import shown_item_id
 from launch_agent.model.run_state import RunState
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.reporter import Declined, ItemRef, NotSent, Reporter, Sent
@@ -78,7 +79,7 @@ class Settlement:
             )
             return
         except WandbError as exc:
-            log.error("W&B refused the ack of item %s: %s", item.id, exc)
+            log.error("W&B refused the ack of item %s: %s", shown_item_id(item.id), exc)
             return
         if not won:
             if record.acked:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import resource
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -20,6 +19,7 @@ import pytest
 
 from launch_agent.sandbox.kube import write_kubeconfig
 from tests.floods import Flood, flood_server
+from tests.peak_rss import measured, peak
 
 MIB = 1024 * 1024
 BASELINE = 160 * MIB
@@ -27,26 +27,23 @@ LIMIT = 16_000_000
 ADDRESS_SPACE = 3 * 1024 * MIB
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-
-
 def _run(argv: list[str], cwd: Path) -> tuple[int, str, int]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "LAUNCH_AGENT_"))}
     env["HOME"] = str(cwd)
-    child = subprocess.Popen(
+    rss = cwd / ".peak-rss"
+    child = measured(
         [sys.executable, "-m", "launch_agent", "status", *argv],
+        rss,
+        ADDRESS_SPACE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         cwd=cwd,
         env=env,
-        preexec_fn=_limit_memory,  # noqa: PLW1509
     )
     assert child.stderr is not None
     err = child.stderr.read().decode()
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    return child.returncode, err, usage.ru_maxrss * 1024
+    child.wait()
+    return child.returncode, err, peak(rss)
 
 
 async def _status(*argv: str, cwd: Path) -> tuple[int, str, int]:

@@ -3,7 +3,7 @@
 Each case runs the real CLI (`python -m launch_agent ...`, the argv path a user's shell takes)
 on `/dev/zero` or on a pipe that never ends, and asserts: exit status (the command's status for
 bad input), one `error:` line naming the input and the limit, and the child's peak memory
-(`wait4`'s `ru_maxrss` for that child alone) under the limit plus the interpreter's baseline.
+(`wait4`'s `ru_maxrss` for that child alone, forked from a small process: `tests/peak_rss.py`) under the limit plus the interpreter's baseline.
 The child runs under an address-space limit, so code that reads everything first ends in a
 MemoryError quickly instead of taking the machine's memory with it.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import subprocess
 import sys
 import threading
@@ -22,14 +21,12 @@ from typing import IO
 
 import pytest
 
+from tests.peak_rss import measured, peak
+
 MIB = 1024 * 1024
 # What the interpreter and the imports of the biggest command take before any input.
 BASELINE = 160 * MIB
 ADDRESS_SPACE = 3 * 1024 * MIB
-
-
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
 
 def _feed_forever(stream: IO[bytes]) -> None:
@@ -47,14 +44,16 @@ def _run(argv: list[str], *, endless_stdin: bool, cwd: Path) -> tuple[int, str, 
     """(exit status, stderr, peak RSS in bytes) of the CLI with `argv`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "LAUNCH_AGENT_"))}
     env["HOME"] = str(cwd)
-    child = subprocess.Popen(
+    rss = cwd / ".peak-rss"
+    child = measured(
         [sys.executable, "-m", "launch_agent", *argv],
+        rss,
+        ADDRESS_SPACE,
         stdin=subprocess.PIPE if endless_stdin else subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         cwd=cwd,
         env=env,
-        preexec_fn=_limit_memory,  # noqa: PLW1509
     )
     feeder = None
     if endless_stdin:
@@ -63,14 +62,13 @@ def _run(argv: list[str], *, endless_stdin: bool, cwd: Path) -> tuple[int, str, 
         feeder.start()
     assert child.stderr is not None
     err = child.stderr.read().decode()
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
+    child.wait()
     if feeder is not None:
         feeder.join(timeout=10)
         assert child.stdin is not None
         with contextlib.suppress(BrokenPipeError):
             child.stdin.close()
-    return child.returncode, err, usage.ru_maxrss * 1024
+    return child.returncode, err, peak(rss)
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,4 +173,4 @@ def test_a_file_of_nul_bytes_under_the_limit_is_an_error_line_not_a_traceback(
     lines = err.strip().splitlines()
     assert code == 2, err[-2000:]
     assert len(lines) == 1 and lines[0].startswith("error: nul.yaml: "), err[-2000:]
-    assert "unacceptable character #x0000" in lines[0]
+    assert "the character U+0000 is not allowed in YAML" in lines[0]

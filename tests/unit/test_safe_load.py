@@ -213,3 +213,12 @@ def test_decode_response_refuses_only_texts_that_are_not_json() -> None:
     unbalanced = "[" * 50_000
     with pytest.raises(InputError, match="invalid JSON"):
         decode_response(unbalanced, cut=10, limit=5)
+
+
+@pytest.mark.parametrize("char", ["\x1f", "\x7f", "\x9b", "\ufffe"])
+def test_a_character_yaml_refuses_is_an_input_error_with_its_line(char: str) -> None:
+    # The reader refuses these while it is being built: that used to escape as a traceback
+    # (`launch-agent validate` on a file with a stray control character).
+    with pytest.raises(InputError) as exc:
+        load_yaml(f"a: 1\nb: 2 # {char}\n", source="spec.yaml")
+    assert exc.value.line == 2 and f"U+{ord(char):04X}" in exc.value.reason

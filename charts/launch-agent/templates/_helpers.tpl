@@ -287,3 +287,12 @@ replica may do. The Lease is named after the release, in the agent's namespace.
 {{- define "launch-agent.leaseName" -}}
 {{- .Values.agent.leaderElection.leaseName | default (include "launch-agent.fullname" .) -}}
 {{- end -}}
+
+{{/* A PodDisruptionBudget count or percentage: digits as the number, `N%` quoted. */}}
+{{- define "launch-agent.intOrPercent" -}}
+{{- if and (kindIs "string" .) (hasSuffix "%" .) -}}
+{{- . | quote -}}
+{{- else -}}
+{{- . | int -}}
+{{- end -}}
+{{- end -}}

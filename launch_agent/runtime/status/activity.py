@@ -3,7 +3,9 @@ last hour per queue, the last failures with their reasons, the last builds.
 
 Bounded: timestamps older than the window are dropped on every record and read, each queue's
 window holds at most `MAX_PER_WINDOW` events, the failure and build lists keep the newest
-`MAX_FAILURES` / `MAX_BUILDS`, and the item → queue map is an LRU of `MAX_ITEMS`.
+`MAX_FAILURES` / `MAX_BUILDS`, and the item → queue map is an LRU of `MAX_ITEMS`. Item ids are
+W&B's and may be anything: each is kept as `shown_item_id` shows it (a refused 200,000-character
+id as its first 256 characters and its length), failure messages at most `MAX_MESSAGE`.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from launch_agent.model.run_item import shown_item_id
+
 WINDOW = timedelta(hours=1)
 MAX_PER_WINDOW = 100_000
 MAX_FAILURES = 50
 MAX_BUILDS = 50
 MAX_ITEMS = 10_000
+MAX_MESSAGE = 2_000
 
 
 def _utcnow() -> datetime:
@@ -100,6 +105,7 @@ class Activity:
 
     def remember(self, item: str, queue: str) -> None:
         """Which queue an item came from, so its failure is counted against that queue."""
+        item = shown_item_id(item)
         self._items[item] = queue
         self._items.move_to_end(item)
         while len(self._items) > MAX_ITEMS:
@@ -107,9 +113,10 @@ class Activity:
 
     def failed(self, item: str, stage: str, reason: str, message: str) -> None:
         at = self.now()
+        item = shown_item_id(item)
         queue = self._items.get(item, "")
         self._fails.setdefault(queue, _Window()).add(at)
-        self._failures.append(Failure(at, item, queue, stage, reason, message[:2000]))
+        self._failures.append(Failure(at, item, queue, stage, reason, message[:MAX_MESSAGE]))
 
     def built(self, result: str, seconds: float, image: str) -> None:
         self._builds.append(Build(self.now(), result, seconds, image))

@@ -1,9 +1,11 @@
 """The status page: a snapshot (`snapshot.build`) rendered as one HTML document (pure).
 
 Server-rendered and readable without JavaScript; it reloads itself with
-`<meta http-equiv="refresh">`. Every value is escaped with `html.escape` (run names, reasons,
-queue names and messages come from submitters), links are only ever `http(s)` URLs the
-snapshot built, and quota bars are plain `<div>` widths computed here.
+`<meta http-equiv="refresh">`. Every value goes through the one sanitizer
+(`model.display.terminal_text`: control characters, bidi overrides and line separators shown
+escaped, line breaks kept for log tails) and then `html.escape` (run names, reasons, queue
+names and messages come from submitters and their containers), links are only ever `http(s)`
+URLs the snapshot built, and quota bars are plain `<div>` widths computed here.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from html import escape
 from typing import Any
+
+from launch_agent.model.display import terminal_text
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1d2330;background:#fafbfc}
@@ -27,7 +31,7 @@ border-left:2px solid #111} .msg{max-width:40rem;white-space:pre-wrap;word-break
 
 
 def _e(value: object) -> str:
-    return escape("" if value is None else str(value), quote=True)
+    return escape(terminal_text("" if value is None else str(value)), quote=True)
 
 
 def _age(seconds: float | None) -> str:

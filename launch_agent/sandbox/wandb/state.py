@@ -181,8 +181,13 @@ class LaunchState:
         priority: int | None = None,
         template_values: dict[str, Any] | None = None,
         text: str | None = None,
+        item_id: str | None = None,
     ) -> RunQueueItem:
-        """Enqueue a run spec, merged with the queue's default config as W&B does on push."""
+        """Enqueue a run spec, merged with the queue's default config as W&B does on push.
+
+        `item_id` serves the item under an id of the caller's choosing instead of W&B's own
+        (`RunQueueItem:<n>` in base64): what a compromised W&B, or anything between it and the
+        agent, can send."""
         spec = dict(run_spec)
         merged = bool(queue.config)
         if queue.config:
@@ -194,7 +199,7 @@ class LaunchState:
             spec["resource_args"] = {resource: deep_merge(queue_args, push_args)}
         now = self.clock()
         item = RunQueueItem(
-            self._next("RunQueueItem"),
+            item_id if item_id is not None else self._next("RunQueueItem"),
             queue,
             spec,
             DEFAULT_PRIORITY if priority is None else priority,

@@ -111,11 +111,11 @@ def test_security_exceptions_are_listed_not_granted() -> None:
     grants = {f.grant for f in m.findings}
     assert {
         "privileged: true",
-        "capabilities: [SYS_ADMIN]",
+        'capabilities: ["SYS_ADMIN"]',
         "hostNetwork: true",
-        "hostPaths: [/data]",
-        "serviceAccountName: trainer",
-        "secrets: [hf-token]",
+        'hostPaths: ["/data"]',
+        'serviceAccountName: "trainer"',
+        'secrets: ["hf-token"]',
     } <= grants
     paths = {f.path for f in m.findings}
     assert "spec.template.spec.template.spec.containers[main].securityContext.privileged" in paths

@@ -5,8 +5,13 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from launch_agent.runtime.logs import configure_logging
+from tests.terminal import hostile_text, unsafe_characters
 
 KEY = "0123456789abcdef0123456789abcdef01234567"
 
@@ -53,3 +58,65 @@ def test_text_lines_cannot_be_forged_by_a_message() -> None:
         logging.getLogger("launch_agent").removeHandler(handler)
     (line,) = stream.getvalue().splitlines()
     assert line.endswith("run failed: oops\\n2026-12-01 00:00:00 ERROR forged\\x1b[2J\\u2028x\tend")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    message=hostile_text(surrogates=True),
+    arg=hostile_text(surrogates=True),
+    error=hostile_text(surrogates=True),
+    fmt=st.sampled_from(["text", "json"]),
+)
+def test_no_control_character_but_newline_and_tab_gets_out(
+    message: str, arg: str, error: str, fmt: str
+) -> None:
+    # Whatever the message, its arguments and an exception's text hold (a pod's log tail, an
+    # item id from W&B), the log carries no escape sequence, C1 control, DEL, bidi override or
+    # line separator; newlines only between the lines of a traceback.
+    log, stream, handler = _logger(fmt)
+    try:
+        log.warning("%s %s", message, arg)
+        try:
+            raise ValueError(error)
+        except ValueError:
+            log.exception("failed: %s", arg)
+    finally:
+        logging.getLogger("launch_agent").removeHandler(handler)
+    out = stream.getvalue()
+    assert unsafe_characters(out) == []
+    # The warning is one line: the next line is the next record's.
+    second = out.split("\n")[1]
+    if fmt == "json":
+        assert json.loads(second)["level"] == "error"
+    else:
+        assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ERROR ", second), second
+
+
+def test_a_refused_value_is_not_logged_whole() -> None:
+    # A 200,000-character item id from W&B is refused; each log line about it stays bounded.
+    for fmt in ("text", "json"):
+        log, stream, handler = _logger(fmt)
+        try:
+            log.info("failing item %s", "Q" * 200_000)
+        finally:
+            logging.getLogger("launch_agent").removeHandler(handler)
+        out = stream.getvalue()
+        assert len(out) < 16_400 and "(200,013 characters)" in out
+
+
+def test_a_json_line_carries_the_message_once_even_after_another_handler() -> None:
+    # Another handler's formatter leaves `message` on the record; it is not a structured field
+    # (it used to be copied whole, unclipped, into every JSON line).
+    stream, other = io.StringIO(), io.StringIO()
+    plain = logging.StreamHandler(other)
+    logger = logging.getLogger("launch_agent")
+    logger.addHandler(plain)
+    handler = configure_logging("json", verbosity=0, stream=stream)
+    try:
+        logging.getLogger("launch_agent.test").info("failing item %s", "Q" * 200_000)
+    finally:
+        logger.removeHandler(plain)
+        logger.removeHandler(handler)
+    (line,) = stream.getvalue().splitlines()
+    entry = json.loads(line)
+    assert "message" not in entry and len(line) < 16_400
