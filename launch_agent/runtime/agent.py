@@ -60,7 +60,7 @@ from launch_agent.adapters.kube import (
     load_configuration,
 )
 from launch_agent.adapters.retry import RetryPolicy
-from launch_agent.adapters.tls import CABundleError
+from launch_agent.adapters.tls import CABundleError, client_ssl_context
 from launch_agent.adapters.wandb_client import WandbClient
 from launch_agent.model.config import AgentConfig
 from launch_agent.model.lease import LeaseTiming
@@ -283,6 +283,10 @@ class Agent:
         if self.wandb_retry is not None:
             options["retry"] = self.wandb_retry
         try:
+            # Loading the system roots takes 50 ms of CPU: off the loop, like any file read.
+            options["ssl_context"] = await asyncio.to_thread(
+                client_ssl_context, configured=config.ca_bundle
+            )
             client = WandbClient.from_config(config, **options)
         except CABundleError as exc:  # a customCABundle that is not mounted, or not PEM
             raise StartupError(str(exc)) from None

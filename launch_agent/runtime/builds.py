@@ -423,7 +423,8 @@ async def _registry(config: AgentConfig) -> RegistryClient:
     assert config.builder is not None
     credentials = await asyncio.to_thread(read_docker_config)
     try:
-        trust = client_ssl_context(configured=config.ca_bundle)
+        # 50 ms of CPU for the system roots: off the loop.
+        trust = await asyncio.to_thread(client_ssl_context, configured=config.ca_bundle)
     except CABundleError as exc:
         raise StartupError(str(exc)) from None
     return RegistryClient(
