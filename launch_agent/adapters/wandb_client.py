@@ -148,7 +148,7 @@ class WandbClient:
             "Use-Admin-Privileges": "true",
         }
         self._session: aiohttp.ClientSession | None = None
-        self._ssl = ssl_context if ssl_context is not None else client_ssl_context()
+        self._ssl = ssl_context  # None: the default, made when entered (off the loop)
 
     @classmethod
     def from_config(cls, config: AgentConfig, **options: Any) -> WandbClient:
@@ -169,6 +169,9 @@ class WandbClient:
         return f"WandbClient({self.base_url!r})"
 
     async def __aenter__(self) -> Self:
+        if self._ssl is None:
+            # Loading the system roots is 50 ms of CPU: a thread's, not the loop's.
+            self._ssl = await asyncio.to_thread(client_ssl_context)
         self._session = aiohttp.ClientSession(
             headers=self._headers,
             connector=aiohttp.TCPConnector(limit=self._max_connections, ssl=self._ssl),
