@@ -161,7 +161,8 @@ class KueueWatch:
         self.statuses: dict[OwnerKey, tuple[str, KueueStatus]] = {}  # key -> (owner uid, status)
         self.missing_local_queues: set[LocalQueueKey] = set()
         self._index: dict[OwnerKey, str] = {}
-        self._warned: dict[str, str] = {}
+        # The last warning sent per item, and the state it described.
+        self._warned: dict[str, tuple[KueueState, str]] = {}
         # Until the first list is in, events describe runs adopted after a restart, whose
         # state was reported by the previous process: remembered, not sent again.
         self._adopting = True
@@ -273,9 +274,17 @@ class KueueWatch:
 
     def _report(self, record: RunRecord, status: KueueStatus) -> None:
         text = describe(status)
-        if text is None or self._warned.get(record.rqi_id) == text:
+        if text is None:
             return
-        self._warned[record.rqi_id] = text
+        last = self._warned.get(record.rqi_id)
+        # A deactivation is final and told once: the agent sees `spec.active: false` first and
+        # Kueue's own Evicted condition ("The workload is deactivated") a moment later; that
+        # second wording of the same end is not news to the person reading W&B.
+        if last is not None and (
+            last[1] == text or last[0] is status.state is KueueState.DEACTIVATED
+        ):
+            return
+        self._warned[record.rqi_id] = (status.state, text)
         if self._adopting and record.adopted:
             return
         log.info("run %s (%s): %s", record.run_id, record.workload, text)
