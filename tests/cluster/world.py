@@ -80,14 +80,20 @@ class World:
         data.update(overrides)
         return data
 
-    def agent(self, config: AgentConfig | None = None, **options: Any) -> Agent:
+    def agent(
+        self, config: AgentConfig | None = None, *, kubeconfig: Path | None = None, **options: Any
+    ) -> Agent:
+        """An in-process agent on this world (`kubeconfig`: another identity's; default the
+        admin's on the real tier)."""
         options.setdefault("wandb_retry", RetryPolicy(attempts=3, base_delay=0.05, timeout=10))
         options.setdefault("kube_retry", RetryPolicy(attempts=4, base_delay=0.1, timeout=15))
         options.setdefault(
             "informer_settings", InformerSettings(backoff_base=0.05, backoff_cap=0.5)
         )
         options.setdefault("agent_check_seconds", 0.5)
-        return Agent(config or self.config(), kubeconfig=str(self.kubeconfig), **options)
+        return Agent(
+            config or self.config(), kubeconfig=str(kubeconfig or self.kubeconfig), **options
+        )
 
     @contextlib.asynccontextmanager
     async def running(self, agent: Agent | None = None) -> AsyncIterator[Agent]:
