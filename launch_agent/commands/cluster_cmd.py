@@ -41,7 +41,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Start the control plane, simulated nodes, the built workload controllers"
         " and the sandbox's W&B Launch server; write DIR/admin.kubeconfig and DIR/cluster.env"
         " (KUBECONFIG, WANDB_BASE_URL, WANDB_API_KEY, WANDB_ENTITY, LAUNCH_SANDBOX_QUEUES, as in"
-        " sandbox.env) and print the same lines. Logs of every component are in DIR/logs/."
+        " sandbox.env, and etcd's ETCDCTL_ENDPOINTS) and print the same lines. Logs of every"
+        " component are in DIR/logs/."
         " Ctrl-C or SIGTERM stops everything, controllers first.",
     )
     up.add_argument(
@@ -188,6 +189,8 @@ async def _serve(args: argparse.Namespace, bins: Binaries, directory: Path) -> N
             "WANDB_API_KEY": args.api_key,
             "WANDB_ENTITY": args.entity,
             "LAUNCH_SANDBOX_QUEUES": ",".join(queues),
+            # etcd's own client URL (etcdctl reads this variable): tests compact its history.
+            "ETCDCTL_ENDPOINTS": cluster.control_plane.etcd_url,
         }
         if isinstance(world, MultiCluster):
             env["LAUNCH_CLUSTER_WORKERS"] = ",".join(w.name for w in world.workers)
