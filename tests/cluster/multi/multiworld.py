@@ -10,6 +10,8 @@ starts and restarts a cluster's API server through `cluster up`'s loopback endpo
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
+from launch_agent.realcluster import kubeconfig
 from launch_agent.realcluster.kubehttp import KubeHTTP, path_of
 from tests.cluster.world import Obj, World, until
 
@@ -92,3 +96,62 @@ async def wait_default_service_account(http: KubeHTTP, namespace: str) -> None:
 async def delete_namespace(http: KubeHTTP, namespace: str) -> None:
     with contextlib.suppress(Exception):
         await http.delete(path_of("v1", "namespaces", name=namespace))
+
+
+RBAC_MANIFEST = (
+    Path(__file__).resolve().parents[3]
+    / "charts"
+    / "launch-agent"
+    / "files"
+    / "multikueue-worker-rbac.yaml"
+)
+PLURALS = {
+    "Namespace": "namespaces",
+    "ServiceAccount": "serviceaccounts",
+    "Secret": "secrets",
+    "ClusterRole": "clusterroles",
+    "RoleBinding": "rolebindings",
+}
+
+
+async def reader_kubeconfig(
+    world: MultiWorld, worker: str, directory: Path, *, rbac: bool = True
+) -> Path:
+    """A kubeconfig for the worker's `launch-agent-reader` ServiceAccount, made as
+    docs/multicluster.md tells an admin: the chart's worker RBAC manifest applied with its
+    names edited for this namespace (`rbac=False`: the ServiceAccount and its token only, so
+    the agent is refused)."""
+    text = await asyncio.to_thread(RBAC_MANIFEST.read_text)
+    text = (
+        text.replace("namespace: launch-agent\n", f"namespace: {world.namespace}\n")
+        .replace("name: launch-agent\n", f"name: {world.namespace}\n")
+        .replace("namespace: team-a\n", f"namespace: {world.namespace}\n")
+        .replace("wandb-api-key-launch-agent", "wandb-api-key-tier-agent")
+        .replace("name: launch-agent-worker-reader\n", f"name: reader-{world.namespace}\n")
+    )
+    http = world.workers[worker]
+    for doc in yaml.safe_load_all(text):
+        kind = doc["kind"]
+        if kind == "Namespace" or (not rbac and kind in ("ClusterRole", "RoleBinding")):
+            continue
+        namespace = doc["metadata"].get("namespace")
+        api_version = doc["apiVersion"]
+        await http.ensure(path_of(api_version, PLURALS[kind], namespace), doc)
+    token_path = path_of("v1", "secrets", world.namespace, "launch-agent-reader-token")
+
+    async def token() -> str | None:
+        secret = await http.get(token_path)
+        value = (secret.get("data") or {}).get("token")
+        return base64.b64decode(value).decode() if value else None
+
+    bearer = await until(token, within=60, message="the reader's token")
+    credentials = http.credentials
+    assert credentials.ca_file is not None
+    return await asyncio.to_thread(
+        kubeconfig.write,
+        directory / f"{worker}-reader.kubeconfig",
+        server=credentials.server,
+        ca_file=credentials.ca_file,
+        token=bearer,
+        namespace=world.namespace,
+    )
