@@ -71,7 +71,7 @@ async def rejected_by_server(http: KubeHTTP, level: str) -> int:
 
 
 def throttle(namespace: str, level: str) -> list[tuple[str, dict[str, object]]]:
-    priority = {
+    priority: dict[str, object] = {
         "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
         "kind": "PriorityLevelConfiguration",
         "metadata": {"name": level},
@@ -85,7 +85,7 @@ def throttle(namespace: str, level: str) -> list[tuple[str, dict[str, object]]]:
             },
         },
     }
-    schema = {
+    schema: dict[str, object] = {
         "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
         "kind": "FlowSchema",
         "metadata": {"name": level},
