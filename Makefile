@@ -122,8 +122,11 @@ cluster-bins: $(STAMP)
 	LAUNCH_AGENT_CLUSTER_BINS=$(CLUSTER_BINS) $(BIN)/python scripts/build_cluster_bins.py \
 		--kubectl $(BIN)/kubectl
 
-# The tests that take the `world` fixture, on the real control plane instead of the sandbox.
+# The tests that take the `world` fixture (tests/cluster/), on both tiers: the sandbox first,
+# then the real control plane. Not part of `make test`: the sandbox tier alone takes about
+# 5 minutes, and the same behaviour is covered there by tests/e2e/.
 test-cluster: cluster-bins
+	$(BIN)/pytest -m cluster $(PYTEST_ARGS)
 	LAUNCH_AGENT_CLUSTER_BINS=$(CLUSTER_BINS) $(BIN)/pytest --cluster=real -m cluster \
 		$(PYTEST_ARGS)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from launch_agent.realcluster.bins import Binaries, MissingBinaries
 from launch_agent.realcluster.cluster import DEFAULT_NODES, RealCluster
+from launch_agent.realcluster.control import ControlServer
 from launch_agent.realcluster.multicluster import MultiCluster
 from launch_agent.realcluster.processes import StartError
 from launch_agent.sandbox.cluster import OutcomeError, parse_outcome
@@ -41,7 +42,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Start the control plane, simulated nodes, the built workload controllers"
         " and the sandbox's W&B Launch server; write DIR/admin.kubeconfig and DIR/cluster.env"
         " (KUBECONFIG, WANDB_BASE_URL, WANDB_API_KEY, WANDB_ENTITY, LAUNCH_SANDBOX_QUEUES, as in"
-        " sandbox.env) and print the same lines. Logs of every component are in DIR/logs/."
+        " sandbox.env; etcd's ETCDCTL_ENDPOINTS; LAUNCH_CLUSTER_CONTROL and its token, a"
+        " loopback endpoint that stops, starts or restarts an API server) and print the same"
+        " lines. Logs of every component are in DIR/logs/."
         " Ctrl-C or SIGTERM stops everything, controllers first.",
     )
     up.add_argument(
@@ -177,9 +180,11 @@ async def _serve(args: argparse.Namespace, bins: Binaries, directory: Path) -> N
         world = RealCluster(
             directory, nodes=nodes, addons=addons, bins=bins, default_outcome=args.outcome
         )
+    clusters = world.clusters if isinstance(world, MultiCluster) else [world]
     async with (
         world,
         WandbServer(state, port=args.wandb_port, api_key=args.api_key) as wb,
+        ControlServer({c.name: c for c in clusters}) as control,
     ):
         cluster = world.manager if isinstance(world, MultiCluster) else world
         env = {
@@ -188,6 +193,11 @@ async def _serve(args: argparse.Namespace, bins: Binaries, directory: Path) -> N
             "WANDB_API_KEY": args.api_key,
             "WANDB_ENTITY": args.entity,
             "LAUNCH_SANDBOX_QUEUES": ",".join(queues),
+            # etcd's own client URL (etcdctl reads this variable): tests compact its history.
+            "ETCDCTL_ENDPOINTS": cluster.control_plane.etcd_url,
+            # Stop, start or restart an API server from another process (realcluster/control.py).
+            "LAUNCH_CLUSTER_CONTROL": control.url,
+            "LAUNCH_CLUSTER_CONTROL_TOKEN": control.token,
         }
         if isinstance(world, MultiCluster):
             env["LAUNCH_CLUSTER_WORKERS"] = ",".join(w.name for w in world.workers)

@@ -297,8 +297,10 @@ def table(status: Mapping[str, Any]) -> str:
     )
     runs = status["runs"]
     out += ["", f"RUNS ({runs['total']} tracked, {runs['past_start_deadline']} past deadline)"]
+    # MultiKueue: a WORKER column, only when a run was placed on one.
+    multi = any(r.get("placements") for r in runs["items"])
     out += rows(
-        ("ITEM", "QUEUE", "STATE", "AGE", "WORKLOAD", "REASON"),
+        ("ITEM", "QUEUE", "STATE", "AGE", "WORKLOAD", *(["WORKER"] if multi else []), "REASON"),
         [
             (
                 r["item"],
@@ -306,6 +308,7 @@ def table(status: Mapping[str, Any]) -> str:
                 r["state"],
                 f"{r['age_seconds']:.0f}s",
                 r["workload"],
+                *([r.get("worker") or "-"] if multi else []),
                 r["reason"],
             )
             for r in runs["items"]

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from launch_agent import __version__
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 # The W&B launch project that holds run queues and launch agents (`LAUNCH_DEFAULT_PROJECT`).
 LAUNCH_PROJECT = "model-registry"
@@ -181,6 +182,43 @@ class QuotaConfig(_Strict):
     max_pending_per_leaf: int = Field(default=8, ge=1)
 
 
+class WorkerAccess(_Strict):
+    """Read access to one MultiKueue worker cluster (docs/multicluster.md)."""
+
+    # The MultiKueueCluster's name on the manager: what a Workload's `status.clusterName` says.
+    name: str = Field(min_length=1, max_length=253)
+    # A kubeconfig for the worker (the chart mounts it from a Secret); its current context, or
+    # `context`, is used.
+    kubeconfig: str = Field(min_length=1)
+    context: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _object_name(cls, value: str) -> str:
+        if not DNS_SUBDOMAIN.match(value):
+            raise ValueError(
+                f"{value!r} is not a Kubernetes object name (the worker's MultiKueueCluster)"
+            )
+        return value
+
+
+class MultiKueueConfig(_Strict):
+    """The worker clusters of queue specs with `spec.kueue.multiKueue`: the agent reads the
+    pods, log tails and Events of its runs there (read-only); the manager is the agent's own
+    cluster."""
+
+    workers: list[WorkerAccess] = Field(default_factory=list)
+
+    @field_validator("workers")
+    @classmethod
+    def _unique(cls, value: list[WorkerAccess]) -> list[WorkerAccess]:
+        names = [w.name for w in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"worker {', '.join(map(repr, twice))} is listed more than once")
+        return value
+
+
 # The image the standard sweep scheduler (`wandb scheduler ...`) runs from by default: this
 # project's own image, which ships the wandb package.
 DEFAULT_SCHEDULER_IMAGE = "ghcr.io/launch-agent/launch-agent:" + __version__
@@ -332,6 +370,7 @@ class AgentConfig(_Strict):
     limits: LimitsConfig = LimitsConfig()
     wandb: WandbConfig = WandbConfig()
     sweeps: SweepsConfig = SweepsConfig()
+    multikueue: MultiKueueConfig = MultiKueueConfig()
     # On SIGTERM/SIGINT: how long in-flight creates and the final reports may take.
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     # How often the queue specs directory is checked for edits (a ConfigMap update).

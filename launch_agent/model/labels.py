@@ -37,6 +37,8 @@ WANDB_RUN_ID = "wandb.ai/run-id"
 WANDB_AGENT = "wandb.ai/agent"
 
 KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+# A Kueue WorkloadPriorityClass (kueue `pkg/controller/constants`, `WorkloadPriorityClassLabel`).
+KUEUE_PRIORITY_CLASS = "kueue.x-k8s.io/priority-class"
 GKE_ML_DIAGNOSTICS = "managed-mldiagnostics-gke"
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

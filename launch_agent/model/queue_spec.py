@@ -140,6 +140,10 @@ class QueueSpec:
     security: SecurityExceptions = SecurityExceptions()
     gke_ml_diagnostics: bool = False
     kueue_queue_name: str | None = None
+    # `spec.kueue.priorityClass`: a Kueue WorkloadPriorityClass for the queue's runs.
+    kueue_priority_class: str | None = None
+    # `spec.kueue.multiKueue`: the runs go through Kueue's MultiKueue to a worker cluster.
+    multi_kueue: bool = False
     quota_leaf: str | None = None
     custom_kind: CustomKind | None = None
     defaults: WorkloadDefaults = WorkloadDefaults()
@@ -184,6 +188,8 @@ class QueueSpec:
                 spec.get("diagnostics", {}).get("gkeManagedMLDiagnostics", False)
             ),
             kueue_queue_name=spec.get("kueue", {}).get("queueName"),
+            kueue_priority_class=spec.get("kueue", {}).get("priorityClass"),
+            multi_kueue=bool(spec.get("kueue", {}).get("multiKueue", False)),
             quota_leaf=spec.get("quota", {}).get("leaf"),
             custom_kind=custom,
             defaults=WorkloadDefaults(

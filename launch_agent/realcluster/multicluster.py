@@ -22,9 +22,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+import yaml
+
 from launch_agent.realcluster.bins import Binaries
 from launch_agent.realcluster.cluster import DEFAULT_NODES, RealCluster
-from launch_agent.realcluster.kubehttp import ApiError, KubeHTTP, Obj
+from launch_agent.realcluster.kubehttp import ApiError, Credentials, KubeHTTP, Obj
 from launch_agent.sandbox.cluster.nodes import Node
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
@@ -197,20 +199,50 @@ class MultiCluster:
         cluster_queue: str = "cq",
         quota: Mapping[str, str] | None = None,
     ) -> None:
-        """The namespace, flavor and queues on every cluster; the manager's ClusterQueue
-        carries the MultiKueue admission check and the workers' summed quota."""
-        quota = dict(quota or {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "8"})
-        for cluster in self.clusters:
-            is_manager = cluster is self.manager
-            factor = len(self.workers) if is_manager else 1
-            await _ensure_queue(
-                cluster.http,
-                namespace,
-                local_queue=local_queue,
-                cluster_queue=cluster_queue,
-                quota={k: _times(v, factor) for k, v in quota.items()},
-                checks=[ADMISSION_CHECK] if is_manager else [],
-            )
+        """The namespace, flavor and queues on every cluster (`ensure_queues`)."""
+        await ensure_queues(
+            self.manager.http,
+            [w.http for w in self.workers],
+            namespace,
+            local_queue=local_queue,
+            cluster_queue=cluster_queue,
+            quota=quota,
+        )
+
+
+async def ensure_queues(
+    manager: KubeHTTP,
+    workers: Sequence[KubeHTTP],
+    namespace: str,
+    *,
+    local_queue: str = "lq",
+    cluster_queue: str = "cq",
+    quota: Mapping[str, str] | None = None,
+) -> None:
+    """The namespace, flavor and queues on the manager and every worker; the manager's
+    ClusterQueue carries the MultiKueue admission check and the workers' summed quota, as
+    Kueue's "Setup MultiKueue" advises. For a process that does not run the clusters (tests,
+    the demo) as much as for `MultiCluster.queue`."""
+    quota = dict(quota or {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "8"})
+    for http in (manager, *workers):
+        factor = len(workers) if http is manager else 1
+        await _ensure_queue(
+            http,
+            namespace,
+            local_queue=local_queue,
+            cluster_queue=cluster_queue,
+            quota={k: _times(v, factor) for k, v in quota.items()},
+            checks=[ADMISSION_CHECK] if http is manager else [],
+        )
+
+
+def credentials_of(directory: Path) -> Credentials:
+    """The admin's credentials of one cluster `cluster up` started in `directory` (the
+    manager's or a worker's folder): its kubeconfig's server and the PKI beside it."""
+    config = yaml.safe_load((directory / "admin.kubeconfig").read_text())
+    server = config["clusters"][0]["cluster"]["server"]
+    pki = directory / "pki"
+    return Credentials(server, pki / "ca.crt", pki / "admin.crt", pki / "admin.key")
 
 
 def _active(obj: Obj | None) -> bool:

@@ -62,6 +62,16 @@ Refusals = Callable[[Mapping[str, Any], SecurityExceptions], list[Problem]]
 OperatorContainers = Callable[[Mapping[str, Any]], list[tuple[str, dict[str, Any]]]]
 
 
+# Kueue's `MultiKueueControllerName` (apis/kueue/v1beta2): the managedBy value MultiKueue takes.
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
+NO_MULTIKUEUE_ADAPTER = (
+    "Kueue's MultiKueue dispatches only the kinds it has an adapter for (batch Job, JobSet,"
+    " Kubeflow jobs, RayJob, TrainJob; a custom kind also needs Kueue's"
+    " MultiKueueAdaptersForCustomJobs gate and a dispatcher of its own): serve this queue"
+    " without spec.kueue.multiKueue"
+)
+
+
 def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
@@ -96,6 +106,13 @@ class KindInfo:
     # Workload fields an operator turns into a container (KubeRay's autoscaler, the TrainJob
     # trainer and initializers): their shape is checked like a container's (`shape.py`).
     container_fields: tuple[str, ...] = ()
+    # MultiKueue (`spec.kueue.multiKueue`): the field that hands the workload to Kueue's
+    # MultiKueue controller on the manager cluster, which its Kueue adapter checks before it
+    # dispatches (`IsJobManagedByKueue` in kueue `pkg/controller/jobs/*/*_multikueue_adapter.go`)
+    # and which keeps the manager's own controller off it; None: `multikueue_refusal` says why
+    # the kind cannot go through MultiKueue.
+    managed_by: tuple[str, ...] | None = None
+    multikueue_refusal: str = NO_MULTIKUEUE_ADAPTER
 
     @property
     def group(self) -> str:
@@ -119,6 +136,27 @@ class KindInfo:
         if self.suspend_path is None:
             return f"a {self.label} has no suspend field: admit it before creating it"
         return None
+
+    @property
+    def multikueue_problem(self) -> str | None:
+        """Why a workload of this kind cannot be dispatched through MultiKueue; None: it can."""
+        return None if self.managed_by is not None else self.multikueue_refusal
+
+    def set_managed_by_multikueue(self, manifest: dict[str, Any]) -> None:
+        """Hand the workload to MultiKueue (in place); `InvalidInput` for a kind that cannot."""
+        if self.managed_by is None:
+            raise InvalidInput([Problem("spec.kueue.multiKueue", self.multikueue_refusal)])
+        node = manifest
+        for key in self.managed_by[:-1]:
+            node = child_map(node, key)
+        node[self.managed_by[-1]] = MULTIKUEUE_CONTROLLER
+
+    def managed_by_of(self, manifest: Mapping[str, Any]) -> Any:
+        """The workload's managedBy value (None when unset or the kind has none)."""
+        node: Any = manifest
+        for key in self.managed_by or ():
+            node = node.get(key) if isinstance(node, dict) else None
+        return node if self.managed_by else None
 
     def set_suspended(self, manifest: dict[str, Any], value: bool) -> None:
         """Set the kind's suspend flag (in place); `InvalidInput` for a kind without one."""
@@ -294,6 +332,8 @@ KINDS: tuple[KindInfo, ...] = (
         deadline=("spec", "activeDeadlineSeconds"),
         restart_policy="Never",
         builtin=True,
+        # kueue `pkg/controller/jobs/job/job_multikueue_adapter.go`
+        managed_by=("spec", "managedBy"),
     ),
     KindInfo(
         api_version="jobset.x-k8s.io/v1alpha2",
@@ -309,6 +349,8 @@ KINDS: tuple[KindInfo, ...] = (
         ttl=("spec", "ttlSecondsAfterFinished"),
         deadline=("spec.replicatedJobs[*].template.spec", "activeDeadlineSeconds"),
         restart_policy="Never",
+        # kueue `pkg/controller/jobs/jobset/jobset_multikueue_adapter.go`
+        managed_by=("spec", "managedBy"),
     ),
     KindInfo(
         api_version="kubeflow.org/v1",
@@ -328,6 +370,8 @@ KINDS: tuple[KindInfo, ...] = (
         backoff_limit=("spec.runPolicy", "backoffLimit"),
         ttl=("spec.runPolicy", "ttlSecondsAfterFinished"),
         deadline=("spec.runPolicy", "activeDeadlineSeconds"),
+        # kueue `pkg/controller/jobs/kubeflow/kubeflowjob/kubeflowjob_multikueue_adapter.go`
+        managed_by=("spec", "runPolicy", "managedBy"),
     ),
     KindInfo(
         api_version="trainer.kubeflow.org/v1alpha1",
@@ -347,6 +391,8 @@ KINDS: tuple[KindInfo, ...] = (
         entry_target="trainer",
         refusals=generated.trainjob_refusals,
         container_fields=("spec.trainer", "spec.initializer.dataset", "spec.initializer.model"),
+        # kueue `pkg/controller/jobs/trainjob/trainjob_multikueue_adapter.go`
+        managed_by=("spec", "managedBy"),
     ),
     KindInfo(
         api_version="leaderworkerset.x-k8s.io/v1",
@@ -361,6 +407,13 @@ KINDS: tuple[KindInfo, ...] = (
         # No suspend field: Kueue admits LWS pods through scheduling gates from the label.
         kueue="label",
         gke_diagnostics=True,
+        multikueue_refusal=(
+            "a LeaderWorkerSet has no managedBy field: Kueue's MultiKueue copies it to a worker"
+            " but never mirrors its status back (the manager's own LeaderWorkerSet controller"
+            " would overwrite it; kueue pkg/controller/jobs/leaderworkerset/"
+            "leaderworkerset_multikueue_adapter.go), so the agent could not track the run from"
+            " the manager: serve this queue without spec.kueue.multiKueue"
+        ),
     ),
     KindInfo(
         api_version="ray.io/v1",
@@ -387,6 +440,8 @@ KINDS: tuple[KindInfo, ...] = (
         materialise=generated.rayjob_materialise,
         operator_containers=generated.rayjob_operator_containers,
         container_fields=("spec.rayClusterSpec.autoscalerOptions",),
+        # kueue `pkg/controller/jobs/rayjob/rayjob_multikueue_adapter.go`
+        managed_by=("spec", "managedBy"),
     ),
     KindInfo(
         api_version="batch.volcano.sh/v1alpha1",
@@ -398,6 +453,10 @@ KINDS: tuple[KindInfo, ...] = (
         backoff_limit=("spec", "maxRetry"),
         ttl=("spec", "ttlSecondsAfterFinished"),
         restart_policy="Never",
+        multikueue_refusal=(
+            "Kueue has no integration for Volcano Jobs, so MultiKueue cannot dispatch one:"
+            " serve this queue without spec.kueue.multiKueue"
+        ),
     ),
 )
 

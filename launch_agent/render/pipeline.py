@@ -223,6 +223,8 @@ def _limit_problems(
         )
     if spec.kueue_queue_name and info.kueue is None:
         problems.append(Problem("spec.kueue", f"Kueue cannot queue a {info.label}"))
+    if spec.multi_kueue and info.multikueue_problem is not None:
+        problems.append(Problem("spec.kueue.multiKueue", info.multikueue_problem))
     return problems
 
 
@@ -370,6 +372,12 @@ def _queue_labels(manifest: dict[str, Any], info: KindInfo, spec: QueueSpec) -> 
         workload_labels[L.KUEUE_QUEUE_NAME] = spec.kueue_queue_name
         if info.kueue == "suspend":
             info.set_suspended(manifest, True)
+    if spec.kueue_priority_class:
+        workload_labels[L.KUEUE_PRIORITY_CLASS] = spec.kueue_priority_class
+    if spec.multi_kueue:
+        # The manager's controller leaves the workload to MultiKueue, which copies it to the
+        # worker that admits it (without managedBy, so the worker's controller runs it).
+        info.set_managed_by_multikueue(manifest)
     if not spec.gke_ml_diagnostics:
         return []
     workload_labels[L.GKE_ML_DIAGNOSTICS] = "true"

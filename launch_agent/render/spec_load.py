@@ -32,6 +32,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import cache
 from importlib import resources
@@ -43,7 +44,13 @@ import yaml
 from launch_agent.model.queue_spec import InvalidInput, Problem, QueueSpec
 from launch_agent.model.safe_load import SPEC_LIMITS, InputError, Limits, compose_yaml
 from launch_agent.render.kind_schema import KindSchema, glob_fits, kind_schema
-from launch_agent.render.kinds import KindInfo, kind_info, lookup, unknown_kind
+from launch_agent.render.kinds import (
+    MULTIKUEUE_CONTROLLER,
+    KindInfo,
+    kind_info,
+    lookup,
+    unknown_kind,
+)
 from launch_agent.render.macros import substitute
 from launch_agent.render.merge import normalise
 from launch_agent.render.paths import (
@@ -303,6 +310,7 @@ def build_queue_spec(data: Any) -> tuple[QueueSpec, list[Problem]]:
                 )
     if queue_spec.kueue_queue_name and info.kueue is None:
         problems.append(Problem("spec.kueue", f"Kueue cannot queue a {info.label}"))
+    problems += multikueue_problems(queue_spec, info, template)
     if problems:
         raise InvalidInput(problems)
     problems += kind_schema_problems(info, template, queue_spec.overridable)
@@ -325,6 +333,40 @@ def build_queue_spec(data: Any) -> tuple[QueueSpec, list[Problem]]:
     if problems:
         raise InvalidInput(problems)
     return queue_spec, warnings
+
+
+def multikueue_problems(
+    spec: QueueSpec, info: KindInfo, template: Mapping[str, Any]
+) -> list[Problem]:
+    """`spec.kueue.multiKueue` against the kind and the template's own managedBy: a kind
+    MultiKueue cannot dispatch is refused with why, and a template that hands its workloads to
+    another controller (or to MultiKueue without the spec saying so, which would leave the
+    agent's quota holding runs that run elsewhere, and their worker unreported) is refused."""
+    given = info.managed_by_of(dict(template))
+    path = "spec.template." + ".".join(info.managed_by or ())
+    if not spec.multi_kueue:
+        if given == MULTIKUEUE_CONTROLLER:
+            return [
+                Problem(
+                    path,
+                    f"{MULTIKUEUE_CONTROLLER!r} hands the workloads to MultiKueue: set"
+                    " spec.kueue.multiKueue: true instead (the agent then tracks each run's"
+                    " worker cluster and leaves its admission to Kueue)",
+                )
+            ]
+        return []
+    problem = info.multikueue_problem
+    if problem is not None:
+        return [Problem("spec.kueue.multiKueue", problem)]
+    if given is not None and given != MULTIKUEUE_CONTROLLER:
+        return [
+            Problem(
+                path,
+                f"{given!r} hands the workloads to another controller, but"
+                f" spec.kueue.multiKueue sets {MULTIKUEUE_CONTROLLER!r}: remove it",
+            )
+        ]
+    return []
 
 
 # The pseudo-paths `render.policy` checks W&B's `runSpec.overrides` under.

@@ -99,6 +99,7 @@ from launch_agent.runtime.status_source import StatusSource
 from launch_agent.runtime.stopper import Stopper, stop_check_policy
 from launch_agent.runtime.supervisor import Supervisor
 from launch_agent.runtime.tracker import Tracker
+from launch_agent.runtime.workers import Workers
 from launch_agent.tracking import TrackingPolicy
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,9 @@ class Agent:
         self.quota: QuotaAdmission | None = None  # quota.mode agent
         self.kueue: KueueWatch | None = None  # quota.mode kueue
         self.elector: LeaderElector | None = None  # leader_election.enabled
+        self.workers = Workers(
+            config.multikueue.workers, policy=kube_retry, observer=self._observe_kube
+        )
         self._stage: AdmissionStage | None = None  # `quota.mode`'s, built once at registration
 
     @property
@@ -299,6 +303,8 @@ class Agent:
             # Expiring credentials: the pod's rotated token, a kubeconfig's exec plugin.
             kube_options.update(KubeClient.renewal(self.kubeconfig, self.kube_context))
         self.kube = await stack.enter_async_context(KubeClient(kube_cfg, **kube_options))
+        # MultiKueue workers, read-only (`runtime/workers.py`): where its runs' pods are.
+        await self.workers.open(stack)
         return self.wandb, self.kube
 
     # --- 2. specs ------------------------------------------------------------------------------
@@ -350,6 +356,7 @@ class Agent:
             settlement=settlement,
             queue_entity=queues.entity,
             clock=self.clock,
+            worker_clusters=self.workers,
         )
         self.tracker = tracker = Tracker(
             kube,
@@ -369,9 +376,14 @@ class Agent:
                 suspend_paths=suspend_paths(specs.specs),
             ),
             clock=self.clock,
+            worker_clusters=self.workers,
         )
         await stack.enter_async_context(tracker.informers)
         await stack.enter_async_context(tracker.event_informers)
+        for informers in tracker.worker_informers.values():
+            # Not waited for below: a worker that is down is Kueue's to handle, not a reason
+            # to hold the agent's start.
+            await stack.enter_async_context(informers)
         await tracker.watch_specs(specs.specs, config.namespaces)
         if not await tracker.wait_synced(ADOPTION_TIMEOUT):
             log.warning("not every watch listed within %.0fs; popping anyway", ADOPTION_TIMEOUT)
@@ -422,6 +434,12 @@ class Agent:
             api_key=config.api_key.get_secret_value(),
             agent_name=config.agent_name,
             stopping=stopping,
+        )
+        specs = self.specs.specs if self.specs is not None else ()
+        await self.workers.check_api_key_secrets(
+            sorted({s.namespace for s in specs if s.multi_kueue}),
+            name=settings.api_key_secret,
+            key=settings.api_key_secret_key,
         )
         return _Registered(registration, settings)
 

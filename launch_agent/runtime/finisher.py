@@ -68,6 +68,7 @@ from launch_agent.runtime.ttl_hold import (
     ttl_held_on,
     ttl_of,
 )
+from launch_agent.runtime.workers import Workers
 from launch_agent.tracking import Assessment
 from launch_agent.tracking.workloads import Phase, workload_status
 
@@ -132,8 +133,11 @@ class Finisher:
         clock: Clock = monotonic,
         clean_up_retry_base: float = 1.0,
         clean_up_retry_cap: float = 60.0,
+        worker_clusters: Workers | None = None,
     ) -> None:
         self.kube = kube
+        # MultiKueue: a run's pods (and so its log) are on the worker it ran on.
+        self.worker_clusters = worker_clusters
         self.runs = runs
         self.reporter = reporter
         self.metrics = metrics
@@ -460,14 +464,19 @@ class Finisher:
 
     async def _failure_message(self, record: RunRecord, diag: Diagnosis) -> str:
         # The reason word first: people search for "OOMKilled", dashboards group by it.
-        message = f"{record.workload} failed ({diag.reason.value}): {diag.message}"
+        on = f" on worker cluster {record.worker}" if record.worker else ""
+        message = f"{record.workload} failed{on} ({diag.reason.value}): {diag.message}"
         lines = self.tracking.log_tail_lines
         if lines <= 0 or diag.pod is None or diag.reason not in _HAS_LOG:
             return message
+        kube: KubeClient | None = self.kube
+        if record.worker is not None:
+            clusters = self.worker_clusters
+            kube = clusters.client(record.worker) if clusters is not None else None
+        if kube is None:
+            return message  # an unreadable worker has no pods here to name (`Tracker`)
         try:
-            tail = await self.kube.pod_log_tail(
-                record.namespace, diag.pod, diag.container, lines=lines
-            )
+            tail = await kube.pod_log_tail(record.namespace, diag.pod, diag.container, lines=lines)
         except KubeError as exc:
             log.info("no log tail for %s/%s: %s", record.namespace, diag.pod, exc)
             return message

@@ -65,8 +65,9 @@ SYNC_TIMEOUT = 60.0
 INSTALL_HINT = (
     "install Kueue (https://kueue.sigs.k8s.io/docs/installation/, e.g. `kubectl apply"
     " --server-side -f https://github.com/kubernetes-sigs/kueue/releases/download/v0.19.2/"
-    "manifests.yaml`) or set quota.mode to off"
+    "manifests.yaml`)"
 )
+NEEDED_BY_MODE = ("quota.mode is kueue", "set quota.mode to off")
 OwnerKey = tuple[str, str, str]  # namespace, kind, name of the run's workload
 LocalQueueKey = tuple[str, str]  # namespace, LocalQueue name
 
@@ -143,8 +144,11 @@ class KueueWatch:
         workloads: KueueWorkloads | None = None,
         on_workload: Callable[[RunRecord], None] | None = None,
         informer_settings: InformerSettings | None = None,
+        needed_by: tuple[str, str] = NEEDED_BY_MODE,
     ) -> None:
         self.kube = kube
+        # What makes Kueue a requirement and what else the admin can do (the start-up error).
+        self.needed_by = needed_by
         self.runs = runs
         self.reporter = reporter
         self.specs = specs
@@ -161,7 +165,8 @@ class KueueWatch:
         self.statuses: dict[OwnerKey, tuple[str, KueueStatus]] = {}  # key -> (owner uid, status)
         self.missing_local_queues: set[LocalQueueKey] = set()
         self._index: dict[OwnerKey, str] = {}
-        self._warned: dict[str, str] = {}
+        # The last warning sent per item, and the state it described.
+        self._warned: dict[str, tuple[KueueState, str]] = {}
         # Until the first list is in, events describe runs adopted after a restart, whose
         # state was reported by the previous process: remembered, not sent again.
         self._adopting = True
@@ -179,8 +184,9 @@ class KueueWatch:
             except KindNotInstalled:
                 continue
         raise StartupError(
-            f"quota.mode is kueue, but the cluster does not serve Kueue's {kind} API"
+            f"{self.needed_by[0]}, but the cluster does not serve Kueue's {kind} API"
             f" ({kind.lower()}s.{GROUP}, versions {', '.join(VERSIONS)}): {INSTALL_HINT}"
+            f" or {self.needed_by[1]}"
         )
 
     async def start(self, stack: AsyncExitStack, stopping: asyncio.Event) -> None:
@@ -252,7 +258,10 @@ class KueueWatch:
         self.workloads.put(key, owner.uid, event.obj)
         record = self._record(key, owner.uid)
         if record is not None:
-            self._report(record, status)
+            before = record.worker
+            if record.placed(status.cluster_name):
+                log.info("run %s (%s): on worker %s", record.run_id, record.workload, record.worker)
+            self._report(record, status, before)
             if self.on_workload is not None:
                 self.on_workload(record)
 
@@ -271,11 +280,19 @@ class KueueWatch:
             return None  # a Workload of an earlier object with the same name
         return record
 
-    def _report(self, record: RunRecord, status: KueueStatus) -> None:
-        text = describe(status)
-        if text is None or self._warned.get(record.rqi_id) == text:
+    def _report(self, record: RunRecord, status: KueueStatus, left: str | None = None) -> None:
+        text = describe(status, left)
+        if text is None:
             return
-        self._warned[record.rqi_id] = text
+        last = self._warned.get(record.rqi_id)
+        # A deactivation is final and told once: the agent sees `spec.active: false` first and
+        # Kueue's own Evicted condition ("The workload is deactivated") a moment later; that
+        # second wording of the same end is not news to the person reading W&B.
+        if last is not None and (
+            last[1] == text or last[0] is status.state is KueueState.DEACTIVATED
+        ):
+            return
+        self._warned[record.rqi_id] = (status.state, text)
         if self._adopting and record.adopted:
             return
         log.info("run %s (%s): %s", record.run_id, record.workload, text)

@@ -79,6 +79,23 @@ class RunRecord:
     # The `ttlSecondsAfterFinished` taken off its Job while its item is unsettled
     # (`runtime/ttl_hold.py`); after a restart the Job's annotation says it.
     held_ttl: int | None = None
+    # MultiKueue: the worker cluster the run is placed on now (its Kueue Workload's
+    # `status.clusterName`; None while it waits), and every worker it was placed on, in order
+    # (`runtime/kueue_watch.py` keeps both).
+    worker: str | None = None
+    placements: tuple[str, ...] = ()
+
+    def placed(self, worker: str | None) -> bool:
+        """Record where the run is placed now; True when that is a new placement (a first one,
+        or one after Kueue took the run back, even onto the same worker). Deleted pods of an
+        earlier placement no longer explain the run."""
+        new = worker is not None and worker != self.worker
+        self.worker = worker
+        if new:
+            assert worker is not None
+            self.placements = (*self.placements, worker)
+            self.gone_pods.clear()
+        return new
 
     def __post_init__(self) -> None:
         if not self.label:

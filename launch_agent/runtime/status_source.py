@@ -122,6 +122,8 @@ class StatusSource:
                 age_seconds=max(0.0, mono - r.started),
                 workload=r.workload,
                 adopted=r.adopted,
+                worker=r.worker,
+                placements=r.placements,
             )
             for i, r in enumerate(records)
         ]

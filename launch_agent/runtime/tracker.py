@@ -43,13 +43,14 @@ from launch_agent.adapters.kube.cache import tracking_view
 from launch_agent.aio import wait_event
 from launch_agent.model import labels as L
 from launch_agent.model.queue_spec import QueueSpec
-from launch_agent.model.run_state import Reason, RunState
+from launch_agent.model.run_state import Diagnosis, Reason, RunState, Severity
 from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.events import EVENT, WARNINGS, EventBook, event_view, file_event
 from launch_agent.runtime.health import Readiness
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.runs import RunRecord, RunTable, item_of, reported
+from launch_agent.runtime.workers import Workers, unreadable_message
 from launch_agent.tracking import (
     Assessment,
     TrackingPolicy,
@@ -71,7 +72,9 @@ EXPLAIN_GRACE = 3.0
 _EXPLAINABLE = frozenset(
     {Reason.BACKOFF_LIMIT_EXCEEDED, Reason.POD_FAILURE_POLICY, Reason.WORKLOAD_FAILED}
 )
-PodKey = tuple[str, str]
+# (cluster, namespace, name): "" is the agent's own cluster, else a MultiKueue worker's name.
+PodKey = tuple[str, str, str]
+HERE = ""
 Finish = Callable[[RunRecord, Assessment], None]
 
 
@@ -92,6 +95,7 @@ class Tracker:
         kueue_workload: Callable[[RunRecord], Mapping[str, Any] | None] | None = None,
         informer_settings: InformerSettings | None = None,
         clock: Clock = monotonic,
+        worker_clusters: Workers | None = None,
     ) -> None:
         self.kube = kube
         self.runs = runs
@@ -122,6 +126,23 @@ class Tracker:
             ),
         )
         self.events = EventBook()
+        # MultiKueue workers (`runtime/workers.py`): the same pod and Event watches on each
+        # worker the agent can read, so a run's pods are read where it runs (`RunRecord.worker`).
+        self.workers = worker_clusters
+        self.worker_informers: dict[str, InformerSet] = {}
+        clients = worker_clusters.clients if worker_clusters is not None else {}
+        for name, client in clients.items():
+            self.worker_informers[name] = InformerSet(
+                client, functools.partial(self._on_worker_pod, name), settings
+            )
+            self.worker_informers[f"{name} events"] = InformerSet(
+                client,
+                self.on_kube_event,
+                dataclasses.replace(
+                    settings, label_selector=None, field_selector=WARNINGS, transform=event_view
+                ),
+            )
+        self._worker_pods: dict[tuple[str, str], Informer] = {}
         # (namespace, workload name) -> run-queue-item id, for filing Events.
         self._by_workload: dict[tuple[str, str], str] = {}
         self._workloads: dict[tuple[str, str, str], Informer] = {}
@@ -140,6 +161,10 @@ class Tracker:
         if namespace not in self._pods:
             self._pods[namespace] = self.informers.add(POD, namespace)
             self.event_informers.add(EVENT, namespace)
+            for name in self.workers.clients if self.workers is not None else ():
+                pods = self.worker_informers[name].add(POD, namespace)
+                self._worker_pods[(name, namespace)] = pods
+                self.worker_informers[f"{name} events"].add(EVENT, namespace)
 
     def watch(self, resource: Resource, namespace: str) -> Informer:
         """The informer of a workload kind in a namespace (started on first use)."""
@@ -204,12 +229,17 @@ class Tracker:
     def _run_of(self, namespace: str, name: str) -> str | None:
         return self._by_workload.get((namespace, name))
 
-    def _on_pod(self, event: InformerEvent) -> None:
+    async def _on_worker_pod(self, worker: str, event: InformerEvent) -> None:
+        """A pod on a MultiKueue worker: the same labels as here (MultiKueue copies the
+        workload with its pod templates), filed under the worker."""
+        self._on_pod(event, worker)
+
+    def _on_pod(self, event: InformerEvent, cluster: str = HERE) -> None:
         meta = Meta(event.obj)
         label = meta.labels.get(L.RUN_QUEUE_ITEM)
         if not isinstance(label, str):
             return
-        key = (meta.namespace, meta.name)
+        key = (cluster, meta.namespace, meta.name)
         if event.type == "DELETED":
             keys = self._pods_by_run.get(label)
             if keys is not None:
@@ -220,7 +250,7 @@ class Tracker:
             self._pods_by_run.setdefault(label, set()).add(key)
         record = self.runs.by_label(label)
         if record is not None:
-            if event.type == "DELETED":
+            if event.type == "DELETED" and cluster == (record.worker or HERE):
                 record.pod_gone(event.obj)
             self.evaluate(record)
 
@@ -252,9 +282,16 @@ class Tracker:
         self.evaluate(record)
 
     def pods_of(self, record: RunRecord) -> list[Mapping[str, Any]]:
-        informer = self._pods.get(record.namespace)
-        keys = self._pods_by_run.get(record.label) or set()
-        live = [] if informer is None else [informer.get(ns, n) for ns, n in sorted(keys)]
+        """The run's pods where it runs: here, or on its MultiKueue worker (only there: pods a
+        lost worker still shows are not this placement's)."""
+        cluster = record.worker or HERE
+        informer = (
+            self._pods.get(record.namespace)
+            if cluster == HERE
+            else self._worker_pods.get((cluster, record.namespace))
+        )
+        keys = sorted(k for k in self._pods_by_run.get(record.label) or () if k[0] == cluster)
+        live = [] if informer is None else [informer.get(ns, n) for _, ns, n in keys]
         pods: list[Mapping[str, Any]] = [p for p in live if p is not None]
         names = {Meta(p).name for p in pods}
         pods += [p for name, p in record.gone_pods.items() if name not in names]
@@ -345,7 +382,38 @@ class Tracker:
         if state.terminal:
             self.runs.mark_finishing(record)
             self._forget(record)
-            self.finish(record, assessment)
+            self.finish(record, self._from_worker(record, assessment))
+
+    def worker_unreadable(self, record: RunRecord) -> str | None:
+        """Why the agent cannot read the pods of a run on its MultiKueue worker (None: it can,
+        or the run is not on a worker)."""
+        worker = record.worker
+        if worker is None:
+            return None
+        why = (
+            self.workers.why_not(worker)
+            if self.workers is not None
+            else "it is not listed under multikueue.workers"
+        )
+        if why is None:
+            informer = self._worker_pods.get((worker, record.namespace))
+            if informer is not None and not informer.synced.is_set() and informer.stats.errors:
+                why = f"reading its pods failed: {informer.stats.last_error}"
+        return None if why is None else unreadable_message(worker, record.namespace, why)
+
+    def _from_worker(self, record: RunRecord, assessment: Assessment) -> Assessment:
+        """A failure on a worker the agent cannot read says so: the mirrored status on the
+        manager gives the workload's verdict, not the pods' reasons."""
+        state, diagnosis = assessment
+        if state is not RunState.FAILED or (diagnosis is not None and diagnosis.pod):
+            return assessment
+        why = self.worker_unreadable(record)
+        if why is None:
+            return assessment
+        diag = diagnosis or Diagnosis(
+            Reason.WORKLOAD_FAILED, "the workload failed", Severity.TERMINAL
+        )
+        return Assessment(state, dataclasses.replace(diag, message=f"{diag.message}; {why}"))
 
     def _forget(self, record: RunRecord) -> None:
         self.events.forget(record.rqi_id)

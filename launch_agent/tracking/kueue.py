@@ -77,6 +77,9 @@ class KueueStatus:
     cluster_queue: str | None = None
     reason: str = ""
     message: str = ""
+    # MultiKueue: the worker cluster the Workload is placed on (`status.clusterName`, set by
+    # the manager's MultiKueue controller once a worker reserved quota; reset on eviction).
+    cluster_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +152,7 @@ def workload_status(workload: Mapping[str, Any]) -> KueueStatus:
         else None
     )
     conds = _conditions(workload)
+    worker = cluster_name(workload)
 
     def make(state: KueueState, cond: str | None = None, **extra: Any) -> KueueStatus:
         c = conds.get(cond or "", {})
@@ -159,6 +163,7 @@ def workload_status(workload: Mapping[str, Any]) -> KueueStatus:
             extra.get("cluster_queue", cluster_queue),
             str(extra.get("reason", c.get("reason") or "")),
             str(extra.get("message", c.get("message") or "")),
+            worker,
         )
 
     if _true(conds, "Finished"):
@@ -208,6 +213,15 @@ def workload_status(workload: Mapping[str, Any]) -> KueueStatus:
     return make(KueueState.PENDING, "QuotaReserved")
 
 
+def cluster_name(workload: Mapping[str, Any]) -> str | None:
+    """The MultiKueue worker a Workload is placed on: `status.clusterName`, the same field in
+    v1beta1 and v1beta2 (kueue `apis/kueue/*/workload_types.go`; written by
+    `pkg/controller/admissionchecks/multikueue/workload.go` once the worker reserved quota,
+    cleared by `pkg/workload` `resetClusterNomination` on eviction). None when not placed."""
+    value = _mapping(workload, "status").get("clusterName")
+    return value if isinstance(value, str) and value else None
+
+
 def deactivation(workload: Mapping[str, Any]) -> tuple[str, str] | None:
     """(reason, message) when Kueue deactivated the Workload, else None.
 
@@ -239,8 +253,10 @@ def deactivation(workload: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def describe(status: KueueStatus) -> str | None:
-    """The W&B warning for this state; None when there is nothing worth telling (finished)."""
+def describe(status: KueueStatus, left: str | None = None) -> str | None:
+    """The W&B warning for this state; None when there is nothing worth telling (finished).
+    `left`: the MultiKueue worker the run was placed on before this change (an eviction
+    clears the Workload's own record of it)."""
     where = f"LocalQueue {status.namespace}/{status.local_queue}"
     if status.cluster_queue:
         where += f" (ClusterQueue {status.cluster_queue})"
@@ -254,14 +270,29 @@ def describe(status: KueueStatus) -> str | None:
                 f" {where} unless an admin sets spec.active: true on its Workload"
             )
         case KueueState.ADMITTED:
+            if status.cluster_name:
+                return (
+                    f"admitted by Kueue: {where}; MultiKueue runs it on worker cluster"
+                    f" {status.cluster_name}"
+                )
             return f"admitted by Kueue: {where}"
         case KueueState.CHECKS:
-            checks = f" {status.message}" if status.message else ""
+            if not status.message:
+                # Every check is Ready (or none is listed yet): admitted moments later.
+                return None
             return (
-                f"waiting for Kueue: quota reserved in {where}, admission checks pending:{checks}"
+                f"waiting for Kueue: quota reserved in {where}, admission checks pending:"
+                f" {status.message}"
             )
         case KueueState.EVICTED:
             why = f"{status.reason}: {status.message}" if status.message else status.reason
+            if left:
+                # MultiKueue's workerLostTimeout, or the worker evicted it: Kueue requeues the
+                # same workload, which is not a failure and not a new run.
+                return (
+                    f"evicted by Kueue ({why}) from worker cluster {left}: Kueue requeued the"
+                    f" run, which waits in {where} until MultiKueue places it on a worker again"
+                )
             return (
                 f"evicted by Kueue ({why}); the run is suspended and waits in {where} to be"
                 " admitted again"

@@ -31,6 +31,11 @@ from launch_agent.sandbox.wandb import ItemState, LaunchState, RunQueueItem, Wan
 
 Obj = dict[str, Any]
 Script = Callable[[str, str], Awaitable[None]]
+Compact = Callable[[], Awaitable[None]]
+
+
+async def _no_compaction() -> None:
+    raise NotImplementedError("this world cannot compact its API server's history")
 
 
 @dataclass
@@ -42,6 +47,9 @@ class World:
     wandb: WandbServer
     specs_dir: Path
     script: Script
+    # Forget the API server's history up to now: a watch resuming from an older
+    # resourceVersion answers 410 Gone (sandbox: its event logs; real: etcd's compaction).
+    compact: Compact = _no_compaction
     agents: list[Agent] = field(default_factory=list)
 
     @property
@@ -49,6 +57,10 @@ class World:
         return self.wandb.state
 
     def config(self, **overrides: Any) -> AgentConfig:
+        return AgentConfig.model_validate(self.config_data(**overrides))
+
+    def config_data(self, **overrides: Any) -> dict[str, Any]:
+        """The agent's configuration as a config file holds it (`config()` validates it)."""
         data: dict[str, Any] = {
             "queues": ["q1"],
             "entity": "ent",
@@ -66,16 +78,22 @@ class World:
             "specs_reload_seconds": 0.2,
         }
         data.update(overrides)
-        return AgentConfig.model_validate(data)
+        return data
 
-    def agent(self, config: AgentConfig | None = None, **options: Any) -> Agent:
+    def agent(
+        self, config: AgentConfig | None = None, *, kubeconfig: Path | None = None, **options: Any
+    ) -> Agent:
+        """An in-process agent on this world (`kubeconfig`: another identity's; default the
+        admin's on the real tier)."""
         options.setdefault("wandb_retry", RetryPolicy(attempts=3, base_delay=0.05, timeout=10))
         options.setdefault("kube_retry", RetryPolicy(attempts=4, base_delay=0.1, timeout=15))
         options.setdefault(
             "informer_settings", InformerSettings(backoff_base=0.05, backoff_cap=0.5)
         )
         options.setdefault("agent_check_seconds", 0.5)
-        return Agent(config or self.config(), kubeconfig=str(self.kubeconfig), **options)
+        return Agent(
+            config or self.config(), kubeconfig=str(kubeconfig or self.kubeconfig), **options
+        )
 
     @contextlib.asynccontextmanager
     async def running(self, agent: Agent | None = None) -> AsyncIterator[Agent]:
@@ -159,3 +177,18 @@ async def wait_for_service_account(http: KubeHTTP, namespace: str) -> None:
 async def delete_namespace(http: KubeHTTP, namespace: str) -> None:
     with contextlib.suppress(ApiError):
         await http.delete(path_of("v1", "namespaces", name=namespace))
+
+
+def times(item: RunQueueItem, state: ItemState) -> int:
+    """How often W&B's record of the item entered `state` (its own history, not the agent's)."""
+    return sum(1 for _, entered in item.history if entered is state)
+
+
+def reported_once(item: RunQueueItem, outcome: ItemState) -> bool:
+    """Claimed once and, for a failure, failed once: what `double_reported` counts."""
+    failed = times(item, ItemState.FAILED)
+    return (
+        item.state is outcome
+        and times(item, ItemState.CLAIMED) == 1
+        and failed == (1 if outcome is ItemState.FAILED else 0)
+    )

@@ -13,6 +13,9 @@
   here) and `kueue.KueueAdmission`;
 - loops (`loops`): the quota driver with `agent`, none otherwise.
 
+Under `agent` and `off` the mode is wrapped in `multikueue.MultiKueueMode`: queue specs with
+`spec.kueue.multiKueue` are admitted by Kueue (the manager's), never by the agent.
+
 The stage comes last because the Kueue watch is built on the tracker (`on_workload`), which is
 built on the mode's hooks; every object is still given its collaborators in its constructor.
 """
@@ -29,6 +32,7 @@ from typing import Any, Protocol
 from launch_agent.adapters.kube import InformerSettings, KubeClient
 from launch_agent.model.config import AgentConfig
 from launch_agent.runtime.admission.kueue import KueueAdmission
+from launch_agent.runtime.admission.multikueue import MultiKueueMode
 from launch_agent.runtime.admission.quota import QuotaAdmission
 from launch_agent.runtime.admission.quota_driver import QuotaDriver
 from launch_agent.runtime.admission.slots import MaxJobs
@@ -175,13 +179,18 @@ def admission_mode(
     now: Callable[[], datetime],
     poll_wake: asyncio.Event,
 ) -> AdmissionMode:
-    """The mode `quota.mode` names; with `agent`, `StartupError` for an invalid tree."""
+    """The mode `quota.mode` names; with `agent`, `StartupError` for an invalid tree. Under
+    `agent` and `off` the queue specs with `spec.kueue.multiKueue` are Kueue's
+    (`multikueue.MultiKueueMode`)."""
+    if config.quota.mode == "kueue":
+        return KueueMode()
+    inner: AdmissionMode
     if config.quota.mode == "agent":
         wake = asyncio.Event()
         quota = QuotaAdmission.from_config(
             config, specs, runs, now=now, on_change=wake.set, on_room=poll_wake.set
         )
-        return QuotaMode(quota, wake)
-    if config.quota.mode == "kueue":
-        return KueueMode()
-    return SlotsMode(config.max_jobs)
+        inner = QuotaMode(quota, wake)
+    else:
+        inner = SlotsMode(config.max_jobs)
+    return MultiKueueMode(inner, specs)

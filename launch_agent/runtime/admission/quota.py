@@ -238,6 +238,12 @@ class QuotaAdmission:
         self, rqi_id: str, queue: str, spec: QueueSpec, run_spec: Mapping[str, Any]
     ) -> Admission:
         """Render the run suspended and stamped; `NotAdmitted` if the quota cannot hold it back."""
+        if spec.multi_kueue:
+            # Kueue's (the split stage routes them there, `multikueue.py`): never the tree's.
+            raise NotAdmitted(
+                f"queue spec {spec.name!r} uses MultiKueue, which the manager's Kueue admits:"
+                " the quota tree does not hold its runs"
+            )
         leaf, why = resolve_leaf(queue, spec.quota_leaf, self.leaves)
         found = self.specs.table.by_queue.get(queue)
         where = f"queue spec {spec.name!r}" + (f" ({found[0]})" if found else "")
@@ -358,9 +364,16 @@ class QuotaAdmission:
             admitted = stamp.enqueued  # unsuspended by hand: charged from its enqueue time
         return stamp, admitted
 
+    def outside(self, record: RunRecord) -> bool:
+        """A run of a MultiKueue queue spec: Kueue admits it, the tree never charges it."""
+        spec = self.specs.for_queue(record.queue)
+        return spec is not None and spec.multi_kueue
+
     def learn(self, record: RunRecord) -> None:
         """Submit (suspended) or adopt (running) one run the engine does not know yet."""
         if record.rqi_id in self.engine.runs or record.rqi_id in self.unstamped:
+            return
+        if self.outside(record):
             return
         found = self.read(record)
         if isinstance(found, str):
@@ -398,7 +411,8 @@ class QuotaAdmission:
     async def rebuild(self) -> None:
         """Rebuild the engine from the adopted runs (rebuild.py): same usage and order as
         before the restart."""
-        adopted = await sort_adopted(self.runs, self.read, self._unstamped)
+        mine = [r for r in self.runs if not self.outside(r)]
+        adopted = await sort_adopted(mine, self.read, self._unstamped)
         if adopted.waiting:
             self._last_enqueued = adopted.waiting[-1][0]
         self.engine = AdmissionEngine(self.tree, adopted.start(engine_time(self.now())))

@@ -178,6 +178,8 @@ def _runs(runs: Mapping[str, Any]) -> str:
         )
         + "</p>"
     )
+    # MultiKueue runs name their worker cluster; the column is there only when one does.
+    multi = any(r.get("placements") for r in runs["items"])
     rows = (
         (
             _link(r["url"], r["run_id"] or "—"),
@@ -191,12 +193,23 @@ def _runs(runs: Mapping[str, Any]) -> str:
             f'<span class="msg">{_e(r["reason"])}</span>',
             _e(_age(r["age_seconds"])),
             _e(r["workload"]),
+            *([worker_cell(r)] if multi else []),
         )
         for r in runs["items"]
     )
-    return head + _table(
-        ("Run", "Item", "Queue", "State", "Reason", "Age", "Workload"), rows, "No run in flight."
-    )
+    headers = ("Run", "Item", "Queue", "State", "Reason", "Age", "Workload")
+    return head + _table((*headers, *(["Worker"] if multi else [])), rows, "No run in flight.")
+
+
+def worker_cell(run: Mapping[str, Any]) -> str:
+    """The run's worker now (— while Kueue holds it), and where it ran before."""
+    placements = [str(p) for p in run.get("placements") or ()]
+    now = run.get("worker")
+    earlier = placements[:-1] if now and placements and placements[-1] == now else placements
+    text = _e(now or "—")
+    if earlier:
+        text += f' <span class="muted">(before: {_e(", ".join(earlier))})</span>'
+    return text
 
 
 def _quota(quota: Mapping[str, Any] | None) -> str:

@@ -60,6 +60,9 @@ class RunRow:
     age_seconds: float
     workload: str
     adopted: bool = False
+    # MultiKueue: the worker cluster the run is placed on now, and every one it was placed on.
+    worker: str | None = None
+    placements: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +187,8 @@ def _runs(
                 "age_seconds": round(r.age_seconds, 1),
                 "workload": r.workload,
                 "adopted": r.adopted,
+                "worker": r.worker,
+                "placements": list(r.placements),
                 "run_id": r.run_id,
                 "url": run_url(base_url, r.entity, r.project, r.run_id),
                 "past_start_deadline": r.state in NOT_STARTED and r.age_seconds > start_deadline,

@@ -20,7 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from launch_agent.sandbox.cluster.common import Ctx, condition, merge_conditions
-from launch_agent.sandbox.cluster.nodes import Node, fit, pod_requests
+from launch_agent.sandbox.cluster.nodes import NOT_HELPFUL, Node, fit, pod_requests
 from launch_agent.sandbox.cluster.nodes import quantity as nodes_quantity
 from launch_agent.sandbox.cluster.outcomes import Outcome
 from launch_agent.sandbox.cluster.processes import ProcessRunner, wants_process
@@ -230,7 +230,11 @@ class Kubelet:
         o = sim.outcome
         if o.kind == "unschedulable":
             n = max(len(self.nodes), 1)
-            message = o.message or f"0/{n} nodes are available: {n} Insufficient nvidia.com/gpu."
+            # What kube-scheduler says of a pod asking more GPUs than any node has.
+            message = o.message or (
+                f"0/{n} nodes are available: {n} Insufficient nvidia.com/gpu. preemption: 0/{n}"
+                f" nodes are available: {n} {NOT_HELPFUL}."
+            )
             node = None
         elif self.nodes:
             used = self._used(ctx)

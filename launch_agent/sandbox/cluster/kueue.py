@@ -67,6 +67,8 @@ CLUSTER_QUEUES = f"clusterqueues.{GROUP}"
 QUEUE_LABEL = f"{GROUP}/queue-name"
 JOB_UID_LABEL = f"{GROUP}/job-uid"
 MAX_EXEC_LABEL = f"{GROUP}/max-exec-time-seconds"
+PRIORITY_LABEL = f"{GROUP}/priority-class"
+PRIORITY_CLASSES = f"workloadpriorityclasses.{GROUP}"
 SOURCE = "kueue-admission"
 
 PodSets = list[dict[str, Any]]
@@ -90,11 +92,18 @@ def _jobset_pod_sets(js: Obj) -> PodSets:
     return sets
 
 
-def _job_finished(job: Obj) -> str | None:
-    for kind, outcome in (("Complete", "Succeeded"), ("Completed", "Succeeded")):
-        if has_condition(job, kind):
-            return outcome
-    return "Failed" if has_condition(job, "Failed") else None
+def _job_finished(job: Obj) -> tuple[str, str] | None:
+    """(Finished reason, message): the job's own Complete / Failed condition's message, which
+    Kueue copies (`pkg/controller/jobs/job/job_controller.go`, Finished)."""
+    for kind, outcome in (
+        ("Complete", "Succeeded"),
+        ("Completed", "Succeeded"),
+        ("Failed", "Failed"),
+    ):
+        found = _condition(job, kind)
+        if found is not None:
+            return outcome, str(found.get("message") or "")
+    return None
 
 
 # Resource (as `store.rt` names it) -> (workload name prefix, pod sets).
@@ -171,7 +180,11 @@ class KueueController:
         return not any(r.get("controller") for r in meta.get("ownerReferences") or [])
 
     @staticmethod
-    def _workload_spec(job: Obj, pod_sets: Callable[[Obj], PodSets]) -> dict[str, Any]:
+    def _workload_spec(
+        ctx: Ctx, job: Obj, pod_sets: Callable[[Obj], PodSets]
+    ) -> dict[str, Any] | None:
+        """The Workload's spec, or None while the WorkloadPriorityClass its job names does not
+        exist (jobframework `PrepareWorkloadPriority` fails, and the reconcile is retried)."""
         labels = job["metadata"]["labels"]
         spec: dict[str, Any] = {
             "queueName": labels[QUEUE_LABEL],
@@ -179,6 +192,19 @@ class KueueController:
             "active": True,
             "priority": 0,
         }
+        wanted = labels.get(PRIORITY_LABEL)
+        if wanted:
+            rt = ctx.store.registry.find(PRIORITY_CLASSES)
+            found = ctx.store.find(rt, "", str(wanted)) if rt is not None else None
+            if found is None:
+                return None
+            # pkg/util/priority GetPriorityFromWorkloadPriorityClass.
+            spec["priority"] = int(found.get("value") or 0)
+            spec["priorityClassRef"] = {
+                "group": GROUP,
+                "kind": "WorkloadPriorityClass",
+                "name": str(wanted),
+            }
         # jobframework MaximumExecutionTimeSeconds: from the job's label.
         limit = str(labels.get(MAX_EXEC_LABEL) or "")
         if limit.isdigit() and int(limit) > 0:
@@ -195,6 +221,9 @@ class KueueController:
         wl = self._workload_of(ctx, job)
         if wl is None:
             meta = job["metadata"]
+            spec = self._workload_spec(ctx, job, pod_sets)
+            if spec is None:
+                return
             wl = ctx.create(
                 WORKLOADS,
                 meta["namespace"],
@@ -206,14 +235,14 @@ class KueueController:
                         "labels": {JOB_UID_LABEL: meta["uid"]},
                         "ownerReferences": [owner_ref(job)],
                     },
-                    "spec": self._workload_spec(job, pod_sets),
+                    "spec": spec,
                 },
             )
-        outcome = _job_finished(job)
+        finished = _job_finished(job)
         status = dict(wl.get("status") or {})
-        if outcome is not None:
+        if finished is not None:
             if not has_condition(wl, "Finished"):
-                message = "Job finished successfully" if outcome == "Succeeded" else "Job failed"
+                outcome, message = finished
                 status["conditions"] = merge_conditions(
                     status.get("conditions"),
                     [condition("Finished", True, outcome, message, ctx.ts())],
@@ -337,6 +366,9 @@ class KueueController:
             for lq in (store.list(lq_rt, None) if lq_rt else [])
         }
         usage: dict[str, Usage] = {name: {} for name in cqs}
+        # Per ClusterQueue, the Workloads holding quota and what each holds: the candidates
+        # a preemption picks from.
+        holding: dict[str, list[tuple[Obj, Usage]]] = {name: [] for name in cqs}
         counts: dict[tuple[str, str], dict[str, int]] = {}
 
         def count(wl: Obj, cq: str | None, what: str) -> None:
@@ -358,17 +390,23 @@ class KueueController:
             admission = (wl.get("status") or {}).get("admission")
             if has_condition(wl, "QuotaReserved") and admission:
                 cq = admission["clusterQueue"]
-                for psa in admission.get("podSetAssignments") or []:
-                    for res, flavor in (psa.get("flavors") or {}).items():
-                        used = usage.setdefault(cq, {})
-                        amount = _quantity((psa.get("resourceUsage") or {}).get(res, 0))
-                        used[(flavor, res)] = used.get((flavor, res), Decimal(0)) + amount
+                held = _held(admission)
+                used = usage.setdefault(cq, {})
+                for key, amount in held.items():
+                    used[key] = used.get(key, Decimal(0)) + amount
+                holding.setdefault(cq, []).append((wl, held))
                 count(wl, cq, "reserving")
                 count(wl, cq, "admitted")
             else:
                 pending.append(wl)
+        # The ClusterQueue's heap (pkg/cache/queue cluster_queue.go, queueOrderingFunc):
+        # higher priority first, then older.
         pending.sort(
-            key=lambda w: (w["metadata"].get("creationTimestamp", ""), w["metadata"]["name"])
+            key=lambda w: (
+                -_priority(w),
+                w["metadata"].get("creationTimestamp", ""),
+                w["metadata"]["name"],
+            )
         )
         blocked: set[str] = set()
         for wl in pending:
@@ -394,6 +432,11 @@ class KueueController:
                 cq, wl["spec"].get("podSets") or [], usage[cq_name]
             )
             if assignment is None:
+                targets = _preemption_targets(cq, wl, holding.get(cq_name, []), usage[cq_name])
+                if targets:
+                    _preempt(ctx, wl, cq_name, targets)
+                    # scheduler.go: the targets being evicted are counted as preempted too.
+                    problem += f". Pending the preemption of {len(targets)} workload(s)"
                 # scheduler.go requeueAndUpdate: the condition, and a Warning Event when it
                 # changes, both with the (granular or "Pending") reason.
                 reason = self._reason(no_fit, "Pending")
@@ -524,10 +567,11 @@ class KueueController:
     # --- scripted events -----------------------------------------------------------------
 
     @staticmethod
-    def evict(ctx: Ctx, wl: Obj, reason: str, message: str) -> None:
-        """Evict an admitted Workload as Kueue's preemption does (preemption.go: a `Preempted`
-        Event, then evict.Evict: `Evicted=True` reason Preempted, `Preempted=True` with the
-        preemption reason, an `EvictedDueToPreempted` Event). The next pass stops the job and
+    def evict(ctx: Ctx, wl: Obj, reason: str, message: str, priorities: str = "") -> None:
+        """Evict an admitted Workload as Kueue's preemption does (preemption.go
+        IssuePreemptions: workload.Evict writes `Evicted=True` reason Preempted and
+        `Preempted=True` with the preemption reason, with an `EvictedDueToPreempted` Event;
+        then a `Preempted` Event, `priorities` appended). The next pass stops the job and
         releases the quota with `Requeued=True`, as the job reconciler does."""
         now = ctx.ts()
         status = dict(wl.get("status") or {})
@@ -535,9 +579,10 @@ class KueueController:
         if reason:
             new.append(condition("Preempted", True, reason, message, now))
         status["conditions"] = merge_conditions(status.get("conditions"), new)
-        ctx.event(wl, "Normal", "Preempted", message, SOURCE)
         ctx.set_status(wl, status)
-        ctx.event(wl, "Normal", "EvictedDueToPreempted", message, "kueue-workload-controller")
+        ctx.event(wl, "Normal", "EvictedDueToPreempted", message, SOURCE)
+        said = f"{message}; {priorities}" if priorities else message
+        ctx.event(wl, "Normal", "Preempted", said, SOURCE)
 
     @staticmethod
     def deactivate(ctx: Ctx, wl: Obj, cause: str, message: str) -> None:
@@ -551,6 +596,100 @@ class KueueController:
             [condition("DeactivationTarget", True, cause, message, ctx.ts())],
         )
         ctx.set_status(wl, status)
+
+
+def _priority(wl: Obj) -> int:
+    value = (wl.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) else 0
+
+
+def _held(admission: Mapping[str, Any]) -> Usage:
+    """The quota an admission holds, by (flavor, resource)."""
+    held: Usage = {}
+    for psa in admission.get("podSetAssignments") or []:
+        for res, flavor in (psa.get("flavors") or {}).items():
+            amount = _quantity((psa.get("resourceUsage") or {}).get(res, 0))
+            held[(flavor, res)] = held.get((flavor, res), Decimal(0)) + amount
+    return held
+
+
+def _reserved_at(wl: Obj) -> str:
+    found = _condition(wl, "QuotaReserved")
+    return str((found or {}).get("lastTransitionTime") or "")
+
+
+def _preemption_targets(
+    cq: Obj, wl: Obj, holding: list[tuple[Obj, Usage]], used: Usage
+) -> list[Obj]:
+    """The Workloads of `cq` to evict so that `wl` fits, by Kueue's classical heuristic within
+    one ClusterQueue (`pkg/scheduler/preemption/preemption.go` classicalPreemptions,
+    `common/ordering.go` CandidatesOrdering): candidates the ClusterQueue's
+    `preemption.withinClusterQueue` allows (`LowerPriority`; `LowerOrNewerEqualPriority` also
+    newer ones of equal priority; `Never`, the default, none), already evicted first, then
+    lowest priority, then the most recently admitted; removed in that order until `wl` fits,
+    then added back, last removed but one first, while it still fits. None if nothing does."""
+    policy = ((cq.get("spec") or {}).get("preemption") or {}).get("withinClusterQueue") or "Never"
+    if policy not in ("LowerPriority", "LowerOrNewerEqualPriority"):
+        return []
+    mine, created = _priority(wl), str(wl["metadata"].get("creationTimestamp") or "")
+
+    def allowed(other: Obj) -> bool:
+        theirs = _priority(other)
+        newer = str(other["metadata"].get("creationTimestamp") or "") > created
+        return theirs < mine or (policy == "LowerOrNewerEqualPriority" and theirs == mine and newer)
+
+    candidates = [(o, h) for o, h in holding if allowed(o)]
+    # Stable sorts, the last one the strongest key.
+    candidates.sort(key=lambda c: str(c[0]["metadata"].get("uid") or ""))
+    candidates.sort(key=lambda c: _reserved_at(c[0]), reverse=True)
+    candidates.sort(key=lambda c: (_condition(c[0], "Evicted") is None, _priority(c[0])))
+    pod_sets = wl["spec"].get("podSets") or []
+    remaining, chosen = dict(used), []
+    for candidate in candidates:
+        chosen.append(candidate)
+        for key, amount in candidate[1].items():
+            remaining[key] = remaining.get(key, Decimal(0)) - amount
+        if assign(cq, pod_sets, remaining)[0] is not None:
+            break
+    else:
+        return []
+    for candidate in reversed(chosen[:-1]):
+        trial = dict(remaining)
+        for key, amount in candidate[1].items():
+            trial[key] = trial.get(key, Decimal(0)) + amount
+        if assign(cq, pod_sets, trial)[0] is not None:
+            remaining = trial
+            chosen.remove(candidate)
+    return [o for o, _ in chosen]
+
+
+def _preempt(ctx: Ctx, preemptor: Obj, cq: str, targets: list[Obj]) -> None:
+    """preemption.go IssuePreemptions: each target not yet evicted is, with the preemptor's
+    UIDs and the queues' paths ("/<cq>": no cohorts here), and both sides get an Event."""
+    meta = preemptor["metadata"]
+    message = (
+        f"Preempted to accommodate a workload (UID: {meta.get('uid')}, JobUID:"
+        f" {(meta.get('labels') or {}).get(JOB_UID_LABEL, 'UNKNOWN')}) due to prioritization in"
+        f" the ClusterQueue; preemptor path: /{cq}; preemptee path: /{cq}"
+    )
+    for target in targets:
+        if _condition(target, "Evicted") is not None:
+            continue  # "Preemption ongoing"
+        mine, theirs = _priority(preemptor), _priority(target)
+        priorities = (
+            f"preemptor effective priority: {mine} (base: {mine}, boost: 0); preemptee"
+            f" effective priority: {theirs} (base: {theirs}, boost: 0)"
+        )
+        KueueController.evict(ctx, target, "InClusterQueue", message, priorities)
+        t = target["metadata"]
+        ctx.event(
+            preemptor,
+            "Normal",
+            "PreemptedWorkload",
+            f"Preempted workload {t['namespace']}/{t['name']} (UID: {t.get('uid')}) in"
+            f" ClusterQueue {cq}; {priorities}",
+            SOURCE,
+        )
 
 
 def _condition(obj: Obj, kind: str) -> dict[str, Any] | None:

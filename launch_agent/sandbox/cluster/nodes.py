@@ -4,7 +4,8 @@ With no nodes configured the cluster has unlimited capacity and every pod is sch
 once (on a node called `sandbox-node`). With nodes, a pod is bound to the first node whose free
 allocatable covers its requests and whose labels satisfy its `nodeSelector`; otherwise it stays
 Pending with the scheduler's own message, e.g.
-`0/3 nodes are available: 3 Insufficient nvidia.com/gpu.`
+`0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available:
+3 Preemption is not helpful for scheduling.`
 """
 
 from __future__ import annotations
@@ -89,32 +90,53 @@ class Node:
         }
 
 
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NO_VICTIMS = "No preemption victims found for incoming pod"
+
+
 def fit(
     nodes: Iterable[Node],
     used: Mapping[str, Mapping[str, Decimal]],
     spec: Mapping[str, Any],
 ) -> tuple[str | None, str]:
-    """The node to bind to, or None and the scheduler's FailedScheduling message."""
+    """The node to bind to, or None and the scheduler's FailedScheduling message.
+
+    kube-scheduler's words (`pkg/scheduler/framework/types.go`, FitError.Error): the filter
+    reasons counted over the nodes, then DefaultPreemption's PostFilter message
+    (`framework/preemption/preemption.go`, `plugins/defaultpreemption/default_preemption.go`).
+    A node where the pod can never fit (its selector does not match, or it asks for more than
+    the node's allocatable: NodeResourcesFit's `Unresolvable`, `noderesources/fit.go`) is one
+    where preemption is not helpful; on any other no lower-priority pod can be preempted,
+    since the sandbox has no priority classes (every pod's priority is 0).
+    """
     nodes = list(nodes)
     wants = pod_requests(spec)
     selector = spec.get("nodeSelector") or {}
     reasons: Counter[str] = Counter()
+    preemption: Counter[str] = Counter()
     for node in nodes:
         labels = {"kubernetes.io/hostname": node.name, **node.labels}
         if any(labels.get(k) != v for k, v in selector.items()):
             reasons["node(s) didn't match Pod's node affinity/selector"] += 1
+            preemption[NOT_HELPFUL] += 1
             continue
-        short = False
+        short = unresolvable = False
         for resource, amount in wants.items():
             if amount <= 0:
                 continue
-            free = quantity(node.allocatable.get(resource, 0)) - used.get(node.name, {}).get(
-                resource, Decimal(0)
-            )
+            allocatable = quantity(node.allocatable.get(resource, 0))
+            free = allocatable - used.get(node.name, {}).get(resource, Decimal(0))
             if amount > free:
                 reasons[f"Insufficient {resource}"] += 1
                 short = True
+                unresolvable = unresolvable or amount > allocatable
         if not short:
             return node.name, ""
+        preemption[NOT_HELPFUL if unresolvable else NO_VICTIMS] += 1
+    n = len(nodes)
+    return None, f"{_histogram(n, reasons)} preemption: {_histogram(n, preemption)}"
+
+
+def _histogram(n: int, reasons: Counter[str]) -> str:
     detail = ", ".join(sorted(f"{count} {reason}" for reason, count in reasons.items()))
-    return None, f"0/{len(nodes)} nodes are available: {detail}."
+    return f"0/{n} nodes are available: {detail}."

@@ -32,6 +32,7 @@ from launch_agent.sandbox.cluster.kueue import KueueController
 from launch_agent.sandbox.cluster.nodes import Node
 from launch_agent.sandbox.cluster.outcomes import Outcome
 from launch_agent.sandbox.cluster.processes import ProcessRunner
+from launch_agent.sandbox.cluster.quotas import reconcile_quota
 from launch_agent.sandbox.cluster.scripts import OutcomeBook
 from launch_agent.sandbox.cluster.workloads import CONTROLLERS
 from launch_agent.sandbox.kube.apiserver import KubeApiServer
@@ -204,6 +205,8 @@ class SimulatedCluster:
                     if not obj["metadata"].get("deletionTimestamp"):
                         reconcile(ctx, obj)
             self.kubelet.reconcile(ctx)
+            for quota in self.store.list(self.store.rt("resourcequotas"), None):
+                reconcile_quota(ctx, quota)
             self._wakeups = ctx.wakeups
             total += ctx.writes
             if ctx.writes == 0:

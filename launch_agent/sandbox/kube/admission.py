@@ -122,7 +122,7 @@ def quantity(value: Any) -> Decimal:
     return Decimal(match.group(1)) * _SUFFIX[match.group(2)]
 
 
-def _pretty(resource: str, value: Decimal) -> str:
+def pretty(resource: str, value: Decimal) -> str:
     """`resource.Quantity.String()` for the values quotas hold: binary suffixes for byte
     amounts, millis for fractions, plain integers otherwise."""
     if value != value.to_integral_value():
@@ -136,7 +136,7 @@ def _pretty(resource: str, value: Decimal) -> str:
     return str(number)
 
 
-def _counted(pod: Obj) -> bool:
+def counted(pod: Obj) -> bool:
     """pods.go, `QuotaV1Pod`: terminal pods use no quota (the grace period of a terminating
     pod is not modelled here: the sandbox's kubelet ends it)."""
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
@@ -174,7 +174,7 @@ def exceeded(quota: Mapping[str, Any], pod: Obj, pods: Iterable[Obj]) -> str | N
         return None
     used: dict[str, Decimal] = {k: Decimal(0) for k in hard}
     for other in pods:
-        if _counted(other):
+        if counted(other):
             for key, value in pod_usage(other).items():
                 if key in used:
                     used[key] += value
@@ -183,7 +183,7 @@ def exceeded(quota: Mapping[str, Any], pod: Obj, pods: Iterable[Obj]) -> str | N
         return None
 
     def show(values: Mapping[str, Decimal]) -> str:
-        return ",".join(f"{k}={_pretty(k, values[k])}" for k in over)
+        return ",".join(f"{k}={pretty(k, values[k])}" for k in over)
 
     return (
         f"exceeded quota: {quota['metadata']['name']}, requested: {show(requested)}, "
@@ -265,6 +265,7 @@ _RESTRICTED_VOLUMES = frozenset(
         "downwardAPI",
         "emptyDir",
         "ephemeral",
+        "image",
         "persistentVolumeClaim",
         "projected",
         "secret",
@@ -304,41 +305,43 @@ def pod_security(spec: Mapping[str, Any], *, restricted: bool) -> list[str]:
                 "allowPrivilegeEscalation != false ("
                 f"{_containers(bad)} must set securityContext.allowPrivilegeEscalation=false)"
             )
-    # check_capabilities_baseline.go, capabilitiesBaseline_1_0
     added = {
         c["name"]: [str(cap) for cap in (sc(c).get("capabilities") or {}).get("add") or [] if cap]
         for c in containers
     }
-    extra = {n: [a for a in caps if a not in _BASELINE_CAPS] for n, caps in added.items()}
-    extra = {n: caps for n, caps in extra.items() if caps}
-    if extra:
+    if not restricted:
+        # check_capabilities_baseline.go, capabilitiesBaseline_1_0 (replaced at restricted by
+        # the check below: its `OverrideCheckIDs`, registry.go)
+        extra = {
+            n: sorted({a for a in caps if a not in _BASELINE_CAPS}) for n, caps in added.items()
+        }
         details = [
             f'container "{n}" must not include {_quote(caps)} in securityContext.capabilities.add'
             for n, caps in extra.items()
+            if caps
         ]
-        failures.append(f"non-default capabilities ({'; '.join(details)})")
-    # check_capabilities_restricted.go, capabilitiesRestricted_1_22
-    if restricted:
+        if details:
+            failures.append(f"non-default capabilities ({'; '.join(details)})")
+    else:
+        # check_capabilities_restricted.go, capabilitiesRestricted_1_22: the containers that
+        # add anything but NET_BIND_SERVICE, and the union of what they add, sorted.
         no_drop = [
             c["name"]
             for c in containers
             if "ALL" not in ((sc(c).get("capabilities") or {}).get("drop") or [])
         ]
-        adds = {
-            n: [a for a in caps if a != "NET_BIND_SERVICE"]
-            for n, caps in added.items()
-            if n not in extra
-        }
-        adds = {n: caps for n, caps in adds.items() if caps}
+        adding = [n for n, caps in added.items() if any(a != "NET_BIND_SERVICE" for a in caps)]
+        forbidden = sorted({a for caps in added.values() for a in caps if a != "NET_BIND_SERVICE"})
         details = []
         if no_drop:
             details.append(
                 f'{_containers(no_drop)} must set securityContext.capabilities.drop=["ALL"]'
             )
-        details += [
-            f'container "{n}" must not include {_quote(caps)} in securityContext.capabilities.add'
-            for n, caps in adds.items()
-        ]
+        if adding:
+            details.append(
+                f"{_containers(adding)} must not include {_quote(forbidden)} in"
+                " securityContext.capabilities.add"
+            )
         if details:
             failures.append(f"unrestricted capabilities ({'; '.join(details)})")
     # check_hostNamespaces.go, hostNamespaces_1_0
@@ -346,9 +349,10 @@ def pod_security(spec: Mapping[str, Any], *, restricted: bool) -> list[str]:
     if hosts:
         failures.append(f"host namespaces ({', '.join(hosts)})")
     volumes = [v for v in spec.get("volumes") or [] if isinstance(v, Mapping)]
-    # check_hostPathVolumes.go, hostPathVolumes_1_0
+    # check_hostPathVolumes.go, hostPathVolumes_1_0 (replaced at restricted by
+    # restrictedVolumes, which names hostPath among the other types)
     host_paths = [str(v.get("name")) for v in volumes if "hostPath" in v]
-    if host_paths:
+    if host_paths and not restricted:
         failures.append(f"hostPath volumes ({_containers(host_paths, 'volume')})")
     # check_hostPorts.go, hostPorts_1_0
     ported = [c["name"] for c in containers if any(p.get("hostPort") for p in c.get("ports") or [])]
@@ -365,8 +369,15 @@ def pod_security(spec: Mapping[str, Any], *, restricted: bool) -> list[str]:
         kinds = [(str(v.get("name")), next((k for k in v if k != "name"), "")) for v in volumes]
         bad_volumes = [(n, k) for n, k in kinds if k and k not in _RESTRICTED_VOLUMES]
         if bad_volumes:
-            details = [f'volume "{n}" uses restricted volume type "{k}"' for n, k in bad_volumes]
-            failures.append(f"restricted volume types ({', '.join(details)})")
+            names = [n for n, _ in bad_volumes]
+            types = sorted({k for _, k in bad_volumes})
+            one, many = len(names) == 1, len(types) == 1
+            failures.append(
+                f"restricted volume types ({'volume' if one else 'volumes'} {_quote(names)}"
+                f" {'uses' if one else 'use'}"
+                f" {'restricted volume type' if many else 'restricted volume types'}"
+                f" {_quote(types)})"
+            )
         # check_runAsNonRoot.go, runAsNonRoot_1_0
         pod_non_root = pod_sc.get("runAsNonRoot") is True
         not_set = [

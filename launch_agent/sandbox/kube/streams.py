@@ -3,7 +3,8 @@
 A watch registers its `Watcher` with the store and reads the replay in the same event-loop
 step, so no event falls between replay and live events; it then sends batches as the store
 wakes it, BOOKMARKs when asked (only with nothing pending, so the bookmark's resourceVersion
-never runs ahead of what the client has seen), and ends at `timeoutSeconds`, when the watcher
+never runs ahead of what the client has seen; never for Events, which kube-apiserver watches
+straight from etcd), and ends at `timeoutSeconds`, when the watcher
 is closed (too slow a client, a dropped resource, the server stopping) or as a fault rule says
 (`status=410`: an ERROR event; `drop`: the connection is cut; `stall`: silence).
 """
@@ -22,6 +23,13 @@ from launch_agent.sandbox.kube.responses import FAULT, ServerSettings, Target, d
 from launch_agent.sandbox.kube.selectors import parse_field_selector, parse_label_selector
 from launch_agent.sandbox.kube.store import Obj, Store
 
+# Resources kube-apiserver keeps no watch cache for (kubernetes
+# `pkg/kubeapiserver/default_storage_factory_builder.go`, `DefaultWatchCacheSizes`): their
+# watches are etcd's own, which send no BOOKMARK (`staging/src/k8s.io/apiserver/pkg/storage/
+# etcd3/watcher.go` asks etcd for progress notifications only for the watch cache's own watch),
+# so a client's resourceVersion moves only with the events it receives.
+UNCACHED = frozenset({"events", "events.k8s.io/events"})
+
 
 async def serve_watch(
     store: Store,
@@ -39,7 +47,7 @@ async def serve_watch(
     except ValueError:
         raise errors.bad_request(f"invalid resource version {rv_q!r}") from None
     timeout = float(request.query.get("timeoutSeconds") or settings.default_watch_timeout)
-    bookmarks = truthy(request.query.get("allowWatchBookmarks"))
+    bookmarks = truthy(request.query.get("allowWatchBookmarks")) and t.rt.storage not in UNCACHED
     rule: FaultRule | None = request.get(FAULT)
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
     response.enable_chunked_encoding()

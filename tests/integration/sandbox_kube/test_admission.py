@@ -71,6 +71,29 @@ async def test_quota_exceeded_is_forbidden_with_kube_apiservers_words(
     )
 
 
+async def test_the_quota_controller_writes_hard_and_used(
+    kube: KubeApiServer, cluster: SimulatedCluster
+) -> None:
+    """kube-controller-manager's resource quota controller (`pkg/controller/resourcequota/
+    resource_quota_controller.go`, syncResourceQuota): `status.hard` is the spec's, `status.used`
+    the namespace's usage of those resources only; `kubectl describe quota` reads both, and on
+    a real cluster the admission plugin enforces nothing until they are written."""
+    kube.objects.create("resourcequotas", quota("team", **{"requests.cpu": "4", "pods": "10"}))
+    cluster.step()
+    [got] = kube.objects.list("resourcequotas", "default")
+    assert got["status"] == {
+        "hard": {"requests.cpu": "4", "pods": "10"},
+        "used": {"requests.cpu": "0", "pods": "0"},
+    }
+    kube.objects.create("pods", pod_body("a"))
+    body = pod_body("b")
+    body["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "500m"
+    kube.objects.create("pods", body)
+    cluster.step()
+    [got] = kube.objects.list("resourcequotas", "default")
+    assert got["status"]["used"] == {"requests.cpu": "2500m", "pods": "2"}
+
+
 async def test_terminal_pods_use_no_quota(kube: KubeApiServer) -> None:
     kube.objects.create("resourcequotas", quota("pods", pods="1", memory="1Gi"))
     kube.objects.create("pods", pod_body("done"))
@@ -133,6 +156,58 @@ async def test_pod_security_restricted_namespace_refuses_with_each_check(
     body = pod_body("ok")
     body["spec"]["containers"][0]["securityContext"] = restricted
     kube.objects.create("pods", body, namespace="secure")
+
+
+RESTRICTED_SC = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+@pytest.mark.parametrize(
+    ("level", "expected"),
+    [
+        # Restricted: its capabilities and volume checks replace baseline's
+        # (`OverrideCheckIDs` in check_capabilities_restricted.go, check_restrictedVolumes.go);
+        # kube-apiserver v1.37.2 answers exactly this on the real tier.
+        (
+            "restricted",
+            'violates PodSecurity "restricted:latest": unrestricted capabilities (container'
+            ' "main" must not include "SYS_PTRACE" in securityContext.capabilities.add),'
+            ' restricted volume types (volumes "data", "nfs" use restricted volume types'
+            ' "hostPath", "nfs")',
+        ),
+        (
+            "baseline",
+            'violates PodSecurity "baseline:latest": non-default capabilities (container "main"'
+            ' must not include "SYS_PTRACE" in securityContext.capabilities.add), hostPath'
+            ' volumes (volume "data")',
+        ),
+    ],
+)
+async def test_pod_security_levels_report_each_check_once(
+    kube: KubeApiServer, level: str, expected: str
+) -> None:
+    kube.objects.create(
+        "namespaces",
+        {"metadata": {"name": "secure", "labels": {"pod-security.kubernetes.io/enforce": level}}},
+    )
+    body = pod_body(
+        "p",
+        volumes=[
+            {"name": "data", "hostPath": {"path": "/data"}},
+            {"name": "nfs", "nfs": {"server": "nfs.example", "path": "/x"}},
+            {"name": "img", "image": {"reference": "registry.example/weights:1"}},
+            {"name": "cache", "emptyDir": {}},
+        ],
+    )
+    add = {**RESTRICTED_SC, "capabilities": {"drop": ["ALL"], "add": ["SYS_PTRACE"]}}
+    body["spec"]["containers"][0]["securityContext"] = add
+    with pytest.raises(ApiError) as refused:
+        kube.objects.create("pods", body, namespace="secure")
+    assert refused.value.message == f'pods "p" is forbidden: {expected}'
 
 
 async def test_job_whose_pods_are_refused_leaves_one_failed_create_event(

@@ -82,6 +82,23 @@ async def test_bookmarks_and_timeout(kube: KubeApiServer, batch: client.BatchV1A
     await w.close()
 
 
+async def test_an_events_watch_gets_no_bookmark(core: client.CoreV1Api) -> None:
+    """kube-apiserver keeps no watch cache for Events: their watch is etcd's, which sends no
+    BOOKMARK, so the client's resourceVersion stays where its last event left it (a Jobs watch
+    of the same length gets one: `test_bookmarks_and_timeout`)."""
+    listed = await core.list_namespaced_event("default")
+    w = watch.Watch()
+    stream = w.stream(
+        core.list_namespaced_event,
+        "default",
+        resource_version=listed.metadata.resource_version,
+        allow_watch_bookmarks=True,
+        timeout_seconds=1,
+    )
+    assert await _collect(stream) == []
+    await w.close()
+
+
 async def test_compacted_rv_answers_410(kube: KubeApiServer, batch: client.BatchV1Api) -> None:
     listed = await batch.list_namespaced_job("default")
     await batch.create_namespaced_job("default", job_body("x"))  # type: ignore[arg-type]

@@ -200,7 +200,12 @@ async def test_node_capacity_keeps_pods_pending(kube: KubeApiServer) -> None:
         first, second = pods(kube, "a")[0], pods(kube, "b")[0]
         assert first["spec"]["nodeName"] == "gpu-0"
         scheduled = next(c for c in second["status"]["conditions"] if c["type"] == "PodScheduled")
-        assert scheduled["message"] == "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+        # gpu-0 could hold it once `a` leaves, the CPU nodes never (kube-scheduler v1.37.2).
+        assert scheduled["message"] == (
+            "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are"
+            " available: 1 No preemption victims found for incoming pod, 2 Preemption is not"
+            " helpful for scheduling."
+        )
         cluster.advance(6)  # a finishes and frees the GPU; b is bound
         assert pods(kube, "b")[0]["spec"].get("nodeName") == "gpu-0"
         assert {n["metadata"]["name"] for n in kube.objects.list("nodes")} == {

@@ -29,6 +29,7 @@ KUEUE_CRDS = {
     "Workload": "kueue.x-k8s.io_workloads.yaml",
     "ClusterQueue": "kueue.x-k8s.io_clusterqueues.yaml",
     "LocalQueue": "kueue.x-k8s.io_localqueues.yaml",
+    "WorkloadPriorityClass": "kueue.x-k8s.io_workloadpriorityclasses.yaml",
 }
 
 
@@ -301,6 +302,136 @@ async def test_eviction_suspends_the_job_and_the_workload_is_requeued(
     assert conds["QuotaReserved"][:2] == ("False", "Pending")
     assert (await batch.read_namespaced_job("e", "default")).spec.suspend is True
     await assert_status_matches_crd(crds, wl)
+
+
+async def priority_class(custom: client.CustomObjectsApi, name: str, value: int) -> None:
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "WorkloadPriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+    }
+    await custom.create_cluster_custom_object(GROUP, VERSION, "workloadpriorityclasses", body)
+
+
+def prioritized_job(name: str, cpu: str, priority: str) -> dict[str, Any]:
+    body = queued_job(name, cpu)
+    body["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = priority
+    return body
+
+
+async def test_a_higher_priority_workload_preempts_a_lower_one_in_its_cluster_queue(
+    kube: KubeApiServer,
+    cluster: SimulatedCluster,
+    batch: client.BatchV1Api,
+    custom: client.CustomObjectsApi,
+    crds: Path,
+) -> None:
+    """What Kueue v0.17.0 writes on the real tier (`pkg/scheduler/preemption/preemption.go`
+    IssuePreemptions, `scheduler.go`): the victim evicted with the preemptor's UIDs and queue
+    paths, the preemptor pending "Pending the preemption of 1 workload(s)" until the victim's
+    job is stopped and its quota released, then admitted; the victim requeued."""
+    await setup_queues(custom, cpu="4")
+    cq = await custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", "cq")
+    cq["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    await custom.replace_cluster_custom_object(GROUP, VERSION, "clusterqueues", "cq", cq)
+    await priority_class(custom, "low", 100)
+    await priority_class(custom, "high", 1000)
+    cluster.script("job-name=low", "succeed after=600s")
+    low = await batch.create_namespaced_job("default", prioritized_job("low", "3", "low"))  # type: ignore[arg-type]
+    cluster.advance(2)
+    low_wl = await workload_of(custom, low.metadata.uid)
+    assert conditions(low_wl)["Admitted"][0] == "True"
+    assert (low_wl["spec"]["priority"], low_wl["spec"]["priorityClassRef"]) == (
+        100,
+        {"group": GROUP, "kind": "WorkloadPriorityClass", "name": "low"},
+    )
+    # Equal priority never preempts under LowerPriority: it waits.
+    same = await batch.create_namespaced_job("default", prioritized_job("same", "3", "low"))  # type: ignore[arg-type]
+    cluster.step()
+    assert conditions(await workload_of(custom, same.metadata.uid))["QuotaReserved"][2] == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor"
+        " default-flavor, 2 more needed"
+    )
+    high = await batch.create_namespaced_job("default", prioritized_job("high", "3", "high"))  # type: ignore[arg-type]
+    cluster.step()
+    high_wl = await workload_of(custom, high.metadata.uid)
+    message = (
+        f"Preempted to accommodate a workload (UID: {high_wl['metadata']['uid']}, JobUID:"
+        f" {high.metadata.uid}) due to prioritization in the ClusterQueue; preemptor path: /cq;"
+        " preemptee path: /cq"
+    )
+    low_wl = await workload_of(custom, low.metadata.uid)
+    conds = conditions(low_wl)
+    assert conds["Evicted"] == ("True", "Preempted", message)
+    assert conds["Preempted"] == ("True", "InClusterQueue", message)
+    priorities = (
+        "preemptor effective priority: 1000 (base: 1000, boost: 0); preemptee effective"
+        " priority: 100 (base: 100, boost: 0)"
+    )
+    events = {
+        (e["involvedObject"]["name"], e["reason"]): e["message"]
+        for e in kube.objects.list("events", "default")
+    }
+    low_name, high_name = low_wl["metadata"]["name"], high_wl["metadata"]["name"]
+    assert events[(low_name, "Preempted")] == f"{message}; {priorities}"
+    assert events[(low_name, "EvictedDueToPreempted")] == message
+    assert events[(high_name, "PreemptedWorkload")] == (
+        f"Preempted workload default/{low_name} (UID: {low_wl['metadata']['uid']}) in"
+        f" ClusterQueue cq; {priorities}"
+    )
+    pending = (
+        "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor"
+        " default-flavor, 2 more needed. Pending the preemption of 1 workload(s)"
+    )
+    assert events[(high_name, "Pending")] == pending
+    cluster.advance(5)  # the victim's job is stopped (SIGTERM), its quota released
+    assert (await batch.read_namespaced_job("low", "default")).spec.suspend is True
+    high_wl = await workload_of(custom, high.metadata.uid)
+    assert conditions(high_wl)["Admitted"][0] == "True"
+    assert (await batch.read_namespaced_job("high", "default")).spec.suspend is False
+    low_wl = await workload_of(custom, low.metadata.uid)
+    conds = conditions(low_wl)
+    assert conds["Requeued"] == ("True", "Preempted", message)
+    assert conds["QuotaReserved"][:2] == ("False", "Pending")
+    assert "Admitted" not in conditions(await workload_of(custom, same.metadata.uid))
+    for wl in (low_wl, high_wl):
+        await assert_status_matches_crd(crds, wl)
+
+
+async def test_without_a_preemption_policy_a_higher_priority_waits(
+    cluster: SimulatedCluster, batch: client.BatchV1Api, custom: client.CustomObjectsApi
+) -> None:
+    await setup_queues(custom, cpu="4")  # withinClusterQueue: Never, the default
+    await priority_class(custom, "low", 100)
+    await priority_class(custom, "high", 1000)
+    low = await batch.create_namespaced_job("default", prioritized_job("low", "3", "low"))  # type: ignore[arg-type]
+    cluster.step()
+    high = await batch.create_namespaced_job("default", prioritized_job("high", "3", "high"))  # type: ignore[arg-type]
+    cluster.step()
+    assert conditions(await workload_of(custom, low.metadata.uid))["Admitted"][0] == "True"
+    assert conditions(await workload_of(custom, high.metadata.uid))["QuotaReserved"][2] == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor"
+        " default-flavor, 2 more needed"
+    )
+
+
+async def test_pending_workloads_are_admitted_by_priority_then_age(
+    cluster: SimulatedCluster, batch: client.BatchV1Api, custom: client.CustomObjectsApi
+) -> None:
+    await setup_queues(custom, cpu="0")
+    await priority_class(custom, "high", 1000)
+    # Names in the other order than ages and priorities: creation times share a second.
+    old = await batch.create_namespaced_job("default", queued_job("a-old", "3"))  # type: ignore[arg-type]
+    cluster.step()
+    new = await batch.create_namespaced_job("default", prioritized_job("z-new", "3", "high"))  # type: ignore[arg-type]
+    cluster.step()
+    cq = await custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", "cq")
+    cq["spec"] = cluster_queue("cq", "4")["spec"]
+    await custom.replace_cluster_custom_object(GROUP, VERSION, "clusterqueues", "cq", cq)
+    cluster.step()
+    assert conditions(await workload_of(custom, new.metadata.uid))["Admitted"][0] == "True"
+    assert conditions(await workload_of(custom, old.metadata.uid))["QuotaReserved"][0] == "False"
 
 
 async def test_off_unless_enabled(

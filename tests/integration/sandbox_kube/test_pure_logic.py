@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -273,19 +274,51 @@ def test_quantities(text: str, value: str) -> None:
     assert quantity(text) == Decimal(value)
 
 
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NO_VICTIMS = "No preemption victims found for incoming pod"
+
+
 def test_fit_reports_the_scheduler_message() -> None:
+    """kube-scheduler v1.37.2's FitError, with DefaultPreemption's PostFilter message after it
+    (`framework/types.go` FitError.Error, `preemption/preemption.go`): a node where the pod
+    can never fit (more than its allocatable, or its selector) is one where preemption is not
+    helpful; elsewhere no pod of lower priority can be preempted (the sandbox has no priority
+    classes), which is what the real tier answers."""
     nodes = [Node(f"n{i}", {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "0"}) for i in range(3)]
     spec = {"containers": [{"name": "m", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
-    assert fit(nodes, {}, spec) == (None, "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    assert fit(nodes, {}, spec) == (
+        None,
+        "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are"
+        f" available: 3 {NOT_HELPFUL}.",
+    )
     spec_sel = {"nodeSelector": {"pool": "a"}, "containers": [{"name": "m"}]}
     node, message = fit(nodes, {}, spec_sel)
     assert node is None
-    assert (
-        message == "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+    assert message == (
+        "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+        f" preemption: 0/3 nodes are available: 3 {NOT_HELPFUL}."
     )
-    assert (
-        fit(nodes, {}, {"containers": [{"name": "m", "resources": {"requests": {"cpu": "2"}}}]})[0]
-        == "n0"
+    cpu = {"containers": [{"name": "m", "resources": {"requests": {"cpu": "6"}}}]}
+    assert fit(nodes, {}, cpu)[0] == "n0"
+    # Full but able to hold it once others leave: preemption might help, no victim is found.
+    used = {f"n{i}": {"cpu": Decimal(4)} for i in range(3)}
+    assert fit(nodes, used, cpu) == (
+        None,
+        "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available:"
+        f" 3 {NO_VICTIMS}.",
+    )
+    used["n0"] = {"cpu": Decimal(0)}
+    big = {"containers": [{"name": "m", "resources": {"requests": {"cpu": "9", "memory": "1Gi"}}}]}
+    assert fit(nodes, used, big)[1] == (
+        "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available:"
+        f" 3 {NOT_HELPFUL}."
+    )
+    mixed = [*nodes[:2], Node("n2", {"cpu": "8", "memory": "32Gi"}, {"pool": "b"})]
+    pooled = {"nodeSelector": {"pool": "b"}, **cpu}
+    assert fit(mixed, {"n2": {"cpu": Decimal(4)}}, pooled)[1] == (
+        "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node"
+        f" affinity/selector. preemption: 0/3 nodes are available: 1 {NO_VICTIMS}, 2"
+        f" {NOT_HELPFUL}."
     )
 
 
