@@ -127,6 +127,20 @@ def _register_up(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -
         " sandbox.launch-agent.io/outcome (default: %(default)s; grammar in docs/sandbox.md)",
     )
     up.add_argument("--no-cluster", action="store_true", help="API server only: no controllers run")
+    up.add_argument(
+        "--processes",
+        action="store_true",
+        help="run opted-in pods as local processes (image sandbox.local/..., or the annotation"
+        ' sandbox.launch-agent.io/process: "true"), each in DIR/pods/<pod>; how a sweep\'s'
+        " `wandb scheduler` runs by hand (docs/sweeps.md)",
+    )
+    up.add_argument(
+        "--process-time-limit",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="with --processes: kill a pod's process after this long (default: %(default)s)",
+    )
     up.set_defaults(handler=_up)
 
 
@@ -185,6 +199,10 @@ def _up(args: argparse.Namespace) -> int:
         return _usage(f"--outcome: {exc}")
     if crds is not None and not crds.is_dir():
         return _usage(f"--crds {crds}: not a directory")
+    if args.processes and args.no_cluster:
+        return _usage("--processes needs the simulated cluster (drop --no-cluster)")
+    if args.process_time_limit <= 0:
+        return _usage(f"--process-time-limit must be positive, got {args.process_time_limit}")
     directory = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="launch-sandbox-"))
     try:
         asyncio.run(_serve(args, crds, directory))
@@ -232,9 +250,18 @@ async def _serve(args: argparse.Namespace, crds: Path | None, directory: Path) -
         print(f"# environment also in {directory / 'sandbox.env'}; Ctrl-C stops", file=sys.stderr)
         if args.no_cluster:
             await stop.wait()
-        else:
-            async with SimulatedCluster(kube, clock=RealClock(), default_outcome=args.outcome):
-                await stop.wait()
+            return
+        processes = directory / "pods" if args.processes else None
+        if processes is not None:
+            print(f"# pods that opt in run as local processes under {processes}", file=sys.stderr)
+        async with SimulatedCluster(
+            kube,
+            clock=RealClock(),
+            default_outcome=args.outcome,
+            processes=processes,
+            process_time_limit=args.process_time_limit,
+        ):
+            await stop.wait()
 
 
 def _write_files(directory: Path, kube_url: str, namespace: str, env_text: str) -> None:

@@ -118,6 +118,14 @@ def test_up_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         (["--crds", str(tmp_path / "nope")], f"error: --crds {tmp_path / 'nope'}: not a directory"),
         (["--lease-seconds", "0"], "error: --lease-seconds must be positive, got 0.0"),
         (["--outcome", "explode"], "error: --outcome: "),
+        (
+            ["--processes", "--no-cluster"],
+            "error: --processes needs the simulated cluster (drop --no-cluster)",
+        ),
+        (
+            ["--processes", "--process-time-limit", "0"],
+            "error: --process-time-limit must be positive, got 0.0",
+        ),
     ]
     for argv, message in cases:
         assert main(["sandbox", "up", *argv]) == 2
@@ -170,6 +178,92 @@ async def test_up_serves_until_interrupted(tmp_path: Path) -> None:
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def _sandbox_up(tmp_path: Path, *argv: str) -> tuple[asyncio.subprocess.Process, str]:
+    """`sandbox up` as a user starts it; returns the process and its API server's URL."""
+    loop = asyncio.get_running_loop()
+    process = await asyncio.create_subprocess_exec(
+        *CLI, "sandbox", "up", "--dir", str(tmp_path), "--crds", "none", *argv,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    env_file = tmp_path / "sandbox.env"
+    for _ in range(600):
+        if await loop.run_in_executor(None, env_file.exists) or process.returncode is not None:
+            break
+        await asyncio.sleep(0.1)
+    assert process.returncode is None, (await process.communicate())[1].decode()
+    kubeconfig = yaml.safe_load(
+        await loop.run_in_executor(None, (tmp_path / "kubeconfig").read_text)
+    )
+    return process, str(kubeconfig["clusters"][0]["cluster"]["server"])
+
+
+PRINTING_JOB = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {"name": "hello"},
+    "spec": {
+        "backoffLimit": 0,
+        "template": {
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "sandbox.local/python",
+                        "command": [sys.executable, "-c", "print('hello from', 6 * 7)"],
+                    }
+                ],
+            }
+        },
+    },
+}
+
+
+async def _job_log(kube_url: str) -> tuple[dict[str, object], str]:
+    """Create PRINTING_JOB, wait until it finished, return it and its pod's log."""
+    base = f"{kube_url}/apis/batch/v1/namespaces/default/jobs"
+    async with aiohttp.ClientSession() as session:
+        async with session.post(base, json=PRINTING_JOB) as response:
+            assert response.status == 201, await response.text()
+        for _ in range(600):
+            async with session.get(f"{base}/hello") as response:
+                job = await response.json()
+            conditions = {c["type"] for c in job.get("status", {}).get("conditions") or []}
+            if conditions & {"Complete", "Failed"}:
+                break
+            await asyncio.sleep(0.1)
+        assert conditions & {"Complete", "Failed"}, job
+        pods_url = f"{kube_url}/api/v1/namespaces/default/pods"
+        async with session.get(pods_url, params={"labelSelector": "job-name=hello"}) as response:
+            (pod,) = (await response.json())["items"]
+        async with session.get(f"{pods_url}/{pod['metadata']['name']}/log") as response:
+            return job, await response.text()
+
+
+@pytest.mark.parametrize("processes", [True, False], ids=["processes", "scripted"])
+async def test_up_with_processes_runs_opted_in_pods_as_local_processes(
+    tmp_path: Path, processes: bool
+) -> None:
+    """With --processes a `sandbox.local/` pod's command really runs and its output is the
+    pod's log (what a sweep's `wandb scheduler` needs by hand); without it the same pod plays
+    the default outcome and prints nothing."""
+    argv = (
+        ["--processes", "--outcome", "succeed after=0.5s"]
+        if processes
+        else ["--outcome", "succeed after=0.5s"]
+    )
+    process, kube_url = await _sandbox_up(tmp_path, *argv)
+    try:
+        job, log = await _job_log(kube_url)
+        assert job["status"]["succeeded"] == 1  # type: ignore[index]
+        assert ("hello from 42" in log) is processes, log
+        assert (tmp_path / "pods").is_dir() is processes
+    finally:
+        process.send_signal(signal.SIGINT)
+        await asyncio.wait_for(process.communicate(), timeout=30)
 
 
 def test_submit_help_explains_where_the_server_comes_from(
