@@ -10,7 +10,8 @@ The flags are kubeadm's and envtest's, cut to a cluster without nodes of its own
   same).
 - kube-controller-manager: the controllers a batch cluster needs (job, ttl-after-finished,
   garbage collector, pod GC, namespace, service account and its tokens, resource quota, the
-  root-CA publisher, cluster-role aggregation), each with its own service account
+  root-CA publisher, cluster-role aggregation, and the StatefulSet controller, which makes a
+  LeaderWorkerSet's pods from the StatefulSets LWS creates), each with its own service account
   (`--use-service-account-credentials`), no leader election.
 - kube-scheduler: its default profile, no leader election.
 """
@@ -41,6 +42,8 @@ CONTROLLERS = (
     "resourcequota-controller",
     "root-ca-certificate-publisher-controller",
     "clusterrole-aggregation-controller",
+    # LeaderWorkerSet runs each group as a leader StatefulSet and a workers' StatefulSet.
+    "statefulset-controller",
 )
 ADMISSION = ("NamespaceLifecycle", "ServiceAccount", "PodSecurity", "LimitRanger", "ResourceQuota")
 
