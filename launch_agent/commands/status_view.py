@@ -172,6 +172,9 @@ STATUS = mapping(
                             "age_seconds": NUMBER,
                             "workload": STR,
                             "reason": STR,
+                            # MultiKueue (an older agent has neither).
+                            "worker": MaybeMissing(nullable(STR)),
+                            "placements": MaybeMissing(list_of(STR)),
                         }
                     )
                 ),

@@ -38,6 +38,8 @@ def test_a_real_document_with_hostile_text_prints_escaped_everywhere() -> None:
         (lambda d: d["builds"]["recent"].update(built=-1), "builds.recent.built"),
         (lambda d: d.update(failures=[7]), "failures[0]: expected a mapping"),
         (lambda d: d["agent"].update(problems="down"), "agent.problems: expected a list"),
+        (lambda d: d["runs"]["items"][0].update(worker=7), "runs.items[0].worker"),
+        (lambda d: d["runs"]["items"][0].update(placements="w1"), "runs.items[0].placements"),
     ],
 )
 def test_a_wrong_document_names_the_key(change: Any, path: str) -> None:
@@ -61,6 +63,17 @@ def test_any_answer_is_refused_with_its_key_or_printed_bounded(doc: Any) -> None
         assert len(out) <= MAX_OUTPUT
         return
     assert refusal.split(": ", maxsplit=1)[0] and "\n" not in refusal and len(refusal) < 400
+
+
+def test_a_run_placed_by_multikueue_shows_its_worker_column() -> None:
+    doc = snapshot("x")
+    assert "WORKER" not in table(check(doc))
+    doc["runs"]["items"][0].update(worker="worker-2\x1b[2J", placements=["worker-1", "worker-2"])
+    lines = table(check(doc)).splitlines()
+    header = next(line for line in lines if line.startswith("ITEM"))
+    assert header.split()[5] == "WORKER"
+    row = lines[lines.index(header) + 1]
+    assert "worker-2\\x1b[2J" in row and "\x1b" not in row
 
 
 def test_a_huge_document_prints_a_bounded_table() -> None:
