@@ -90,7 +90,9 @@ def test_migrate_from_stdin_json_output(
     pasted = dict(CONFIG["resource_args"]["kubernetes"])
     pasted["spec"] = json.loads(json.dumps(pasted["spec"]).replace("{{cpus}}", "1"))
     pasted["spec"]["template"]["spec"]["hostIPC"] = True
-    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(pasted)))
+    # A real stdin: the bounded reader reads its bytes (`sys.stdin.buffer`).
+    stdin = io.TextIOWrapper(io.BytesIO(json.dumps(pasted).encode()), encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", stdin)
     code = main(["migrate", "--from-file", "-", "--dry-run", "-o", "json"])
     records = json.loads(capsys.readouterr().out)
     assert code == 1  # hostIPC needs a decision
