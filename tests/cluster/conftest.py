@@ -185,12 +185,18 @@ def _specs(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def world(request: pytest.FixtureRequest, tier: str, tmp_path: Path) -> AsyncIterator[World]:
+def backend(request: pytest.FixtureRequest, tier: str) -> RealBackend | None:
+    # A sync fixture, so the first test's wait for `cluster up` (tens of seconds of polling)
+    # runs before the test's loop does, not inside an async fixture's callback.
+    return request.getfixturevalue("real_backend") if tier == "real" else None
+
+
+@pytest.fixture
+async def world(backend: RealBackend | None, tmp_path: Path) -> AsyncIterator[World]:
     state = LaunchState(entity="ent", lease_seconds=5)
     state.add_queue("q1")
     async with WandbServer(state) as wandb:
-        if tier == "real":
-            backend: RealBackend = request.getfixturevalue("real_backend")
+        if backend is not None:
             async for w in _real_world(backend, tmp_path, wandb):
                 yield w
         else:
