@@ -59,6 +59,21 @@ class StageParts:
     informer_settings: InformerSettings | None
     clock: Clock
 
+    def kueue_watch(self, workloads: KueueWorkloads, **options: Any) -> KueueWatch:
+        """The Kueue watch over these parts' runs, reports and specs (`options`: KueueWatch's
+        own, such as `needed_by`)."""
+        return KueueWatch(
+            self.kube,
+            self.runs,
+            self.reporter,
+            self.specs,
+            self.config,
+            workloads=workloads,
+            on_workload=self.evaluate,
+            informer_settings=self.informer_settings,
+            **options,
+        )
+
 
 class AdmissionMode(Protocol):
     quota: QuotaAdmission | None  # quota.mode agent: for the status page and the tests
@@ -153,16 +168,7 @@ class KueueMode:
     async def open(
         self, parts: StageParts, stack: AsyncExitStack, stopping: asyncio.Event
     ) -> AdmissionStage:
-        watch = KueueWatch(
-            parts.kube,
-            parts.runs,
-            parts.reporter,
-            parts.specs,
-            parts.config,
-            workloads=self.workloads,
-            on_workload=parts.evaluate,
-            informer_settings=parts.informer_settings,
-        )
+        watch = parts.kueue_watch(self.workloads)
         await watch.start(stack, stopping)
         self.kueue = watch
         return KueueAdmission(watch, parts.runs, parts.specs, parts.config)

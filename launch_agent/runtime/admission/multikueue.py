@@ -121,15 +121,8 @@ class MultiKueueMode:
         if not self.watched:
             return SplitStage(own, None, parts.specs)
         names = ", ".join(self.watched)
-        watch = KueueWatch(
-            parts.kube,
-            parts.runs,
-            parts.reporter,
-            parts.specs,
-            parts.config,
-            workloads=self.workloads,
-            on_workload=parts.evaluate,
-            informer_settings=parts.informer_settings,
+        watch = parts.kueue_watch(
+            self.workloads,
             needed_by=(
                 f"queue spec(s) {names} use spec.kueue.multiKueue",
                 f"remove spec.kueue.multiKueue from {names}",
