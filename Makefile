@@ -74,8 +74,10 @@ typecheck: $(STAMP)
 contracts: $(STAMP)
 	$(BIN)/lint-imports
 
+# The tests marked `long` (a minute or more of wall clock each, little CPU) run in a pytest of
+# their own beside the rest (scripts/run_suite.py).
 test: lint $(AZURITE_BIN) | $(CHROMIUM)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/python scripts/run_suite.py $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-compiled
 
 # The quota engine compiled with mypyc (scripts/build_compiled.py): a copy of the package in

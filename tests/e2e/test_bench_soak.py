@@ -14,11 +14,14 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from launch_agent.demo.soak import METRICS
 
 LAUNCH_AGENT = Path(sys.executable).parent / "launch-agent"
 
 
+@pytest.mark.long
 async def test_bench_soak_one_minute(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     process = await asyncio.create_subprocess_exec(

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.wandb import ItemState
 from tests.e2e import build_support
@@ -29,6 +31,7 @@ READ_BOUND = 150.0
 STOP_BOUND = 20.0
 
 
+@pytest.mark.long
 async def test_a_job_read_through_a_wandb_outage_is_retried_not_failed(s3_builds: Builds) -> None:
     b, env = s3_builds, s3_builds.env
     env.state.add_job("ent", "proj", "train-img", image="registry.example/ml/train:1")

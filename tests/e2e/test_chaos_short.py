@@ -32,6 +32,7 @@ ARGS = (
 # once ended it with a build context left in the claim: a kill between the Kaniko Job's delete
 # and the context's (tests/e2e/test_build_leftovers.py has that case on its own now).
 @pytest.mark.chaos
+@pytest.mark.long
 async def test_chaos_short_ends_with_nothing_lost_duplicated_orphaned_or_reported_twice(
     tmp_path: Path,
 ) -> None:

@@ -188,6 +188,7 @@ async def test_sigkill_at_each_step_then_restart_gives_exactly_one_workload(
     assert len(env.jobs()) == 1
 
 
+@pytest.mark.long
 async def test_the_process_outlives_a_60_second_wandb_outage(env: Env, tmp_path: Path) -> None:
     """60 s of 503s with the default retry policy: W&B's agent exits after ~19 s (reference
     §1.7). This process pauses popping and reporting, keeps tracking, then pops the item pushed

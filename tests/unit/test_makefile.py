@@ -39,4 +39,4 @@ def test_make_test_installs_chromium_only_where_it_is_missing(
     assert ("scripts/install_chromium.sh" in recipes) is not present, recipes[-2000:]
     # The browser comes before the suite that needs it.
     if not present:
-        assert recipes.index("scripts/install_chromium.sh") < recipes.index("/pytest")
+        assert recipes.index("scripts/install_chromium.sh") < recipes.index("scripts/run_suite.py")

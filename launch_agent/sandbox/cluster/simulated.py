@@ -147,7 +147,13 @@ class SimulatedCluster:
                     async with asyncio.timeout(wait):
                         await self._dirty.wait()
             self._dirty.clear()
-            self.step()
+            # A pass at a time, yielding between them: a burst of large objects (a hostile
+            # item's manifest) would otherwise hold the loop that the agent under test shares
+            # for as long as all fifty passes take.
+            for _ in range(MAX_PASSES):
+                if self._pass() == 0:
+                    break
+                await asyncio.sleep(0)
 
     # --- scripting ----------------------------------------------------------------------------
 
@@ -194,24 +200,29 @@ class SimulatedCluster:
         """Run every controller until a pass writes nothing; returns the number of writes."""
         total = 0
         for _ in range(MAX_PASSES):
-            ctx = Ctx(self.store, self.clock)
-            self.kueue.reconcile(ctx)
-            self.jobs.reconcile(ctx)
-            for resource, reconcile in CONTROLLERS.items():
-                rt = self.store.registry.find(resource)
-                if rt is None:
-                    continue
-                for obj in self.store.list(rt, None):
-                    if not obj["metadata"].get("deletionTimestamp"):
-                        reconcile(ctx, obj)
-            self.kubelet.reconcile(ctx)
-            for quota in self.store.list(self.store.rt("resourcequotas"), None):
-                reconcile_quota(ctx, quota)
-            self._wakeups = ctx.wakeups
-            total += ctx.writes
-            if ctx.writes == 0:
+            writes = self._pass()
+            total += writes
+            if writes == 0:
                 break
         return total
+
+    def _pass(self) -> int:
+        """Every controller once; returns the number of writes."""
+        ctx = Ctx(self.store, self.clock)
+        self.kueue.reconcile(ctx)
+        self.jobs.reconcile(ctx)
+        for resource, reconcile in CONTROLLERS.items():
+            rt = self.store.registry.find(resource)
+            if rt is None:
+                continue
+            for obj in self.store.list(rt, None):
+                if not obj["metadata"].get("deletionTimestamp"):
+                    reconcile(ctx, obj)
+        self.kubelet.reconcile(ctx)
+        for quota in self.store.list(self.store.rt("resourcequotas"), None):
+            reconcile_quota(ctx, quota)
+        self._wakeups = ctx.wakeups
+        return ctx.writes
 
     def advance(self, seconds: float) -> None:
         """Move a manual clock forward, stopping at every transition due on the way."""
