@@ -188,7 +188,10 @@ class Agent:
         self.kueue: KueueWatch | None = None  # quota.mode kueue
         self.elector: LeaderElector | None = None  # leader_election.enabled
         self.workers = Workers(
-            config.multikueue.workers, policy=kube_retry, observer=self._observe_kube
+            config.multikueue.workers,
+            policy=kube_retry,
+            observer=self._observe_kube,
+            limits=self._kube_limits(),
         )
         self._stage: AdmissionStage | None = None  # `quota.mode`'s, built once at registration
 
@@ -207,6 +210,16 @@ class Agent:
 
     def stop(self, reason: str = "requested") -> None:
         self.supervisor.stop(reason)
+
+    def _kube_limits(self) -> dict[str, Any]:
+        """Each Kubernetes client's own token bucket and its 429 counter (`kubernetes.*`)."""
+        limits = self.config.kubernetes
+        return {
+            "qps": limits.qps,
+            "burst": limits.burst,
+            "stop": self.supervisor.stopping,
+            "throttled": self.metrics.kube_throttle,
+        }
 
     def _observe(self, operation: str, status: int | None, seconds: float) -> None:
         self.metrics.api_call("wandb", operation, status, seconds)
@@ -295,7 +308,11 @@ class Agent:
         except CABundleError as exc:  # a customCABundle that is not mounted, or not PEM
             raise StartupError(str(exc)) from None
         self.wandb = await stack.enter_async_context(client)
-        kube_options: dict[str, Any] = {"policy": self.kube_retry, "observer": self._observe_kube}
+        kube_options: dict[str, Any] = {
+            "policy": self.kube_retry,
+            "observer": self._observe_kube,
+            **self._kube_limits(),
+        }
         if self.kube_configuration is not None:
             kube_cfg = self.kube_configuration
         else:
