@@ -709,3 +709,23 @@ async def test_a_429_without_apf_headers_is_counted_as_none(
         await throttled.list(JOBS, NS)
     assert heard == [("", "")]
     assert throttled.throttles == 1
+
+
+async def test_apfs_429_is_retried_after_retry_after_and_names_its_priority_level(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    kubeconfig = await asyncio.to_thread(write_kubeconfig, tmp_path / "kubeconfig", kube.url, NS)
+    heard: list[tuple[str, str]] = []
+    flow = kube.throttle(qps=1.0, burst=1)
+    throttled = await KubeClient.from_kubeconfig(
+        str(kubeconfig), policy=FAST, throttled=lambda pl, fs: heard.append((pl, fs))
+    )
+    loop = asyncio.get_running_loop()
+    async with throttled:
+        await throttled.list(JOBS, NS)
+        start = loop.time()
+        await throttled.list(JOBS, NS)  # 429 (a plain-text body), then served after 1 s
+        took = loop.time() - start
+    assert took >= 1.0  # Retry-After: 1, though FAST's own backoff is at most 50 ms
+    assert heard == [(flow.priority_level_uid, flow.flow_schema_uid)]
+    assert [e.status for e in kube.log] == [200, 429, 200]
