@@ -10,7 +10,6 @@ GraphQL error, as W&B's other error answers are.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import Callable
@@ -26,8 +25,6 @@ class RateLimit:
     clock: Callable[[], float] = time.monotonic
     rejected: int = 0
     served: int = 0
-    # Set at the first 429, for a test to wait on.
-    refused: asyncio.Event = field(default_factory=asyncio.Event)
     _started: float | None = field(default=None, init=False)
     _used: int = field(default=0, init=False)
 
@@ -43,7 +40,6 @@ class RateLimit:
             self.served += 1
         else:
             self.rejected += 1
-            self.refused.set()
         headers = {
             "RateLimit-Limit": str(self.limit),
             "RateLimit-Remaining": str(max(0, self.limit - self._used)),
