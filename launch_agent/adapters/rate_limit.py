@@ -37,6 +37,10 @@ class RateLimiter:
         self.delayed = 0
         self.waited = 0.0
 
+    def idle(self) -> bool:
+        """Whether the bucket refilled: dropping it loses nothing a later caller needs."""
+        return self.bucket.full(self._clock())
+
     async def acquire(self) -> bool:
         """Wait for a token; False when the stop event ended the wait first (the token is
         given back)."""

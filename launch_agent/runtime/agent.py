@@ -78,6 +78,7 @@ from launch_agent.runtime.health import HealthServer, Readiness
 from launch_agent.runtime.kueue_watch import KueueWatch
 from launch_agent.runtime.leader import LeaderElector
 from launch_agent.runtime.metrics import Metrics
+from launch_agent.runtime.pace import ProjectPace
 from launch_agent.runtime.poller import Poller
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.run_checks import RunChecks
@@ -495,6 +496,11 @@ class Agent:
             settlement=adopted.settlement,
             builds=builds,
             clock=self.clock,
+            pace=ProjectPace(
+                config.dispatch.max_runs_per_second_per_project,
+                stop=self.supervisor.stopping,
+                metrics=self.metrics,
+            ),
         )
         self.poller = Poller(
             wandb,
