@@ -12,7 +12,9 @@ Timing (`RetryPolicy`):
   that lost the same server together spread their retries, and none retries at once;
 - `Retry-After` (seconds or an HTTP date) is a lower bound on the wait; one longer than
   `max_retry_after` ends the retries at once, since waiting that long inside one call would
-  stall the caller: the caller's own pause is the better place;
+  stall the caller: the caller's own pause is the better place (a client that holds every
+  call until a rate-limit window resets, as the W&B client does on `RateLimit-Remaining: 0`,
+  raises `Retryable` with that wait as its `retry_after`, so the same bound applies);
 - `attempts` bounds the attempts per call (None: until it succeeds or `stop` is set), and
   `deadline` bounds the whole call, waits included: a retry whose wait would end past it is not
   made.
@@ -149,6 +151,21 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def rate_limit_wait(remaining: str | None, reset: str | None) -> float | None:
+    """Seconds until the server's rate-limit window resets when it says none is left in it
+    (`RateLimit-Remaining: 0`, `RateLimit-Reset: SECONDS`, the IETF draft's headers, which
+    W&B sends); None when some is left, or the headers are absent or unreadable."""
+    if remaining is None or reset is None:
+        return None
+    try:
+        left, seconds = int(remaining.strip()), float(reset.strip())
+    except ValueError:
+        return None
+    if left > 0 or not 0 <= seconds < float("inf"):
+        return None
+    return seconds
 
 
 # --- the engine --------------------------------------------------------------------------------

@@ -12,6 +12,12 @@ this module only does the I/O. Per call: an attempt timeout, jittered exponentia
 network errors, 5xx, 408 and 429 (honouring `Retry-After`), then `WandbUnavailable`. The caller
 pauses and tries again later: an outage never ends the process.
 
+W&B's rate limits: an answer (any status) with `RateLimit-Remaining: 0` holds every request of
+this client until its `RateLimit-Reset` seconds have passed, and a 429's `Retry-After` does the
+same, so the calls in flight together wait with the one that was told instead of each spending
+an attempt on another 429. A hold longer than the policy's `max_retry_after` fails the call at
+once (`WandbUnavailable`), as a long `Retry-After` does.
+
 Request economy (the agent targets at most 4 W&B requests per run): `pop` asks every queue in
 one mutation, `run_stopped` checks many runs in one query (chunked to `stop_check_batch` runs
 so a document never grows without bound), and nothing is polled per run.
@@ -62,6 +68,7 @@ from launch_agent.adapters.retry import (
     RetryPolicy,
     call_with_retries,
     parse_retry_after,
+    rate_limit_wait,
     wandb_verdict,
 )
 from launch_agent.adapters.tls import client_ssl_context
@@ -148,6 +155,10 @@ class WandbClient:
             "Use-Admin-Privileges": "true",
         }
         self._session: aiohttp.ClientSession | None = None
+        # Monotonic time before which no request is sent: W&B said its rate-limit window is
+        # spent (`RateLimit-Remaining: 0`) or answered 429 with `Retry-After` (module
+        # docstring). One for the client: every call waits, not only the one that was told.
+        self._resume_at = 0.0
         self._ssl = ssl_context  # None: the default, made when entered (off the loop)
 
     @classmethod
@@ -448,6 +459,7 @@ class WandbClient:
 
         async def attempt() -> tuple[dict[str, Any], bool]:
             nonlocal maybe_applied
+            await self._rate_limited()
             started = time.monotonic()
             self.stats["requests"] += 1
             self.stats[f"requests:{request.operation}"] += 1
@@ -456,11 +468,14 @@ class WandbClient:
                 async with session.post(self.url, json=payload, timeout=timeout) as resp:
                     status = resp.status
                     verdict = wandb_verdict(status)
+                    spent = self._note_rate_limit(status, resp.headers)
                     if verdict == "retry":
                         # 429 means "not processed"; a 5xx may come after the work was done.
                         maybe_applied |= status != 429
                         retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-                        raise Retryable(f"HTTP {status}", retry_after)
+                        raise Retryable(
+                            f"HTTP {status}", spent if retry_after is None else retry_after
+                        )
                     raw = await read_body(
                         resp,
                         self.max_response_bytes,
@@ -509,6 +524,31 @@ class WandbClient:
                 attempts=gave_up.attempts,
                 last_error=last_error,
             ) from None
+
+    async def _rate_limited(self) -> None:
+        """Wait until W&B's rate limit lets a request go (`_resume_at`); a wait longer than
+        the policy's `max_retry_after` is not made here: the call fails as an unavailable W&B
+        and its caller pauses (the retry engine's rule)."""
+        wait = self._resume_at - time.monotonic()
+        if wait <= 0:
+            return
+        if wait > self.retry.max_retry_after:
+            raise Retryable(f"W&B's rate limit resets in {wait:.0f}s", wait)
+        self.stats["rate_limited"] += 1
+        log.info("W&B's rate limit is spent: waiting %.2fs before the next request", wait)
+        await asyncio.sleep(wait)
+
+    def _note_rate_limit(self, status: int, headers: Mapping[str, str]) -> float | None:
+        """Hold every later request until W&B's window resets, when it says none is left in
+        it, or for a 429's `Retry-After`; the wait it asked for (None: none)."""
+        spent = rate_limit_wait(headers.get("RateLimit-Remaining"), headers.get("RateLimit-Reset"))
+        wait = spent
+        if status == 429:
+            retry_after = parse_retry_after(headers.get("Retry-After"))
+            wait = max(wait or 0.0, retry_after or 0.0) if wait or retry_after else None
+        if wait is not None:
+            self._resume_at = max(self._resume_at, time.monotonic() + wait)
+        return spent
 
     async def _decode(
         self, request: docs.Request, verdict: str, status: int, raw: bytes

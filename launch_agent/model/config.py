@@ -332,6 +332,31 @@ class WandbConfig(_Strict):
     max_response_bytes: int = Field(default=32 * MIB, ge=MIB, le=1024 * MIB)
 
 
+class KubernetesConfig(_Strict):
+    """The agent's side of the Kubernetes API's limits (this agent's key, `kubernetes`).
+
+    One token bucket per API server client (the agent's cluster and each MultiKueue worker),
+    as client-go's `rest.Config` QPS and Burst: every request, retries and watch opens
+    included, takes a token. The defaults are far above client-go's (5/10; 20/30 for
+    kube-controller-manager) because the agent makes about one request per run (its create)
+    and dispatches 500-700 runs/s from a deep queue (`launch-agent bench dispatch`): 20 per
+    second would make it slower than the reference agent. They bound a runaway loop; the API
+    server's priority and fairness is what shares the server, and its 429s are honoured.
+    """
+
+    qps: float = Field(default=1000.0, gt=0)
+    burst: int = Field(default=2000, ge=1)
+
+
+class DispatchConfig(_Strict):
+    """How fast the agent starts runs (this agent's key, `dispatch`)."""
+
+    # Runs started per second per W&B (entity, project), in a token bucket of one second's
+    # worth (at least one run): a deep queue does not ask W&B to create more runs at once than
+    # it can. None: no pace (the default).
+    max_runs_per_second_per_project: float | None = Field(default=None, gt=0)
+
+
 class AgentConfig(_Strict):
     """The resolved configuration of one agent."""
 
@@ -369,6 +394,8 @@ class AgentConfig(_Strict):
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
     limits: LimitsConfig = LimitsConfig()
     wandb: WandbConfig = WandbConfig()
+    kubernetes: KubernetesConfig = KubernetesConfig()
+    dispatch: DispatchConfig = DispatchConfig()
     sweeps: SweepsConfig = SweepsConfig()
     multikueue: MultiKueueConfig = MultiKueueConfig()
     # On SIGTERM/SIGINT: how long in-flight creates and the final reports may take.

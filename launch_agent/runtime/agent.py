@@ -78,6 +78,7 @@ from launch_agent.runtime.health import HealthServer, Readiness
 from launch_agent.runtime.kueue_watch import KueueWatch
 from launch_agent.runtime.leader import LeaderElector
 from launch_agent.runtime.metrics import Metrics
+from launch_agent.runtime.pace import ProjectPace
 from launch_agent.runtime.poller import Poller
 from launch_agent.runtime.reporter import Reporter
 from launch_agent.runtime.run_checks import RunChecks
@@ -188,7 +189,10 @@ class Agent:
         self.kueue: KueueWatch | None = None  # quota.mode kueue
         self.elector: LeaderElector | None = None  # leader_election.enabled
         self.workers = Workers(
-            config.multikueue.workers, policy=kube_retry, observer=self._observe_kube
+            config.multikueue.workers,
+            policy=kube_retry,
+            observer=self._observe_kube,
+            limits=self._kube_limits(),
         )
         self._stage: AdmissionStage | None = None  # `quota.mode`'s, built once at registration
 
@@ -207,6 +211,16 @@ class Agent:
 
     def stop(self, reason: str = "requested") -> None:
         self.supervisor.stop(reason)
+
+    def _kube_limits(self) -> dict[str, Any]:
+        """Each Kubernetes client's own token bucket and its 429 counter (`kubernetes.*`)."""
+        limits = self.config.kubernetes
+        return {
+            "qps": limits.qps,
+            "burst": limits.burst,
+            "stop": self.supervisor.stopping,
+            "throttled": self.metrics.kube_throttle,
+        }
 
     def _observe(self, operation: str, status: int | None, seconds: float) -> None:
         self.metrics.api_call("wandb", operation, status, seconds)
@@ -295,7 +309,11 @@ class Agent:
         except CABundleError as exc:  # a customCABundle that is not mounted, or not PEM
             raise StartupError(str(exc)) from None
         self.wandb = await stack.enter_async_context(client)
-        kube_options: dict[str, Any] = {"policy": self.kube_retry, "observer": self._observe_kube}
+        kube_options: dict[str, Any] = {
+            "policy": self.kube_retry,
+            "observer": self._observe_kube,
+            **self._kube_limits(),
+        }
         if self.kube_configuration is not None:
             kube_cfg = self.kube_configuration
         else:
@@ -478,6 +496,11 @@ class Agent:
             settlement=adopted.settlement,
             builds=builds,
             clock=self.clock,
+            pace=ProjectPace(
+                config.dispatch.max_runs_per_second_per_project,
+                stop=self.supervisor.stopping,
+                metrics=self.metrics,
+            ),
         )
         self.poller = Poller(
             wandb,

@@ -72,6 +72,7 @@ from launch_agent.runtime.builds import BuildService
 from launch_agent.runtime.clock import Clock, monotonic
 from launch_agent.runtime.metrics import Metrics
 from launch_agent.runtime.outcomes import ItemFailed, LeftForLater
+from launch_agent.runtime.pace import ProjectPace
 from launch_agent.runtime.recorded_spec import record_run_spec
 from launch_agent.runtime.reporter import Delivery, Reporter
 from launch_agent.runtime.runs import RunRecord, RunTable
@@ -132,8 +133,10 @@ class Dispatcher:
         settlement: Settlement,
         builds: BuildService | None = None,
         clock: Clock = monotonic,
+        pace: ProjectPace | None = None,
     ) -> None:
         self.config = config
+        self.pace = pace
         self.builds = builds
         self.wandb = wandb
         self.kube = kube
@@ -231,6 +234,7 @@ class Dispatcher:
                 await self._sweep_running(run)
             image = await self._image(item, run)
             result = self._render(item, spec, run, image, scheduler)
+            await self._paced(run)
             landed = await self._create(
                 item, spec, run, result, popped_at=popped_at, scheduler=scheduler
             )
@@ -419,6 +423,11 @@ class Dispatcher:
         except KubeError as exc:  # KubeUnavailable: retried until the policy gave up
             raise self._not_created(item, record, resource.kind, exc) from None
         return Landed(record, created, resource.kind)
+
+    async def _paced(self, run: RunItem) -> None:
+        """The run starts when its W&B project's pace allows (`runtime/pace.py`)."""
+        if self.pace is not None and not await self.pace.wait(run.entity, run.project):
+            raise LeftForLater("the agent is stopping before the run's turn (its lease lapses)")
 
     def _not_created(
         self, item: RunQueueItem, record: RunRecord, kind: str, exc: KubeError

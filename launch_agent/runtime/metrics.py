@@ -76,6 +76,18 @@ class Metrics:
             ["api", "operation", "status"],
             registry=r,
         )
+        self.kube_throttled = Counter(
+            "launch_agent_kubernetes_throttled_total",
+            "429s from the Kubernetes API server, by the UID of the priority level that"
+            " refused them (X-Kubernetes-PF-PriorityLevel-UID; 'none' without one)",
+            ["priority_level"],
+            registry=r,
+        )
+        self.paced = Counter(
+            "launch_agent_dispatch_paced_total",
+            "Runs whose start waited for dispatch.max_runs_per_second_per_project",
+            registry=r,
+        )
         self.spec_errors = Gauge(
             "launch_agent_queue_spec_invalid",
             "1 while the named queue spec file is invalid (the previous version stays in force)",
@@ -185,6 +197,9 @@ class Metrics:
             code = "network" if status is None else str(status)
             self.api_errors.labels(api=api, operation=operation, status=code).inc()
         self.activity.api_call(api, status)
+
+    def kube_throttle(self, priority_level: str, flow_schema: str) -> None:
+        self.kube_throttled.labels(priority_level=priority_level or "none").inc()
 
     def export(self, snapshot: Mapping[str, Any]) -> None:
         """Set the state gauges from a status snapshot (`status.snapshot.build`)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -57,10 +57,14 @@ class Workers:
         *,
         policy: RetryPolicy | None = None,
         observer: Callable[[str, int | None, float], None] | None = None,
+        limits: Mapping[str, Any] | None = None,
     ) -> None:
+        """`limits`: the `KubeClient` options of each client's own rate limit (`qps`,
+        `burst`, `stop`, `throttled`): a bucket per worker, as the API servers are apart."""
         self.access = list(access)
         self.policy = policy
         self.observer = observer
+        self.limits = dict(limits or {})
         self.clients: dict[str, KubeClient] = {}
         self.broken: dict[str, str] = {}  # worker -> why its client could not be made
 
@@ -86,7 +90,11 @@ class Workers:
         if not await asyncio.to_thread(os.path.isfile, worker.kubeconfig):
             raise FileNotFoundError("no such file")
         configuration = await load_configuration(worker.kubeconfig, worker.context, False)
-        options: dict[str, Any] = {"policy": self.policy, "observer": self.observer}
+        options: dict[str, Any] = {
+            "policy": self.policy,
+            "observer": self.observer,
+            **self.limits,
+        }
         options.update(KubeClient.renewal(worker.kubeconfig, worker.context, False))
         return KubeClient(configuration, **options)
 

@@ -322,3 +322,13 @@ def test_agent_quota_tree_reaches_the_agent(helm: Helm) -> None:
     assert config.quota.mode == "agent"
     assert config.quota.tree == {"name": "root"}
     assert find(manifests, "ClusterRole") == [], "only Kueue admission reads cluster scope"
+
+
+def test_rate_limit_keys_flow_through_the_launch_config(helm: Helm) -> None:
+    text = (
+        "queues: [a]\nkubernetes:\n  qps: 50\n  burst: 100\n"
+        "dispatch:\n  max_runs_per_second_per_project: 2\n"
+    )
+    config = load_agent_config(helm.template([DEFAULT], {"launchConfig": text})).config
+    assert (config.kubernetes.qps, config.kubernetes.burst) == (50.0, 100)
+    assert config.dispatch.max_runs_per_second_per_project == 2.0

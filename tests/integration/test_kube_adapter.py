@@ -641,3 +641,91 @@ def _failed() -> dict[str, str]:
         "reason": "BackoffLimitExceeded",
         "message": "Job has reached the specified backoff limit",
     }
+
+
+# --- rate limits ------------------------------------------------------------------------------
+
+
+async def test_the_client_side_bucket_paces_every_request(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    kubeconfig = await asyncio.to_thread(write_kubeconfig, tmp_path / "kubeconfig", kube.url, NS)
+    limited = await KubeClient.from_kubeconfig(str(kubeconfig), policy=FAST, qps=20.0, burst=2)
+    loop = asyncio.get_running_loop()
+    async with limited:
+        start = loop.time()
+        for _ in range(7):
+            await limited.list(JOBS, NS)
+        took = loop.time() - start
+    assert kube.log.count("LIST jobs") == 7
+    # Two at once (the burst), then five at 20/s: at least 0.25 s however fast the server is.
+    assert took >= 0.24
+    assert limited.limiter is not None and limited.limiter.delayed >= 5
+
+
+async def test_retries_take_tokens_too(kube: KubeApiServer, tmp_path: Path) -> None:
+    kubeconfig = await asyncio.to_thread(write_kubeconfig, tmp_path / "kubeconfig", kube.url, NS)
+    limited = await KubeClient.from_kubeconfig(str(kubeconfig), policy=FAST, qps=10.0, burst=1)
+    kube.faults.add(FaultRule("LIST jobs", status=503, times=3))
+    loop = asyncio.get_running_loop()
+    async with limited:
+        start = loop.time()
+        await limited.list(JOBS, NS)
+        took = loop.time() - start
+    # FAST's backoff is at most 50 ms a retry; the bucket spaces the four attempts by 100 ms.
+    assert kube.log.count("LIST jobs") == 4
+    assert took >= 0.29
+
+
+async def test_a_stopping_client_is_not_held_by_its_bucket(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    kubeconfig = await asyncio.to_thread(write_kubeconfig, tmp_path / "kubeconfig", kube.url, NS)
+    stop = asyncio.Event()
+    limited = await KubeClient.from_kubeconfig(
+        str(kubeconfig), policy=FAST, qps=0.01, burst=1, stop=stop
+    )
+    async with limited:
+        await limited.list(JOBS, NS)
+        second = asyncio.create_task(limited.list(JOBS, NS))
+        await asyncio.sleep(0.05)
+        assert not second.done()  # 100 s until the next token
+        stop.set()
+        async with asyncio.timeout(5):
+            await second
+    assert kube.log.count("LIST jobs") == 2
+
+
+async def test_a_429_without_apf_headers_is_counted_as_none(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    kubeconfig = await asyncio.to_thread(write_kubeconfig, tmp_path / "kubeconfig", kube.url, NS)
+    heard: list[tuple[str, str]] = []
+    throttled = await KubeClient.from_kubeconfig(
+        str(kubeconfig), policy=FAST, throttled=lambda pl, fs: heard.append((pl, fs))
+    )
+    kube.faults.add(FaultRule("LIST jobs", status=429, times=1))
+    async with throttled:
+        await throttled.list(JOBS, NS)
+    assert heard == [("", "")]
+    assert throttled.throttles == 1
+
+
+async def test_apfs_429_is_retried_after_retry_after_and_names_its_priority_level(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    kubeconfig = await asyncio.to_thread(write_kubeconfig, tmp_path / "kubeconfig", kube.url, NS)
+    heard: list[tuple[str, str]] = []
+    flow = kube.throttle(qps=1.0, burst=1)
+    throttled = await KubeClient.from_kubeconfig(
+        str(kubeconfig), policy=FAST, throttled=lambda pl, fs: heard.append((pl, fs))
+    )
+    loop = asyncio.get_running_loop()
+    async with throttled:
+        await throttled.list(JOBS, NS)
+        start = loop.time()
+        await throttled.list(JOBS, NS)  # 429 (a plain-text body), then served after 1 s
+        took = loop.time() - start
+    assert took >= 1.0  # Retry-After: 1, though FAST's own backoff is at most 50 ms
+    assert heard == [(flow.priority_level_uid, flow.flow_schema_uid)]
+    assert [e.status for e in kube.log] == [200, 429, 200]

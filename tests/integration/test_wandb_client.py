@@ -8,6 +8,8 @@ front in the Retry-After test, because the sandbox's fault rules carry no header
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -444,3 +446,58 @@ async def test_from_config(wb: WandbServer) -> None:
         assert (await wandb.viewer()).entity == "ent"
     with pytest.raises(WandbAuthError, match=f"no API key for W&B at {wb.url}"):
         WandbClient.from_config(AgentConfig(base_url=wb.url))
+
+
+# --- W&B's rate limits -------------------------------------------------------------------------
+
+
+async def test_a_spent_window_holds_the_next_call_until_it_resets(wb: WandbServer) -> None:
+    limit = wb.limit_rate(2, window=1.0)
+    async with WandbClient(wb.url, wb.api_key, retry=FAST) as wandb:
+        for _ in range(3):
+            assert (await wandb.viewer()).entity == "ent"
+        assert wandb.stats["rate_limited"] == 1
+    # The second answer said `RateLimit-Remaining: 0`: the third request waited for the reset
+    # instead of spending an attempt on a 429.
+    assert limit.rejected == 0
+    first, _, third = [e.at for e in wb.log]
+    assert third - first >= 0.9
+
+
+async def test_a_429_holds_every_call_until_its_retry_after(wb: WandbServer) -> None:
+    limit = wb.limit_rate(2, window=1.0)
+    token = base64.b64encode(f"api:{wb.api_key}".encode()).decode()
+    query = {"query": "query Viewer { viewer { entity } }"}
+    told = asyncio.Event()
+
+    def heard(_: str, status: int | None, __: float) -> None:
+        if status == 429:
+            told.set()  # the answer is read: the client knows when it may send again
+
+    async with WandbClient(wb.url, wb.api_key, retry=FAST, observer=heard) as wandb:
+        # Another agent on the same key spends the window.
+        async with aiohttp.ClientSession(headers={"Authorization": f"Basic {token}"}) as other:
+            for _ in range(2):
+                async with other.post(f"{wb.url}/graphql", json=query) as resp:
+                    assert resp.status == 200
+        first = asyncio.create_task(wandb.viewer())
+        async with asyncio.timeout(5):
+            await told.wait()
+        # Told to wait by the first call's 429, a second call waits too instead of spending
+        # an attempt on a 429 of its own.
+        second = await wandb.viewer()
+        assert (await first).entity == second.entity == "ent"
+    assert limit.rejected == 1
+    refused_at = next(e.at for e in wb.log if e.status == 429)
+    assert all(e.at - refused_at >= 0.9 for e in wb.log if e.status == 200 and e.at > refused_at)
+
+
+async def test_a_window_resetting_later_than_the_policy_waits_fails_at_once(
+    wb: WandbServer,
+) -> None:
+    wb.limit_rate(1, window=600.0)
+    async with WandbClient(wb.url, wb.api_key, retry=FAST) as wandb:
+        await wandb.viewer()
+        with pytest.raises(WandbUnavailable, match="rate limit resets in"):
+            await wandb.viewer()
+    assert len(wb.log) == 1  # nothing was sent into the spent window

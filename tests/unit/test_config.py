@@ -487,3 +487,42 @@ def test_kaniko_builder_is_checked_at_start(text: str, expected: list[str]) -> N
     assert len(got) == len(expected), got
     for line, start in zip(got, expected, strict=True):
         assert line.startswith(start), (line, start)
+
+
+# --- rate limits ------------------------------------------------------------------------------
+
+
+def test_rate_limit_defaults() -> None:
+    config = AgentConfig()
+    assert (config.kubernetes.qps, config.kubernetes.burst) == (1000.0, 2000)
+    assert config.dispatch.max_runs_per_second_per_project is None
+
+
+def test_rate_limits_load() -> None:
+    config = _resolve(
+        """
+        kubernetes: {qps: 50, burst: 100}
+        dispatch: {max_runs_per_second_per_project: 2.5}
+        """
+    ).config
+    assert (config.kubernetes.qps, config.kubernetes.burst) == (50.0, 100)
+    assert config.dispatch.max_runs_per_second_per_project == 2.5
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("kubernetes: {qps: 0}", "kubernetes.qps"),
+        ("kubernetes: {burst: 0}", "kubernetes.burst"),
+        (
+            "dispatch: {max_runs_per_second_per_project: 0}",
+            "dispatch.max_runs_per_second_per_project",
+        ),
+        ("dispatch: {max_runs_per_second: 1}", "dispatch.max_runs_per_second"),
+    ],
+)
+def test_bad_rate_limits_name_the_key_and_line(text: str, where: str) -> None:
+    problems = _problems(text)
+    assert len(problems) == 1
+    assert where in problems[0]
+    assert "launch-config.yaml" in problems[0] and ":1" in problems[0]

@@ -23,6 +23,13 @@ Every request has a timeout and is retried on 429/5xx/network errors with jitter
 (`adapters/retry.py`, the engine shared with the W&B client); when retries run out the caller
 gets `KubeUnavailable`.
 
+Rate limits, both sides: every request sent (each attempt, each watch opened) first takes a
+token from this client's bucket (`kubernetes.qps`, `kubernetes.burst`: client-go's QPS and
+Burst), so one client never sends faster than configured. The API server's own limit is
+priority and fairness (APF): a 429 with `Retry-After`, which the retry engine waits at least,
+and the `X-Kubernetes-PF-PriorityLevel-UID` / `-FlowSchema-UID` headers naming what refused it,
+which `throttled` hears (the agent counts them by priority level).
+
 Credentials expire. In a pod the projected service-account token is re-read every minute. With
 a kubeconfig, a credential from an exec plugin (`aws eks get-token` tokens last 15 minutes) is
 renewed when the API server answers 401 Unauthorized: the kubeconfig is loaded again (running
@@ -71,6 +78,7 @@ from launch_agent.adapters.kube.errors import (
     error_from_response,
 )
 from launch_agent.adapters.kube.kinds import KindRegistry, Resource
+from launch_agent.adapters.rate_limit import RateLimiter
 from launch_agent.adapters.retry import (
     NETWORK_ERRORS,
     GaveUp,
@@ -90,6 +98,10 @@ FIELD_MANAGER = "launch-agent"
 # The API server is the cluster admin's; the bound is against a proxy or a broken server.
 MAX_RESPONSE_BYTES = 256 * MIB
 RENEW_INTERVAL = 10.0  # seconds between two reloads of the kubeconfig after a 401
+# kube-apiserver's priority and fairness names the classification of every request it
+# answers in these headers, a 429 included (k8s.io/api/flowcontrol/v1 ResponseHeader*).
+PF_PRIORITY_LEVEL_HEADER = "X-Kubernetes-PF-PriorityLevel-UID"
+PF_FLOW_SCHEMA_HEADER = "X-Kubernetes-PF-FlowSchema-UID"
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,11 +132,24 @@ class KubeClient:
         renew_interval: float = RENEW_INTERVAL,
         observer: Callable[[str, int | None, float], None] | None = None,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        qps: float | None = None,
+        burst: int | None = None,
+        stop: asyncio.Event | None = None,
+        throttled: Callable[[str, str], None] | None = None,
     ) -> None:
         """`observer(operation, status, seconds)` hears every attempt (status None: no answer),
         as `WandbClient(observer=...)` does; `operation` is bounded (`operation_of`).
-        `max_response_bytes` bounds every answer read (`request(max_bytes=...)` per call)."""
+        `max_response_bytes` bounds every answer read (`request(max_bytes=...)` per call).
+        `qps` and `burst` (`kubernetes.qps`, `.burst`): this client's own token bucket, taken
+        by every request sent (None: no limit); `stop` ends a wait for a token at once.
+        `throttled(priority_level_uid, flow_schema_uid)` hears every 429 (module docstring)."""
         self._observer = observer
+        self._throttled = throttled
+        self.limiter = (
+            RateLimiter(qps, burst if burst is not None else max(1, int(qps)), stop=stop)
+            if qps is not None
+            else None
+        )
         self.max_response_bytes = max_response_bytes
         self._configuration = configuration
         # Loads the configuration again for a new credential after a 401 (kubeconfig mode).
@@ -143,6 +168,7 @@ class KubeClient:
         self.kinds = KindRegistry(self._discover)
         self.requests = 0
         self.retries = 0
+        self.throttles = 0  # 429s answered (each retried after its Retry-After)
 
     @classmethod
     async def from_kubeconfig(
@@ -205,6 +231,9 @@ class KubeClient:
         headers = {"Accept": "application/json", **(extra_headers or {})}
         if content_type is not None:
             headers["Content-Type"] = content_type
+        if self.limiter is not None:
+            # Stopping, the request goes out anyway: see `adapters/rate_limit.py`.
+            await self.limiter.acquire()
         self.requests += 1
         response: aiohttp.ClientResponse = await self._api.call_api(
             path,
@@ -300,7 +329,7 @@ class KubeClient:
         *,
         headers: Mapping[str, str] | None = None,
         max_bytes: int | None = None,
-    ) -> tuple[int, bytes, str | None]:
+    ) -> tuple[int, bytes, Mapping[str, str]]:
         limits = aiohttp.ClientTimeout(total=self.policy.timeout)
         response = await self._authorized(
             functools.partial(
@@ -319,7 +348,7 @@ class KubeClient:
                 data = await self._read(response, method, path, max_bytes)
         finally:
             response.release()
-        return response.status, data, response.headers.get("Retry-After")
+        return response.status, data, response.headers
 
     async def _read(
         self, response: aiohttp.ClientResponse, method: str, path: str, max_bytes: int | None
@@ -355,7 +384,7 @@ class KubeClient:
         async def attempt() -> Any:
             started = time.monotonic()
             try:
-                status, data, retry_after_header = await self._once(
+                status, data, answer_headers = await self._once(
                     method, path, query, body, content_type, headers=headers, max_bytes=max_bytes
                 )
             except NETWORK_ERRORS as exc:
@@ -364,7 +393,9 @@ class KubeClient:
             self._observe(method, path, status, started)
             if 200 <= status < 300:
                 return data.decode("utf-8", "replace") if raw else _parse(data, method, path)
-            retry_after = parse_retry_after(retry_after_header)
+            if status == 429:
+                self._note_throttled(answer_headers)
+            retry_after = parse_retry_after(answer_headers.get("Retry-After"))
             error = error_from_response(
                 status, data, method=method, path=path, retry_after=retry_after
             )
@@ -387,6 +418,16 @@ class KubeClient:
                 raise last from None
             # The message counts the attempts the policy allows, as it always has.
             raise KubeUnavailable(method, path, policy.attempts or gave_up.attempts, last) from last
+
+    def _note_throttled(self, headers: Mapping[str, str]) -> None:
+        """A 429: which APF priority level and flow schema refused it, by UID, as
+        kube-apiserver names them in its answer ("" without APF: max-inflight's 429)."""
+        self.throttles += 1
+        if self._throttled is not None:
+            self._throttled(
+                headers.get(PF_PRIORITY_LEVEL_HEADER, "")[:64],
+                headers.get(PF_FLOW_SCHEMA_HEADER, "")[:64],
+            )
 
     def _observe(self, method: str, path: str, status: int | None, started: float) -> None:
         if self._observer is not None:
@@ -548,6 +589,8 @@ class KubeClient:
         )
         try:
             if response.status != 200:
+                if response.status == 429:
+                    self._note_throttled(response.headers)
                 data = await self._read(response, "WATCH", path, None)
                 raise error_from_response(
                     response.status,

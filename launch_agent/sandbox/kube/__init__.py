@@ -23,6 +23,7 @@ Interface (stable; the W&B sandbox command and other tests start it this way)::
         kube.objects.logs("pod", "container")
         kube.compact(); kube.drop_watches("pods")
         await kube.refuse_connections(); await kube.accept_connections()
+        kube.throttle(qps=20, burst=5)   # 429s as priority and fairness sends them
     write_kubeconfig(path, kube.url, namespace="default")
 
 Fault route keys are "VERB resource[/subresource]" with VERB one of GET, LIST, WATCH, POST,

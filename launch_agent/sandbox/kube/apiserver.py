@@ -23,6 +23,7 @@ import yaml
 from aiohttp import web
 
 from launch_agent.sandbox.faults import Faults, RequestLog
+from launch_agent.sandbox.kube.flowcontrol import FlowControl
 from launch_agent.sandbox.kube.objects import Objects
 from launch_agent.sandbox.kube.resources import CrdError, ResourceType
 from launch_agent.sandbox.kube.responses import ServerSettings
@@ -176,6 +177,15 @@ class KubeApiServer:
         Unauthorized otherwise, as kube-apiserver answers an expired token); no arguments
         turns authentication off again."""
         self.settings.tokens = frozenset(tokens) if tokens else None
+
+    def throttle(self, qps: float, burst: int) -> FlowControl:
+        """Answer 429 as priority and fairness does once a client sends faster than `qps`
+        (`burst` at once); `unthrottle()` ends it. The `FlowControl` counts the 429s."""
+        self.settings.flow_control = FlowControl(qps=qps, burst=burst)
+        return self.settings.flow_control
+
+    def unthrottle(self) -> None:
+        self.settings.flow_control = None
 
     def drop_watches(self, resource: str | None = None) -> int:
         """End open watch streams now (as an apiserver restart would); returns how many."""

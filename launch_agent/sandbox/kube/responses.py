@@ -11,6 +11,7 @@ from aiohttp import web
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.kube import errors
 from launch_agent.sandbox.kube.errors import ApiError
+from launch_agent.sandbox.kube.flowcontrol import FlowControl
 from launch_agent.sandbox.kube.resources import ResourceType
 from launch_agent.sandbox.kube.store import Obj
 
@@ -42,6 +43,8 @@ class ServerSettings:
     watch_max_pending: int = 10_000
     # Bearer tokens the server accepts; None: no authentication (the default).
     tokens: frozenset[str] | None = None
+    # Priority and fairness (`flowcontrol.py`); None: every request is served (the default).
+    flow_control: FlowControl | None = None
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:

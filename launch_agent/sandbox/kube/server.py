@@ -21,6 +21,7 @@ from aiohttp import web
 from launch_agent.sandbox.faults import Faults, RequestLog
 from launch_agent.sandbox.kube import discovery, errors
 from launch_agent.sandbox.kube.errors import ApiError
+from launch_agent.sandbox.kube.flowcontrol import flow_of, long_running
 from launch_agent.sandbox.kube.patch import (
     PatchError,
     json_patch,
@@ -132,13 +133,10 @@ class KubeApp:
         try:
             if self.faults.refuse:
                 return drop(request)
-            tokens = self.settings.tokens
-            if tokens is not None:
-                # kube-apiserver's answer to a missing, unknown or expired bearer token.
-                header = request.headers.get("Authorization", "")
-                scheme, _, token = header.partition(" ")
-                if scheme.lower() != "bearer" or token.strip() not in tokens:
-                    raise ApiError(401, "Unauthorized", "Unauthorized")
+            refused = self._gate(request, key)
+            if refused is not None:
+                status = refused.status
+                return refused
             rule = self.faults.pick(key, request.path)
             if rule is not None:
                 request[FAULT] = rule
@@ -155,6 +153,7 @@ class KubeApp:
                 raise ApiError(code, REASONS.get(code, "InternalError"), rule.message)
             response = await handler(request)
             status = response.status
+            self._classified(response)
             return response
         except ApiError as exc:
             status = exc.code
@@ -172,6 +171,27 @@ class KubeApp:
             if task is not None:
                 self.inflight.discard(task)
             self.log.record(request.method, request.path_qs, key, status, time.monotonic() - start)
+
+    def _gate(self, request: web.Request, key: str) -> web.Response | None:
+        """Authentication, then priority and fairness, in kube-apiserver's filter order: the
+        429 of a client over its rate (`flowcontrol.py`), or None to go on."""
+        tokens = self.settings.tokens
+        if tokens is not None:
+            # kube-apiserver's answer to a missing, unknown or expired bearer token.
+            header = request.headers.get("Authorization", "")
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() != "bearer" or token.strip() not in tokens:
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+        flow_control = self.settings.flow_control
+        if flow_control is None or long_running(key) or flow_control.admit(flow_of(request)):
+            return None
+        return flow_control.too_many_requests()
+
+    def _classified(self, response: web.StreamResponse) -> None:
+        """Served requests carry APF's classification too (a stream's headers are sent)."""
+        flow_control = self.settings.flow_control
+        if flow_control is not None and not response.prepared:
+            flow_control.classify(response)
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()

@@ -55,6 +55,7 @@ from graphql.language import DocumentNode
 
 from launch_agent.sandbox.faults import FaultRule, Faults, RequestLog
 from launch_agent.sandbox.wandb import artifact_resolvers, artifacts, resolvers, schema, wire_json
+from launch_agent.sandbox.wandb.ratelimit import RateLimit
 from launch_agent.sandbox.wandb.state import LaunchState, WandbError
 
 DEFAULT_API_KEY = "0123456789abcdef0123456789abcdef01234567"  # 40 hex characters, like W&B's
@@ -208,6 +209,7 @@ class WandbServer:
         self._upload_token = secrets.token_urlsafe(16)
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
+        self.rate_limit: RateLimit | None = None  # `limit_rate`
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -343,8 +345,33 @@ class WandbServer:
 
     # -- handlers ---------------------------------------------------------------------------
 
+    def limit_rate(self, limit: int, window: float = 60.0) -> RateLimit:
+        """Serve at most `limit` GraphQL requests per `window` seconds, answering as W&B does
+        (`ratelimit.py`); `unlimit_rate()` ends it."""
+        self.rate_limit = RateLimit(limit, window)
+        return self.rate_limit
+
+    def unlimit_rate(self) -> None:
+        self.rate_limit = None
+
     async def _graphql(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, "graphql", self._graphql_inner)
+        return await self._serve(request, "graphql", self._graphql_limited)
+
+    async def _graphql_limited(
+        self, request: web.Request, key: str
+    ) -> tuple[str, web.StreamResponse]:
+        limit = self.rate_limit
+        if limit is None:
+            return await self._graphql_inner(request, key)
+        allowed, headers = limit.take()
+        response: web.StreamResponse
+        if allowed:
+            key, response = await self._graphql_inner(request, key)
+        else:
+            response = _errors(429, "rate limit exceeded: too many requests for this API key")
+        if not response.prepared:  # a flood's headers are already sent
+            response.headers.update(headers)
+        return key, response
 
     async def _graphql_inner(
         self, request: web.Request, key: str

@@ -186,3 +186,43 @@ async def test_closing_ends_handlers_whose_client_went_away() -> None:
             async with asyncio.timeout(0.3):
                 await call()
         assert kube.faults.rules[0].fired == 1
+
+
+# --- priority and fairness ---------------------------------------------------------------------
+
+
+async def test_a_client_over_its_rate_gets_apfs_429(kube: KubeApiServer) -> None:
+    flow = kube.throttle(qps=1.0, burst=2)
+    url = f"{kube.url}/api/v1/namespaces/default/pods"
+    async with aiohttp.ClientSession() as session:
+        answers = []
+        for _ in range(3):
+            async with session.get(url) as resp:
+                answers.append((resp.status, dict(resp.headers), await resp.text()))
+        # Another flow (another user) has its own share.
+        other = {"Authorization": "Bearer someone-else"}
+        async with session.get(url, headers=other) as resp:
+            assert resp.status == 200
+    (s1, h1, _), (s2, _, _), (s3, h3, body) = answers
+    assert (s1, s2, s3) == (200, 200, 429)
+    # filters/maxinflight.go's tooManyRequests: plain text from http.Error, Retry-After 1.
+    assert body == "Too many requests, please try again later.\n"
+    assert h3["Content-Type"] == "text/plain; charset=utf-8"
+    assert h3["Retry-After"] == "1"
+    for headers in (h1, h3):  # served or refused, the classification is named by UID
+        assert headers["X-Kubernetes-PF-PriorityLevel-UID"] == flow.priority_level_uid
+        assert headers["X-Kubernetes-PF-FlowSchema-UID"] == flow.flow_schema_uid
+    assert flow.rejected[""] == 1
+    assert [e.status for e in kube.log] == [200, 200, 429, 200]
+    kube.unthrottle()
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        assert resp.status == 200
+        assert "X-Kubernetes-PF-PriorityLevel-UID" not in resp.headers
+
+
+async def test_the_flow_refills_at_its_rate(kube: KubeApiServer) -> None:
+    flow = kube.throttle(qps=1.0, burst=1)
+    assert flow.admit("u", now=0.0)
+    assert not flow.admit("u", now=0.5)
+    assert flow.admit("u", now=1.5)
+    assert flow.rejected == {"u": 1}

@@ -125,3 +125,25 @@ async def test_the_log_is_bounded_and_counters_are_not(small_log_server: WandbSe
             await client.data(VIEWER)
     assert len(small_log_server.log) == 5
     assert small_log_server.log.count("Viewer") == 12
+
+
+async def test_a_rate_limit_answers_as_w_and_b_does(server: WandbServer, client: Client) -> None:
+    limit = server.limit_rate(2, window=30.0)
+    answers = []
+    for _ in range(3):
+        async with client.session.post(
+            f"{client.url}/graphql", json={"query": "query Viewer { viewer { entity } }"}
+        ) as response:
+            answers.append((response.status, dict(response.headers), await response.json()))
+    (s1, h1, _), (s2, h2, _), (s3, h3, body) = answers
+    assert (s1, s2, s3) == (200, 200, 429)
+    assert (h1["RateLimit-Limit"], h1["RateLimit-Remaining"]) == ("2", "1")
+    assert h2["RateLimit-Remaining"] == "0"
+    assert 1 <= int(h2["RateLimit-Reset"]) <= 30
+    assert h3["Retry-After"] == h3["RateLimit-Reset"]
+    assert body == {
+        "errors": [{"message": "rate limit exceeded: too many requests for this API key"}]
+    }
+    assert (limit.served, limit.rejected) == (2, 1)
+    server.unlimit_rate()
+    assert await status_of(client) == 200

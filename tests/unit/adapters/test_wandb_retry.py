@@ -8,7 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from launch_agent.adapters.retry import RetryPolicy, parse_retry_after, wandb_verdict
+from launch_agent.adapters.retry import (
+    RetryPolicy,
+    parse_retry_after,
+    rate_limit_wait,
+    wandb_verdict,
+)
 
 
 @pytest.mark.parametrize(
@@ -104,3 +109,21 @@ def test_parse_retry_after(header: str | None, seconds: float | None) -> None:
 def test_policy_refuses_nonsense(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("remaining", "reset", "wait"),
+    [
+        ("0", "12", 12.0),
+        (" 0 ", "0.5", 0.5),
+        ("3", "12", None),  # some left: no hold
+        ("0", None, None),
+        (None, "12", None),
+        ("0", "soon", None),  # unreadable: ignored, the 429s (if any) still say when
+        ("none", "12", None),
+        ("0", "-1", None),
+        ("0", "inf", None),
+    ],
+)
+def test_rate_limit_headers(remaining: str | None, reset: str | None, wait: float | None) -> None:
+    assert rate_limit_wait(remaining, reset) == wait
