@@ -259,9 +259,11 @@ def build_queue_spec(data: Any) -> tuple[QueueSpec, list[Problem]]:
     if ns is not None and ns != spec["namespace"]:
         problems.append(Problem("spec.template.namespace", f"{ns!r} differs from spec.namespace"))
     meta = template.get("metadata")
+    written: dict[tuple[object, ...], Any] = {}
     if isinstance(meta, dict):
         for key in ("name", "generateName"):
             if key in meta:
+                written["metadata", key] = meta[key]
                 meta = {k: v for k, v in meta.items() if k != key}
                 warnings.append(
                     Problem(
@@ -279,7 +281,7 @@ def build_queue_spec(data: Any) -> tuple[QueueSpec, list[Problem]]:
     if problems:
         raise InvalidInput(problems)
 
-    queue_spec = QueueSpec.from_dict(data, template)
+    queue_spec = QueueSpec.from_dict(data, template, written)
     api_version, kind = queue_spec.api_version, queue_spec.kind
     if queue_spec.custom_kind is not None and lookup(api_version, kind) is not None:
         problems.append(
