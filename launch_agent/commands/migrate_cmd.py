@@ -26,17 +26,19 @@ from launch_agent.commands.outputs import render as render_output
 from launch_agent.commands.validate_cmd import check_text
 from launch_agent.model.config_resolve import ConfigError
 from launch_agent.model.display import one_line
-from launch_agent.model.queue_spec import Problem
-from launch_agent.model.safe_load import SPEC_LIMITS, InputError, load_yaml
+from launch_agent.model.queue_spec import InvalidInput, Problem
+from launch_agent.model.safe_load import SPEC_LIMITS, InputError, compose_yaml, load_yaml
 from launch_agent.render.migrate import (
     Migrated,
     NotAQueueConfig,
     UnsafeOutput,
     colliding,
     migrate,
+    read_template_variables,
     spec_name,
 )
 from launch_agent.render.output_check import KUBERNETES_VERSION, MissingValidator
+from launch_agent.render.spec_load import locate, node_positions
 
 DESCRIPTION = """\
 Write a queue spec for each W&B run queue this agent serves (the configured `queues`, or
@@ -71,8 +73,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--template-variables",
         metavar="FILE",
-        help="with --from-file: the queue's template variables, a JSON/YAML mapping of name to"
-        " JSON schema as the W&B UI shows them (`{cpus: {type: integer, default: 2}}`)",
+        help="with --from-file: the queue's template variables, JSON/YAML: a mapping of name to"
+        " JSON schema as the W&B UI shows them (`{cpus: {type: integer, default: 2}}`), or a"
+        " list of {name, schema} (W&B's API) or a mapping of name to {name, schema} (Terraform);"
+        " a schema may be JSON text",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--out", metavar="DIR", help="write one <name>.yaml per queue here")
@@ -222,18 +226,13 @@ def _from_file(path: str, queues: list[str], variables_path: str | None) -> Queu
         raise _InputFailure(str(exc)) from None
     if not isinstance(data, dict):
         raise _InputFailure(f"{name}: expected a JSON/YAML object, the queue's config")
-    variables: dict[str, dict[str, Any]] = {}
-    if variables_path:
-        raw = _read_yaml(variables_path)
-        if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
-            raise _InputFailure(
-                f"{display_name(variables_path)}: expected a mapping of variable name to schema"
-            )
-        variables = raw
+    variables = _read_variables(variables_path) if variables_path else {}
     return QueueConfig(queues[0], "kubernetes", data, variables)
 
 
-def _read_yaml(path: str) -> Any:
+def _read_variables(path: str) -> dict[str, dict[str, Any]]:
+    """The template variables file, in any shape W&B and its tools write (`render.migrate.
+    read_template_variables`); each problem as `file:line:column: path: reason`."""
     name = display_name(path)
     try:
         text = read_text(path, SPEC_LIMITS.max_bytes, what="a YAML input")
@@ -242,9 +241,17 @@ def _read_yaml(path: str) -> Any:
             f"{name}: cannot read: {getattr(exc, 'strerror', None) or exc}"
         ) from None
     try:
-        return load_yaml(text, source=name, limits=SPEC_LIMITS)
+        data, node = compose_yaml(text, source=name, limits=SPEC_LIMITS)
     except InputError as exc:
         raise _InputFailure(str(exc)) from None
+    try:
+        return read_template_variables(data)
+    except InvalidInput as exc:
+        positions = node_positions(node) if node is not None else {}
+        where = [locate(p, positions) for p in exc.problems]
+        raise _InputFailure(
+            "; ".join(f"{name}:{p.where or ' '}{p.path or '(root)'}: {p.reason}" for p in where)
+        ) from None
 
 
 async def _from_wandb(config: Any, queues: list[str]) -> list[QueueConfig]:

@@ -42,7 +42,7 @@ from typing import Any
 import yaml
 
 from launch_agent.model.display import one_line
-from launch_agent.model.queue_spec import API_VERSION, KIND
+from launch_agent.model.queue_spec import API_VERSION, KIND, InvalidInput, Problem
 from launch_agent.model.safe_load import SPEC_LIMITS, InputError, load_yaml
 from launch_agent.render.paths import (
     Item,
@@ -299,6 +299,118 @@ def _fill(
     return _VARIABLE.sub(one, value)
 
 
+def placeholders(value: Any, path: Path = ()) -> Iterator[tuple[Path, str]]:
+    """(path, name) of every `{{name}}` in a string leaf of `value`."""
+    for where, leaf in _walk(value, path):
+        if isinstance(leaf, str) and "{{" in leaf:
+            for name in _VARIABLE.findall(leaf):
+                yield where, name
+
+
+# The keys of one variable in W&B's GraphQL answer (`TemplateVariable {name schema}`), the
+# SDK's `RunQueue.template_variables` and the Terraform provider's `template_variables`.
+_ENTRY_KEYS = ("name", "schema")
+
+
+def read_template_variables(data: Any) -> dict[str, dict[str, Any]]:
+    """Template variables in any shape W&B and its tools write them → name → JSON schema.
+
+    - `{cpus: {type: integer, default: 2}}`: name → schema, as the W&B UI shows them;
+    - `[{name: cpus, schema: ...}]`: W&B's GraphQL `templateVariables`, wandb's public API;
+    - `{cpus: {name: cpus, schema: ...}}` (`name` optional): the Terraform provider's map.
+
+    A schema is an object or the JSON text of one (W&B sends `schema` as a JSONString). A
+    mapping whose keys are only `name` and `schema` is an entry, anything else a schema.
+    Raises `InvalidInput` with every problem, each at its path in the input.
+    """
+    problems: list[Problem] = []
+    out: dict[str, dict[str, Any]] = {}
+    if isinstance(data, list):
+        for i, entry in enumerate(data):
+            where = f"[{i}]"
+            if not isinstance(entry, Mapping):
+                problems.append(Problem(where, "expected a mapping with `name` and `schema`"))
+                continue
+            name = entry.get("name")
+            if not isinstance(name, str) or not name:
+                problems.append(Problem(f"{where}.name", "expected the variable's name"))
+                continue
+            _entry(out, name, entry, where, problems)
+    elif isinstance(data, Mapping):
+        for name, value in data.items():
+            if _is_entry(value):
+                if value.get("name", name) != name:
+                    problems.append(
+                        Problem(f"{name}.name", f"{value['name']!r} differs from its key {name!r}")
+                    )
+                    continue
+                _entry(out, str(name), value, str(name), problems)
+            else:
+                schema = _schema(value, str(name), problems)
+                if schema is not None:
+                    out[str(name)] = schema
+    else:
+        problems.append(
+            Problem(
+                "",
+                "expected template variables: a mapping of name to JSON schema, a list of"
+                " {name, schema} or a mapping of name to {name, schema}",
+            )
+        )
+    if problems:
+        raise InvalidInput(problems)
+    return out
+
+
+def _is_entry(value: Any) -> bool:
+    return isinstance(value, Mapping) and "schema" in value and set(value) <= set(_ENTRY_KEYS)
+
+
+def _entry(
+    out: dict[str, dict[str, Any]],
+    name: str,
+    entry: Mapping[str, Any],
+    where: str,
+    problems: list[Problem],
+) -> None:
+    unknown = sorted(set(entry) - set(_ENTRY_KEYS))
+    if unknown:
+        problems.append(
+            Problem(f"{where}.{unknown[0]}", f"unknown key {unknown[0]!r}; expected name, schema")
+        )
+        return
+    if name in out:
+        problems.append(Problem(where, f"variable {name!r} is defined twice"))
+        return
+    if "schema" not in entry:
+        problems.append(Problem(f"{where}.schema", "missing: the variable's JSON schema"))
+        return
+    schema = _schema(entry["schema"], f"{where}.schema", problems)
+    if schema is not None:
+        out[name] = schema
+
+
+def _schema(value: Any, where: str, problems: list[Problem]) -> dict[str, Any] | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            problems.append(Problem(where, f"is not a JSON schema: not JSON ({exc})"))
+            return None
+    if not isinstance(value, Mapping):
+        problems.append(Problem(where, f"expected a JSON schema object, not {_kind(value)}"))
+        return None
+    return dict(value)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "null"
+    return f"a {type(value).__name__}"
+
+
 def _manifest_path(path: Path, wrapped: bool) -> Path:
     return path[1:] if wrapped and path[:1] == ("kubernetes",) else path
 
@@ -397,7 +509,11 @@ def _variable_paths(
             elif glob not in overridable:
                 overridable.append(glob)
         if name not in variables:
-            decisions.append(f"template variable {name!r} is used but W&B gave no schema for it")
+            decisions.append(
+                f"template variable {name!r} has no definition (W&B gave no schema for it):"
+                f" '{{{{{name}}}}}' stays at {', '.join(format_path(p) for p in used[name])},"
+                " which the agent refuses; define it or write a value"
+            )
         elif not _default(variables[name])[0]:
             decisions.append(
                 f"template variable {name!r} has no default: the template keeps"

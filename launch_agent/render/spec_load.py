@@ -53,11 +53,13 @@ from launch_agent.render.kinds import (
 )
 from launch_agent.render.macros import substitute
 from launch_agent.render.merge import normalise
+from launch_agent.render.migrate import placeholders
 from launch_agent.render.paths import (
     AnyKey,
     Deep,
     PathSyntaxError,
     find,
+    format_path,
     item_label,
     parse_glob,
 )
@@ -258,6 +260,7 @@ def build_queue_spec(data: Any) -> tuple[QueueSpec, list[Problem]]:
     warnings += w
     if ns is not None and ns != spec["namespace"]:
         problems.append(Problem("spec.template.namespace", f"{ns!r} differs from spec.namespace"))
+    problems += placeholder_problems(template)  # before the name the agent replaces is dropped
     meta = template.get("metadata")
     written: dict[tuple[object, ...], Any] = {}
     if isinstance(meta, dict):
@@ -335,6 +338,22 @@ def build_queue_spec(data: Any) -> tuple[QueueSpec, list[Problem]]:
     if problems:
         raise InvalidInput(problems)
     return queue_spec, warnings
+
+
+def placeholder_problems(template: Mapping[str, Any]) -> list[Problem]:
+    """A W&B template variable (`{{name}}`) left in the template: W&B fills those in its own
+    queue config before the item reaches the agent, and nothing fills them in a spec, so it
+    would reach the cluster as written (`metadata.name: {{example_variable}}`)."""
+    return [
+        Problem(
+            format_path(path, "spec.template"),
+            f"template variable '{{{{{name}}}}}' has no definition: a queue spec has no"
+            " template variables (W&B fills them in its queue config, not in the agent's"
+            " template); write the value, and grant this path in `overridable` if submitters"
+            " choose it",
+        )
+        for path, name in placeholders(template)
+    ]
 
 
 def multikueue_problems(

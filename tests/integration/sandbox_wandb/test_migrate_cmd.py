@@ -135,3 +135,45 @@ def test_migrate_from_a_file_with_template_variables(
         main(["migrate", "--queue", "q", "--dry-run", "--template-variables", str(variables)]) == 2
     )
     assert "goes with --from-file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # W&B's API: a list of {name, schema}, the schema as JSON text
+        '- name: cpus\n  schema: \'{"type": "string", "default": "4"}\'\n',
+        # the Terraform provider's map of name -> {name, schema}
+        "cpus:\n  name: cpus\n  schema: {type: string, default: '4'}\n",
+    ],
+    ids=["wandb-api-list", "terraform-map"],
+)
+def test_migrate_reads_template_variables_in_wandbs_shapes(
+    text: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "c.yaml").write_text("queues: [q]\n")
+    monkeypatch.setenv("LAUNCH_AGENT_CONFIG", str(tmp_path / "c.yaml"))
+    pasted = tmp_path / "pasted.json"
+    pasted.write_text(json.dumps(CONFIG["resource_args"]["kubernetes"]))
+    variables = tmp_path / "vars.yaml"
+    variables.write_text(text)
+    argv = ["migrate", "--from-file", str(pasted), "--dry-run", "-o", "json"]
+    assert main([*argv, "--template-variables", str(variables)]) == 0
+    (record,) = json.loads(capsys.readouterr().out)
+    assert not any("not used" in d for d in record["decisions"]), record["decisions"]
+    container = record["spec"]["spec"]["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["cpu"] == "4"
+
+
+def test_migrate_names_the_line_of_a_bad_template_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "c.yaml").write_text("queues: [q]\n")
+    monkeypatch.setenv("LAUNCH_AGENT_CONFIG", str(tmp_path / "c.yaml"))
+    pasted = tmp_path / "pasted.json"
+    pasted.write_text(json.dumps(CONFIG["resource_args"]["kubernetes"]))
+    variables = tmp_path / "vars.yaml"
+    variables.write_text("- name: cpus\n  schema: {type: string}\n- name: gpus\n  schema: '{'\n")
+    argv = ["migrate", "--from-file", str(pasted), "--dry-run"]
+    assert main([*argv, "--template-variables", str(variables)]) == 2
+    err = capsys.readouterr().err
+    assert f"{variables}:4:3: [1].schema: is not a JSON schema: not JSON" in err, err
