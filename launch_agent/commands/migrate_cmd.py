@@ -49,6 +49,8 @@ the Job-spec form or the `kubernetes:` custom-resource form, or the whole
 `{"resource_args": {"kubernetes": ...}}`), `-` for standard input.
 
 Each spec keeps the config as its template; template variables become `overridable` paths.
+With --fix-misplaced, a key the kind's schema has in one free place nearby is moved there
+(W&B's examples put `ttlSecondsAfterFinished` at a PyTorchJob's `spec`), each move listed.
 Security exceptions the config needs (privileged, host namespaces, hostPath, capabilities, root,
 a service account, Secrets) are listed as comments for review, never granted. Every spec is then
 checked as `launch-agent validate` checks it.
@@ -77,6 +79,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         " JSON schema as the W&B UI shows them (`{cpus: {type: integer, default: 2}}`), or a"
         " list of {name, schema} (W&B's API) or a mapping of name to {name, schema} (Terraform);"
         " a schema may be JSON text",
+    )
+    parser.add_argument(
+        "--fix-misplaced",
+        action="store_true",
+        help="move each key the kind's schema has in one free place nearby there"
+        " (`spec.ttlSecondsAfterFinished` of a PyTorchJob to `spec.runPolicy`); each move is"
+        " listed for review",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--out", metavar="DIR", help="write one <name>.yaml per queue here")
@@ -146,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
                 found.template_variables,
                 namespace=args.namespaces[0] if args.namespaces else None,
                 default_namespace=default_ns,
+                fix_misplaced_keys=args.fix_misplaced,
             )
             text = migrated.text(f"{source} (queue {found.queue!r})")
         except NotAQueueConfig as exc:
@@ -294,6 +304,7 @@ def _summary(outcomes: list[Outcome]) -> None:
         where = o.file or f"{m.name}.yaml"
         state = f"ok, {o.summary}" if not o.problems else "NOT LOADABLE until decided"
         lines = [f"queue {m.queue!r} -> {where}: {state}"]
+        lines += [f"  moved: {src} -> {dst} (review)" for src, dst in m.moves]
         lines += [f"  decide: {decision}" for decision in m.decisions]
         lines += [f"  review: {f.path}: {f.what} (grant: security.{f.grant})" for f in m.findings]
         for p in o.problems:
@@ -312,6 +323,7 @@ def _record(o: Outcome) -> dict[str, Any]:
         "ok": not o.problems,
         "summary": o.summary,
         "decisions": list(m.decisions),
+        "moved": [{"from": src, "to": dst} for src, dst in m.moves],
         "review": [
             {"path": f.path, "what": f.what, "grant": f.grant, "key": f.key, "value": f.value}
             for f in m.findings

@@ -44,6 +44,9 @@ import yaml
 from launch_agent.model.display import one_line
 from launch_agent.model.queue_spec import API_VERSION, KIND, InvalidInput, Problem
 from launch_agent.model.safe_load import SPEC_LIMITS, InputError, load_yaml
+from launch_agent.render.kind_schema import InstancePath, kind_schema, misplaced
+from launch_agent.render.kinds import kind_info
+from launch_agent.render.merge import normalise
 from launch_agent.render.paths import (
     Item,
     Path,
@@ -110,6 +113,8 @@ class Migrated:
     findings: tuple[Finding, ...] = ()
     decisions: tuple[str, ...] = ()
     variables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Keys `--fix-misplaced` moved where the kind's schema has them: (from, to), as paths.
+    moves: tuple[tuple[str, str], ...] = ()
 
     def text(self, source: str) -> str:
         """The spec as YAML, with the review list as comments (never as grants), checked by
@@ -118,6 +123,7 @@ class Migrated:
             f"Queue spec for W&B run queue {self.queue!r}, written by `launch-agent migrate`",
             f"from {source}. Review it before the agent loads it:",
         ]
+        head += [f"  - moved {src} to {dst}: review" for src, dst in self.moves]
         head += [f"  - {line}" for line in self.decisions]
         body = yaml.safe_dump(
             self.document, sort_keys=False, default_flow_style=False, allow_unicode=False
@@ -526,6 +532,117 @@ def _variable_paths(
     return overridable
 
 
+@dataclass(frozen=True)
+class Misplaced:
+    """A key the kind's schema does not have where it is, and where it has it nearby."""
+
+    source: InstancePath
+    targets: tuple[InstancePath, ...]
+
+
+def misplaced_keys(manifest: Mapping[str, Any]) -> list[Misplaced]:
+    """Every unknown key of `manifest` that its kind's schema has nearby (`kind_schema.
+    misplaced`); nothing for a kind without a shipped schema."""
+    api_version, kind = manifest.get("apiVersion"), manifest.get("kind")
+    info = kind_info(api_version, kind) if isinstance(api_version, str) and kind else None
+    ks = kind_schema(info) if info is not None else None
+    if info is None or ks is None:
+        return []
+    # As `spec_load` checks it: a custom resource's metadata is the API server's, not the CRD's.
+    body = manifest if info.builtin else {k: v for k, v in manifest.items() if k != "metadata"}
+    out = []
+    for error in sorted(ks.validator.iter_errors(body), key=lambda e: list(map(str, e.path))):
+        if error.validator != "additionalProperties" or not isinstance(error.instance, dict):
+            continue
+        schema = error.schema if isinstance(error.schema, Mapping) else {}
+        known = schema.get("properties", {})
+        parent = tuple(error.absolute_path)
+        for key in error.instance:
+            if key in known or not isinstance(key, str):
+                continue
+            targets = misplaced(ks, parent, key)
+            if targets:
+                out.append(Misplaced((*parent, key), tuple(targets)))
+    return out
+
+
+def _instance_text(path: InstancePath) -> str:
+    out = "spec.template"
+    for seg in path:
+        out += f"[{seg}]" if isinstance(seg, int) else f".{seg}"
+    return out
+
+
+def _take(root: Any, path: InstancePath) -> tuple[bool, Any]:
+    node = root
+    for seg in path:
+        in_list = isinstance(seg, int) and isinstance(node, list) and 0 <= seg < len(node)
+        if not (in_list or (isinstance(seg, str) and isinstance(node, dict) and seg in node)):
+            return False, None
+        node = node[seg]
+    return True, node
+
+
+def _free(root: Any, path: InstancePath) -> bool:
+    """Whether `path` holds nothing, every list item on the way exists and every mapping on
+    the way is one or missing (then `_put` makes it)."""
+    node = root
+    for seg in path[:-1]:
+        if isinstance(seg, int):
+            if not (isinstance(node, list) and 0 <= seg < len(node)):
+                return False
+            node = node[seg]
+        elif isinstance(node, dict):
+            node = node.get(seg, {})
+        else:
+            return False
+    return isinstance(node, dict) and path[-1] not in node
+
+
+def _put(root: Any, path: InstancePath, value: Any) -> None:
+    node = root
+    for seg in path[:-1]:
+        node = node[seg] if isinstance(seg, int) else node.setdefault(seg, {})
+    node[path[-1]] = value
+
+
+def fix_misplaced(
+    body: dict[str, Any], decisions: list[str], *, fix: bool
+) -> tuple[tuple[str, str], ...]:
+    """Move each misplaced key of the W&B config `body` (in place) where its kind's schema has
+    it, when that place is one and free; return the moves. Without `fix`, or for a key with no
+    one free place, nothing moves and `decisions` says why."""
+    manifest, _ns, problems, _w = normalise(body, "spec.template")
+    if problems:
+        return ()
+    root = body["kubernetes"] if set(body) == {"kubernetes"} else body
+    found = misplaced_keys(manifest)
+    if found and not fix:
+        decisions.append(
+            f"{len(found)} key(s) are not where the kind's schema has them (each is refused"
+            " with the place it belongs): --fix-misplaced moves those with one free place"
+        )
+        return ()
+    moves: list[tuple[str, str]] = []
+    for item in found:
+        src = _instance_text(item.source)
+        if len(item.targets) > 1:
+            places = ", ".join(_instance_text(t) for t in item.targets)
+            decisions.append(f"{src} was not moved: the kind's schema has it at {places}")
+            continue
+        target = item.targets[0]
+        ok, value = _take(root, item.source)
+        if not ok or not _free(root, target):
+            decisions.append(f"{src} was not moved: {_instance_text(target)} already holds a value")
+            continue
+        parent_ok, parent = _take(root, item.source[:-1])
+        if parent_ok and isinstance(parent, dict):
+            del parent[item.source[-1]]
+            _put(root, target, value)
+            moves.append((src, _instance_text(target)))
+    return tuple(moves)
+
+
 def migrate(
     queue: str,
     config: Mapping[str, Any],
@@ -533,14 +650,19 @@ def migrate(
     *,
     namespace: str | None = None,
     default_namespace: str = "default",
+    fix_misplaced_keys: bool = False,
 ) -> Migrated:
-    """Build the queue spec for `queue` from its W&B config; raises `NotAQueueConfig`."""
+    """Build the queue spec for `queue` from its W&B config; raises `NotAQueueConfig`.
+
+    With `fix_misplaced_keys`, keys the kind's schema has one free place for nearby are moved
+    there first (so template variables in them are granted where they land), each listed."""
     variables = {k: dict(v) for k, v in (template_variables or {}).items()}
     body = unwrap(config)
     wrapped = set(body) == {"kubernetes"}
+    decisions: list[str] = []
+    moves = fix_misplaced(body, decisions, fix=fix_misplaced_keys)
     used: dict[str, list[Path]] = {}
     template = _fill(body, variables, used, ())
-    decisions: list[str] = []
 
     manifest = template["kubernetes"] if wrapped else template
     meta = manifest.get("metadata") if isinstance(manifest, dict) else None
@@ -595,4 +717,5 @@ def migrate(
         found,
         tuple(decisions),
         {k: variables[k] for k in sorted(variables) if k in used},
+        moves,
     )

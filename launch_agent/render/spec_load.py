@@ -30,9 +30,10 @@ The text comes in as a string: reading files is the caller's business (this laye
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import cache
 from importlib import resources
@@ -43,7 +44,7 @@ import yaml
 
 from launch_agent.model.queue_spec import InvalidInput, Problem, QueueSpec
 from launch_agent.model.safe_load import SPEC_LIMITS, InputError, Limits, compose_yaml
-from launch_agent.render.kind_schema import KindSchema, glob_fits, kind_schema
+from launch_agent.render.kind_schema import KindSchema, glob_fits, kind_schema, misplaced
 from launch_agent.render.kinds import (
     MULTIKUEUE_CONTROLLER,
     KindInfo,
@@ -118,8 +119,15 @@ def schema_problems(data: Any) -> list[Problem]:
     return [p for e in errors for p in _from_schema_error(e, "")]
 
 
-def _from_schema_error(error: jsonschema.ValidationError, prefix: str) -> list[Problem]:
-    """One problem per unknown key (with a did-you-mean), else the schema's own message."""
+# Where an unknown key belongs instead: (the path of the object it is in, the key) → a hint.
+Hint = Callable[[tuple[str | int, ...], str], str | None]
+
+
+def _from_schema_error(
+    error: jsonschema.ValidationError, prefix: str, hint: Hint | None = None
+) -> list[Problem]:
+    """One problem per unknown key (with a did-you-mean, or `hint`'s nearby place for it),
+    else the schema's own message."""
     where = list(error.absolute_path)
     schema = error.schema if isinstance(error.schema, dict) else {}
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
@@ -131,8 +139,11 @@ def _from_schema_error(error: jsonschema.ValidationError, prefix: str) -> list[P
                 continue
             reason = f"unknown key {key!r}"
             match = _suggest(key, known)
+            nearby = hint(tuple(where), key) if hint is not None and not match else None
             if match:
                 reason += f"; did you mean {match!r}?"
+            elif nearby:
+                reason += f"; {nearby}"
             problems.append(Problem(_join(prefix, json_path([*where, key])), reason))
         if problems:
             return problems
@@ -446,8 +457,18 @@ def _template_schema_problems(
     ):
         if error.validator == "required" or _has_macro(error.instance):
             continue
-        problems += _from_schema_error(error, "spec.template")
+        problems += _from_schema_error(error, "spec.template", functools.partial(_nearby, schema))
     return problems
+
+
+def _nearby(schema: KindSchema, parent: tuple[str | int, ...], key: str) -> str | None:
+    """Where the kind's schema has `key` near `parent` (`spec.runPolicy.ttlSecondsAfterFinished`
+    for a PyTorchJob's `spec.ttlSecondsAfterFinished`), as the end of an unknown-key reason."""
+    found = misplaced(schema, parent, key)
+    if not found:
+        return None
+    places = " or ".join(_join("spec.template", json_path(p)) for p in found)
+    return f"the kind's schema has it at {places}"
 
 
 def _has_macro(value: Any) -> bool:

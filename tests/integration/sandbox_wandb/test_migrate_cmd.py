@@ -177,3 +177,29 @@ def test_migrate_names_the_line_of_a_bad_template_variable(
     assert main([*argv, "--template-variables", str(variables)]) == 2
     err = capsys.readouterr().err
     assert f"{variables}:4:3: [1].schema: is not a JSON schema: not JSON" in err, err
+
+
+def test_migrate_fix_misplaced_lists_each_move(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "c.yaml").write_text("queues: [q]\n")
+    monkeypatch.setenv("LAUNCH_AGENT_CONFIG", str(tmp_path / "c.yaml"))
+    pasted = tmp_path / "pasted.yaml"
+    # W&B's PyTorchJob example's `ttlSecondsAfterFinished`, at `spec` (the CRD: `runPolicy`).
+    pasted.write_text(
+        "kubernetes:\n  apiVersion: kubeflow.org/v1\n  kind: PyTorchJob\n  spec:\n"
+        "    ttlSecondsAfterFinished: 600\n    pytorchReplicaSpecs:\n      Master:\n"
+        "        replicas: 1\n        template:\n          spec:\n            containers:\n"
+        "              - {name: pytorch, image: '${image_uri}'}\n"
+    )
+    argv = ["migrate", "--from-file", str(pasted), "--namespace", "ns", "--dry-run"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "spec.runPolicy.ttlSecondsAfterFinished" in err and "--fix-misplaced" in err, err
+    assert main([*argv, "--fix-misplaced"]) == 0
+    captured = capsys.readouterr()
+    assert (
+        "  moved: spec.template.spec.ttlSecondsAfterFinished ->"
+        " spec.template.spec.runPolicy.ttlSecondsAfterFinished (review)" in captured.err
+    ), captured.err
+    assert "runPolicy:\n          ttlSecondsAfterFinished: 600" in captured.out, captured.out
