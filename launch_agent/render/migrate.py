@@ -643,6 +643,36 @@ def fix_misplaced(
     return tuple(moves)
 
 
+def _namespace(
+    manifest: Any, namespace: str | None, default_namespace: str, decisions: list[str]
+) -> str:
+    """The spec's namespace: --namespace, else the config's, else the agent's; a config's own
+    that --namespace overrides is removed from `manifest` (a template must agree with it)."""
+    meta = manifest.get("metadata") if isinstance(manifest, dict) else None
+    named = manifest.get("namespace") if isinstance(manifest, dict) else None
+    if isinstance(meta, dict) and isinstance(meta.get("namespace"), str):
+        named = meta["namespace"]
+    if namespace is None:
+        if isinstance(named, str):
+            return named
+        decisions.append(
+            f"namespace {default_namespace!r}: the config names none (W&B's agent used its"
+            " own); pass --namespace to choose"
+        )
+        return default_namespace
+    if isinstance(named, str) and named != namespace:
+        decisions.append(
+            f"namespace: the config says {named!r}; --namespace {namespace!r} wins. W&B's server"
+            " merges the config into every item it pushes, and the agent refuses an item for"
+            f" another namespace: change the queue's config in W&B to {namespace!r} (or remove"
+            " its namespace) too"
+        )
+        for where in (manifest, meta):
+            if isinstance(where, dict):
+                where.pop("namespace", None)
+    return namespace
+
+
 def migrate(
     queue: str,
     config: Mapping[str, Any],
@@ -665,22 +695,7 @@ def migrate(
     template = _fill(body, variables, used, ())
 
     manifest = template["kubernetes"] if wrapped else template
-    meta = manifest.get("metadata") if isinstance(manifest, dict) else None
-    named = manifest.get("namespace") if isinstance(manifest, dict) else None
-    if isinstance(meta, dict) and isinstance(meta.get("namespace"), str):
-        named = meta["namespace"]
-    if namespace is None:
-        namespace = named if isinstance(named, str) else default_namespace
-        if not isinstance(named, str):
-            decisions.append(
-                f"namespace {namespace!r}: the config names none (W&B's agent used its own);"
-                " pass --namespace to choose"
-            )
-    elif isinstance(named, str) and named != namespace:
-        decisions.append(f"namespace: the config says {named!r}; --namespace {namespace!r} wins")
-        for where in (manifest, meta):
-            if isinstance(where, dict):
-                where.pop("namespace", None)
+    namespace = _namespace(manifest, namespace, default_namespace, decisions)
 
     overridable = _variable_paths(used, variables, wrapped, decisions)
     overridable += DEFAULT_OVERRIDES

@@ -175,3 +175,15 @@ def test_a_ui_launch_on_a_migrated_queue_renders(config: dict[str, Any]) -> None
         r["replicas"] for r in out["spec"]["pytorchReplicaSpecs"].values()
     ]
     assert found == [1, 3]  # the filled variable is what the migrated spec lets submitters set
+
+
+def test_a_namespace_migrate_overrode_is_refused_in_the_echo_and_migrate_says_so() -> None:
+    # The one echoed value the spec cannot hold: a template namespace must be spec.namespace.
+    config = {**VOLCANO, "metadata": {**VOLCANO["metadata"], "namespace": "theirs"}}
+    migrated = migrate("q", {"resource_args": {"kubernetes": config}}, WORKERS, namespace="ns")
+    (decision,) = [d for d in migrated.decisions if d.startswith("namespace:")]
+    assert "change the queue's config in W&B to 'ns'" in decision
+    spec, _ = load_queue_spec(migrated.text("a test"))
+    with pytest.raises(InvalidInput) as exc:
+        render(spec, pushed(config, values={"workers": 3}), None, SETTINGS)
+    assert [p.path for p in exc.value.problems] == [f"{LAYER}.namespace"]
