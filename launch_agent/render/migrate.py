@@ -691,6 +691,12 @@ def migrate(
     wrapped = set(body) == {"kubernetes"}
     decisions: list[str] = []
     moves = fix_misplaced(body, decisions, fix=fix_misplaced_keys)
+    if moves:
+        decisions.append(
+            "W&B's server merges the queue's config into every item it pushes, with the keys"
+            " moved here where they were: make the same moves in the queue's config in W&B,"
+            " or every launch is refused at the key's old path"
+        )
     used: dict[str, list[Path]] = {}
     template = _fill(body, variables, used, ())
 
