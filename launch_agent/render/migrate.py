@@ -9,6 +9,12 @@ pushed, merging the filled config into the item's `resource_args`. So here:
   `kubernetes: {...}` custom-resource form; `render.merge.normalise` reads both), with each
   `{{name}}` replaced by its schema's default (or, failing that, its first `enum` value or its
   `minimum`); a variable with none of those stays `{{name}}` and is listed as a decision;
+- the template variables come in any shape W&B and its tools write them
+  (`read_template_variables`), and a `{{name}}` none defines is a decision naming its paths
+  (the written spec is then refused, `spec_load.placeholder_problems`);
+- with `fix_misplaced_keys`, a key the kind's schema has in one free place nearby
+  (`kind_schema.misplaced`: W&B's examples put a PyTorchJob's `ttlSecondsAfterFinished` at
+  `spec`) is moved there first, and every move is listed for review;
 - every value a template variable fills becomes an `overridable` path: W&B writes the
   submitter's value there, and anything else in `resource_args` is refused by the override
   policy (a decision: W&B let submitters change everything);
@@ -414,7 +420,9 @@ def _kind(value: Any) -> str:
         return "a list"
     if value is None:
         return "null"
-    return f"a {type(value).__name__}"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "a number" if isinstance(value, int | float) else "a string"
 
 
 def _manifest_path(path: Path, wrapped: bool) -> Path:

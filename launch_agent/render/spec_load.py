@@ -30,12 +30,11 @@ The text comes in as a string: reading files is the caller's business (this laye
 from __future__ import annotations
 
 import difflib
-import functools
 import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from functools import cache
+from functools import cache, partial
 from importlib import resources
 from typing import Any
 
@@ -457,7 +456,7 @@ def _template_schema_problems(
     ):
         if error.validator == "required" or _has_macro(error.instance):
             continue
-        problems += _from_schema_error(error, "spec.template", functools.partial(_nearby, schema))
+        problems += _from_schema_error(error, "spec.template", partial(_nearby, schema))
     return problems
 
 

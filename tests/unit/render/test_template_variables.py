@@ -49,7 +49,7 @@ def test_every_shape_reads_as_name_to_schema(data: Any) -> None:
         ([{"name": "cpus", "schema": CPUS, "typo": 1}], "[0].typo", "unknown key 'typo'"),
         ([{"name": "a", "schema": {}}, {"name": "a", "schema": {}}], "[1]", "defined twice"),
         ({"cpus": {"name": "gpus", "schema": CPUS}}, "cpus.name", "differs from its key"),
-        ({"cpus": 3}, "cpus", "not a int"),
+        ({"cpus": 3}, "cpus", "not a number"),
         ("cpus", "", "expected template variables"),
     ],
 )
