@@ -26,17 +26,19 @@ from launch_agent.commands.outputs import render as render_output
 from launch_agent.commands.validate_cmd import check_text
 from launch_agent.model.config_resolve import ConfigError
 from launch_agent.model.display import one_line
-from launch_agent.model.queue_spec import Problem
-from launch_agent.model.safe_load import SPEC_LIMITS, InputError, load_yaml
+from launch_agent.model.queue_spec import InvalidInput, Problem
+from launch_agent.model.safe_load import SPEC_LIMITS, InputError, compose_yaml, load_yaml
 from launch_agent.render.migrate import (
     Migrated,
     NotAQueueConfig,
     UnsafeOutput,
     colliding,
     migrate,
+    read_template_variables,
     spec_name,
 )
 from launch_agent.render.output_check import KUBERNETES_VERSION, MissingValidator
+from launch_agent.render.spec_load import locate, node_positions
 
 DESCRIPTION = """\
 Write a queue spec for each W&B run queue this agent serves (the configured `queues`, or
@@ -47,6 +49,8 @@ the Job-spec form or the `kubernetes:` custom-resource form, or the whole
 `{"resource_args": {"kubernetes": ...}}`), `-` for standard input.
 
 Each spec keeps the config as its template; template variables become `overridable` paths.
+With --fix-misplaced, a key the kind's schema has in one free place nearby is moved there
+(W&B's examples put `ttlSecondsAfterFinished` at a PyTorchJob's `spec`), each move listed.
 Security exceptions the config needs (privileged, host namespaces, hostPath, capabilities, root,
 a service account, Secrets) are listed as comments for review, never granted. Every spec is then
 checked as `launch-agent validate` checks it.
@@ -71,8 +75,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--template-variables",
         metavar="FILE",
-        help="with --from-file: the queue's template variables, a JSON/YAML mapping of name to"
-        " JSON schema as the W&B UI shows them (`{cpus: {type: integer, default: 2}}`)",
+        help="with --from-file: the queue's template variables, JSON/YAML: a mapping of name to"
+        " JSON schema as the W&B UI shows them (`{cpus: {type: integer, default: 2}}`), or a"
+        " list of {name, schema} (W&B's API) or a mapping of name to {name, schema} (Terraform);"
+        " a schema may be JSON text",
+    )
+    parser.add_argument(
+        "--fix-misplaced",
+        action="store_true",
+        help="move each key the kind's schema has in one free place nearby there"
+        " (`spec.ttlSecondsAfterFinished` of a PyTorchJob to `spec.runPolicy`); each move is"
+        " listed for review",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--out", metavar="DIR", help="write one <name>.yaml per queue here")
@@ -142,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
                 found.template_variables,
                 namespace=args.namespaces[0] if args.namespaces else None,
                 default_namespace=default_ns,
+                fix_misplaced_keys=args.fix_misplaced,
             )
             text = migrated.text(f"{source} (queue {found.queue!r})")
         except NotAQueueConfig as exc:
@@ -222,18 +236,13 @@ def _from_file(path: str, queues: list[str], variables_path: str | None) -> Queu
         raise _InputFailure(str(exc)) from None
     if not isinstance(data, dict):
         raise _InputFailure(f"{name}: expected a JSON/YAML object, the queue's config")
-    variables: dict[str, dict[str, Any]] = {}
-    if variables_path:
-        raw = _read_yaml(variables_path)
-        if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
-            raise _InputFailure(
-                f"{display_name(variables_path)}: expected a mapping of variable name to schema"
-            )
-        variables = raw
+    variables = _read_variables(variables_path) if variables_path else {}
     return QueueConfig(queues[0], "kubernetes", data, variables)
 
 
-def _read_yaml(path: str) -> Any:
+def _read_variables(path: str) -> dict[str, dict[str, Any]]:
+    """The template variables file, in any shape W&B and its tools write (`render.migrate.
+    read_template_variables`); each problem as `file:line:column: path: reason`."""
     name = display_name(path)
     try:
         text = read_text(path, SPEC_LIMITS.max_bytes, what="a YAML input")
@@ -242,9 +251,17 @@ def _read_yaml(path: str) -> Any:
             f"{name}: cannot read: {getattr(exc, 'strerror', None) or exc}"
         ) from None
     try:
-        return load_yaml(text, source=name, limits=SPEC_LIMITS)
+        data, node = compose_yaml(text, source=name, limits=SPEC_LIMITS)
     except InputError as exc:
         raise _InputFailure(str(exc)) from None
+    try:
+        return read_template_variables(data)
+    except InvalidInput as exc:
+        positions = node_positions(node) if node is not None else {}
+        where = [locate(p, positions) for p in exc.problems]
+        raise _InputFailure(
+            "; ".join(f"{name}:{p.where or ' '}{p.path or '(root)'}: {p.reason}" for p in where)
+        ) from None
 
 
 async def _from_wandb(config: Any, queues: list[str]) -> list[QueueConfig]:
@@ -287,6 +304,7 @@ def _summary(outcomes: list[Outcome]) -> None:
         where = o.file or f"{m.name}.yaml"
         state = f"ok, {o.summary}" if not o.problems else "NOT LOADABLE until decided"
         lines = [f"queue {m.queue!r} -> {where}: {state}"]
+        lines += [f"  moved: {src} -> {dst} (review)" for src, dst in m.moves]
         lines += [f"  decide: {decision}" for decision in m.decisions]
         lines += [f"  review: {f.path}: {f.what} (grant: security.{f.grant})" for f in m.findings]
         for p in o.problems:
@@ -305,6 +323,7 @@ def _record(o: Outcome) -> dict[str, Any]:
         "ok": not o.problems,
         "summary": o.summary,
         "decisions": list(m.decisions),
+        "moved": [{"from": src, "to": dst} for src, dst in m.moves],
         "review": [
             {"path": f.path, "what": f.what, "grant": f.grant, "key": f.key, "value": f.value}
             for f in m.findings

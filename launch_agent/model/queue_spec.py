@@ -150,6 +150,12 @@ class QueueSpec:
     description: str | None = None
     # `spec.sweeps.customSchedulers`: scheduler jobs (the submitter's code) may run here.
     custom_schedulers: bool = False
+    # What the admin's template held at the paths the agent sets itself (`metadata.name`,
+    # `metadata.generateName`), which `template` no longer has: W&B's server merges the queue
+    # config into every item, and an echo of what the admin wrote is no override.
+    written: Mapping[tuple[object, ...], Any] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
     # Free for the renderer to cache per-spec precomputation (compiled globs, ...).
     cache: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -162,11 +168,17 @@ class QueueSpec:
         return str(self.template.get("kind", ""))
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], template: Mapping[str, Any]) -> QueueSpec:
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        template: Mapping[str, Any],
+        written: Mapping[tuple[object, ...], Any] | None = None,
+    ) -> QueueSpec:
         """Build from a document that already passed the JSON Schema.
 
         `template` is the normalised manifest (`spec.template` after unwrapping W&B's
-        `kubernetes:` form and stripping its non-manifest keys).
+        `kubernetes:` form and stripping its non-manifest keys), `written` what it held at
+        the paths the agent sets itself.
         """
         spec = data["spec"]
         custom = None
@@ -199,4 +211,5 @@ class QueueSpec:
             ),
             description=data["metadata"].get("description"),
             custom_schedulers=bool(spec.get("sweeps", {}).get("customSchedulers", False)),
+            written=dict(written or {}),
         )

@@ -243,3 +243,62 @@ def _why(ks: KindSchema, glob: Glob, index: int, states: list[Mapping[str, Any]]
     if isinstance(seg, Item | AnyItem):
         return "a list selector where the kind's schema has no list"
     return "nothing in the kind's schema is there"
+
+
+# ------------------------------------------------------------------------ misplaced keys
+
+InstancePath = tuple[str | int, ...]
+# How far below an ancestor a misplaced key is looked for: `spec.ttlSecondsAfterFinished` of a
+# PyTorchJob is two fields below `spec` (`runPolicy.ttlSecondsAfterFinished`). Deeper finds are
+# guesses, not the "same key nearby" that a person misplaced.
+_NEARBY = 2
+
+
+def misplaced(ks: KindSchema, parent: InstancePath, key: str) -> list[InstancePath]:
+    """Where `key`, unknown in the object at `parent`, is a field nearby: the paths under the
+    nearest of `parent`'s ancestors (itself first) that has the key within `_NEARBY` named
+    fields, all at the least depth. The key's own spelling wins over a case-insensitive match
+    (`backOffLimit` finds `backoffLimit`). Map entries and list items below an ancestor are not
+    entered: they have no one path. Empty when nothing is nearby or the schema is open."""
+    levels: list[list[Mapping[str, Any]]] = [[ks.root]]
+    for seg in parent:
+        step: list[Mapping[str, Any]] = []
+        for node in levels[-1]:
+            found = _children(ks, node, AnyItem() if isinstance(seg, int) else seg)
+            if isinstance(found, _Open):
+                return []
+            step += found
+        if not step:
+            return []
+        levels.append(step)
+    for i in range(len(parent), -1, -1):
+        # At the parent itself a key one level down is the did-you-mean's business.
+        first = 2 if i == len(parent) else 1
+        found_paths = _below(ks, levels[i], key, first)
+        if found_paths:
+            return [parent[:i] + rel for rel in found_paths]
+    return []
+
+
+def _below(
+    ks: KindSchema, nodes: list[Mapping[str, Any]], key: str, first: int
+) -> list[tuple[str, ...]]:
+    frontier: list[tuple[tuple[str, ...], Mapping[str, Any]]] = [((), n) for n in nodes]
+    for depth in range(1, _NEARBY + 1):
+        exact: list[tuple[str, ...]] = []
+        folded: list[tuple[str, ...]] = []
+        deeper: list[tuple[tuple[str, ...], Mapping[str, Any]]] = []
+        for rel, node in frontier:
+            for alt in _alternatives(ks, node):
+                for name, sub in alt.get("properties", {}).items():
+                    path = (*rel, name)
+                    if depth >= first and name == key and path not in exact:
+                        exact.append(path)
+                    elif depth >= first and name.lower() == key.lower() and path not in folded:
+                        folded.append(path)
+                    if isinstance(sub, Mapping):
+                        deeper.append((path, sub))
+        if exact or folded:
+            return exact or folded
+        frontier = deeper
+    return []

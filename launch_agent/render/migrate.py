@@ -9,6 +9,12 @@ pushed, merging the filled config into the item's `resource_args`. So here:
   `kubernetes: {...}` custom-resource form; `render.merge.normalise` reads both), with each
   `{{name}}` replaced by its schema's default (or, failing that, its first `enum` value or its
   `minimum`); a variable with none of those stays `{{name}}` and is listed as a decision;
+- the template variables come in any shape W&B and its tools write them
+  (`read_template_variables`), and a `{{name}}` none defines is a decision naming its paths
+  (the written spec is then refused, `spec_load.placeholder_problems`);
+- with `fix_misplaced_keys`, a key the kind's schema has in one free place nearby
+  (`kind_schema.misplaced`: W&B's examples put a PyTorchJob's `ttlSecondsAfterFinished` at
+  `spec`) is moved there first, and every move is listed for review;
 - every value a template variable fills becomes an `overridable` path: W&B writes the
   submitter's value there, and anything else in `resource_args` is refused by the override
   policy (a decision: W&B let submitters change everything);
@@ -42,8 +48,11 @@ from typing import Any
 import yaml
 
 from launch_agent.model.display import one_line
-from launch_agent.model.queue_spec import API_VERSION, KIND
+from launch_agent.model.queue_spec import API_VERSION, KIND, InvalidInput, Problem
 from launch_agent.model.safe_load import SPEC_LIMITS, InputError, load_yaml
+from launch_agent.render.kind_schema import InstancePath, kind_schema, misplaced
+from launch_agent.render.kinds import kind_info
+from launch_agent.render.merge import normalise
 from launch_agent.render.paths import (
     Item,
     Path,
@@ -110,6 +119,8 @@ class Migrated:
     findings: tuple[Finding, ...] = ()
     decisions: tuple[str, ...] = ()
     variables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Keys `--fix-misplaced` moved where the kind's schema has them: (from, to), as paths.
+    moves: tuple[tuple[str, str], ...] = ()
 
     def text(self, source: str) -> str:
         """The spec as YAML, with the review list as comments (never as grants), checked by
@@ -118,6 +129,7 @@ class Migrated:
             f"Queue spec for W&B run queue {self.queue!r}, written by `launch-agent migrate`",
             f"from {source}. Review it before the agent loads it:",
         ]
+        head += [f"  - moved {src} to {dst}: review" for src, dst in self.moves]
         head += [f"  - {line}" for line in self.decisions]
         body = yaml.safe_dump(
             self.document, sort_keys=False, default_flow_style=False, allow_unicode=False
@@ -299,6 +311,120 @@ def _fill(
     return _VARIABLE.sub(one, value)
 
 
+def placeholders(value: Any, path: Path = ()) -> Iterator[tuple[Path, str]]:
+    """(path, name) of every `{{name}}` in a string leaf of `value`."""
+    for where, leaf in _walk(value, path):
+        if isinstance(leaf, str) and "{{" in leaf:
+            for name in _VARIABLE.findall(leaf):
+                yield where, name
+
+
+# The keys of one variable in W&B's GraphQL answer (`TemplateVariable {name schema}`), the
+# SDK's `RunQueue.template_variables` and the Terraform provider's `template_variables`.
+_ENTRY_KEYS = ("name", "schema")
+
+
+def read_template_variables(data: Any) -> dict[str, dict[str, Any]]:
+    """Template variables in any shape W&B and its tools write them → name → JSON schema.
+
+    - `{cpus: {type: integer, default: 2}}`: name → schema, as the W&B UI shows them;
+    - `[{name: cpus, schema: ...}]`: W&B's GraphQL `templateVariables`, wandb's public API;
+    - `{cpus: {name: cpus, schema: ...}}` (`name` optional): the Terraform provider's map.
+
+    A schema is an object or the JSON text of one (W&B sends `schema` as a JSONString). A
+    mapping whose keys are only `name` and `schema` is an entry, anything else a schema.
+    Raises `InvalidInput` with every problem, each at its path in the input.
+    """
+    problems: list[Problem] = []
+    out: dict[str, dict[str, Any]] = {}
+    if isinstance(data, list):
+        for i, entry in enumerate(data):
+            where = f"[{i}]"
+            if not isinstance(entry, Mapping):
+                problems.append(Problem(where, "expected a mapping with `name` and `schema`"))
+                continue
+            name = entry.get("name")
+            if not isinstance(name, str) or not name:
+                problems.append(Problem(f"{where}.name", "expected the variable's name"))
+                continue
+            _entry(out, name, entry, where, problems)
+    elif isinstance(data, Mapping):
+        for name, value in data.items():
+            if _is_entry(value):
+                if value.get("name", name) != name:
+                    problems.append(
+                        Problem(f"{name}.name", f"{value['name']!r} differs from its key {name!r}")
+                    )
+                    continue
+                _entry(out, str(name), value, str(name), problems)
+            else:
+                schema = _schema(value, str(name), problems)
+                if schema is not None:
+                    out[str(name)] = schema
+    else:
+        problems.append(
+            Problem(
+                "",
+                "expected template variables: a mapping of name to JSON schema, a list of"
+                " {name, schema} or a mapping of name to {name, schema}",
+            )
+        )
+    if problems:
+        raise InvalidInput(problems)
+    return out
+
+
+def _is_entry(value: Any) -> bool:
+    return isinstance(value, Mapping) and "schema" in value and set(value) <= set(_ENTRY_KEYS)
+
+
+def _entry(
+    out: dict[str, dict[str, Any]],
+    name: str,
+    entry: Mapping[str, Any],
+    where: str,
+    problems: list[Problem],
+) -> None:
+    unknown = sorted(set(entry) - set(_ENTRY_KEYS))
+    if unknown:
+        problems.append(
+            Problem(f"{where}.{unknown[0]}", f"unknown key {unknown[0]!r}; expected name, schema")
+        )
+        return
+    if name in out:
+        problems.append(Problem(where, f"variable {name!r} is defined twice"))
+        return
+    if "schema" not in entry:
+        problems.append(Problem(f"{where}.schema", "missing: the variable's JSON schema"))
+        return
+    schema = _schema(entry["schema"], f"{where}.schema", problems)
+    if schema is not None:
+        out[name] = schema
+
+
+def _schema(value: Any, where: str, problems: list[Problem]) -> dict[str, Any] | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            problems.append(Problem(where, f"is not a JSON schema: not JSON ({exc})"))
+            return None
+    if not isinstance(value, Mapping):
+        problems.append(Problem(where, f"expected a JSON schema object, not {_kind(value)}"))
+        return None
+    return dict(value)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "a number" if isinstance(value, int | float) else "a string"
+
+
 def _manifest_path(path: Path, wrapped: bool) -> Path:
     return path[1:] if wrapped and path[:1] == ("kubernetes",) else path
 
@@ -397,7 +523,11 @@ def _variable_paths(
             elif glob not in overridable:
                 overridable.append(glob)
         if name not in variables:
-            decisions.append(f"template variable {name!r} is used but W&B gave no schema for it")
+            decisions.append(
+                f"template variable {name!r} has no definition (W&B gave no schema for it):"
+                f" '{{{{{name}}}}}' stays at {', '.join(format_path(p) for p in used[name])},"
+                " which the agent refuses; define it or write a value"
+            )
         elif not _default(variables[name])[0]:
             decisions.append(
                 f"template variable {name!r} has no default: the template keeps"
@@ -410,6 +540,147 @@ def _variable_paths(
     return overridable
 
 
+@dataclass(frozen=True)
+class Misplaced:
+    """A key the kind's schema does not have where it is, and where it has it nearby."""
+
+    source: InstancePath
+    targets: tuple[InstancePath, ...]
+
+
+def misplaced_keys(manifest: Mapping[str, Any]) -> list[Misplaced]:
+    """Every unknown key of `manifest` that its kind's schema has nearby (`kind_schema.
+    misplaced`); nothing for a kind without a shipped schema."""
+    api_version, kind = manifest.get("apiVersion"), manifest.get("kind")
+    info = kind_info(api_version, kind) if isinstance(api_version, str) and kind else None
+    ks = kind_schema(info) if info is not None else None
+    if info is None or ks is None:
+        return []
+    # As `spec_load` checks it: a custom resource's metadata is the API server's, not the CRD's.
+    body = manifest if info.builtin else {k: v for k, v in manifest.items() if k != "metadata"}
+    out = []
+    for error in sorted(ks.validator.iter_errors(body), key=lambda e: list(map(str, e.path))):
+        if error.validator != "additionalProperties" or not isinstance(error.instance, dict):
+            continue
+        schema = error.schema if isinstance(error.schema, Mapping) else {}
+        known = schema.get("properties", {})
+        parent = tuple(error.absolute_path)
+        for key in error.instance:
+            if key in known or not isinstance(key, str):
+                continue
+            targets = misplaced(ks, parent, key)
+            if targets:
+                out.append(Misplaced((*parent, key), tuple(targets)))
+    return out
+
+
+def _instance_text(path: InstancePath) -> str:
+    out = "spec.template"
+    for seg in path:
+        out += f"[{seg}]" if isinstance(seg, int) else f".{seg}"
+    return out
+
+
+def _take(root: Any, path: InstancePath) -> tuple[bool, Any]:
+    node = root
+    for seg in path:
+        in_list = isinstance(seg, int) and isinstance(node, list) and 0 <= seg < len(node)
+        if not (in_list or (isinstance(seg, str) and isinstance(node, dict) and seg in node)):
+            return False, None
+        node = node[seg]
+    return True, node
+
+
+def _free(root: Any, path: InstancePath) -> bool:
+    """Whether `path` holds nothing, every list item on the way exists and every mapping on
+    the way is one or missing (then `_put` makes it)."""
+    node = root
+    for seg in path[:-1]:
+        if isinstance(seg, int):
+            if not (isinstance(node, list) and 0 <= seg < len(node)):
+                return False
+            node = node[seg]
+        elif isinstance(node, dict):
+            node = node.get(seg, {})
+        else:
+            return False
+    return isinstance(node, dict) and path[-1] not in node
+
+
+def _put(root: Any, path: InstancePath, value: Any) -> None:
+    node = root
+    for seg in path[:-1]:
+        node = node[seg] if isinstance(seg, int) else node.setdefault(seg, {})
+    node[path[-1]] = value
+
+
+def fix_misplaced(
+    body: dict[str, Any], decisions: list[str], *, fix: bool
+) -> tuple[tuple[str, str], ...]:
+    """Move each misplaced key of the W&B config `body` (in place) where its kind's schema has
+    it, when that place is one and free; return the moves. Without `fix`, or for a key with no
+    one free place, nothing moves and `decisions` says why."""
+    manifest, _ns, problems, _w = normalise(body, "spec.template")
+    if problems:
+        return ()
+    root = body["kubernetes"] if set(body) == {"kubernetes"} else body
+    found = misplaced_keys(manifest)
+    if found and not fix:
+        decisions.append(
+            f"{len(found)} key(s) are not where the kind's schema has them (each is refused"
+            " with the place it belongs): --fix-misplaced moves those with one free place"
+        )
+        return ()
+    moves: list[tuple[str, str]] = []
+    for item in found:
+        src = _instance_text(item.source)
+        if len(item.targets) > 1:
+            places = ", ".join(_instance_text(t) for t in item.targets)
+            decisions.append(f"{src} was not moved: the kind's schema has it at {places}")
+            continue
+        target = item.targets[0]
+        ok, value = _take(root, item.source)
+        if not ok or not _free(root, target):
+            decisions.append(f"{src} was not moved: {_instance_text(target)} already holds a value")
+            continue
+        parent_ok, parent = _take(root, item.source[:-1])
+        if parent_ok and isinstance(parent, dict):
+            del parent[item.source[-1]]
+            _put(root, target, value)
+            moves.append((src, _instance_text(target)))
+    return tuple(moves)
+
+
+def _namespace(
+    manifest: Any, namespace: str | None, default_namespace: str, decisions: list[str]
+) -> str:
+    """The spec's namespace: --namespace, else the config's, else the agent's; a config's own
+    that --namespace overrides is removed from `manifest` (a template must agree with it)."""
+    meta = manifest.get("metadata") if isinstance(manifest, dict) else None
+    named = manifest.get("namespace") if isinstance(manifest, dict) else None
+    if isinstance(meta, dict) and isinstance(meta.get("namespace"), str):
+        named = meta["namespace"]
+    if namespace is None:
+        if isinstance(named, str):
+            return named
+        decisions.append(
+            f"namespace {default_namespace!r}: the config names none (W&B's agent used its"
+            " own); pass --namespace to choose"
+        )
+        return default_namespace
+    if isinstance(named, str) and named != namespace:
+        decisions.append(
+            f"namespace: the config says {named!r}; --namespace {namespace!r} wins. W&B's server"
+            " merges the config into every item it pushes, and the agent refuses an item for"
+            f" another namespace: change the queue's config in W&B to {namespace!r} (or remove"
+            " its namespace) too"
+        )
+        for where in (manifest, meta):
+            if isinstance(where, dict):
+                where.pop("namespace", None)
+    return namespace
+
+
 def migrate(
     queue: str,
     config: Mapping[str, Any],
@@ -417,32 +688,28 @@ def migrate(
     *,
     namespace: str | None = None,
     default_namespace: str = "default",
+    fix_misplaced_keys: bool = False,
 ) -> Migrated:
-    """Build the queue spec for `queue` from its W&B config; raises `NotAQueueConfig`."""
+    """Build the queue spec for `queue` from its W&B config; raises `NotAQueueConfig`.
+
+    With `fix_misplaced_keys`, keys the kind's schema has one free place for nearby are moved
+    there first (so template variables in them are granted where they land), each listed."""
     variables = {k: dict(v) for k, v in (template_variables or {}).items()}
     body = unwrap(config)
     wrapped = set(body) == {"kubernetes"}
+    decisions: list[str] = []
+    moves = fix_misplaced(body, decisions, fix=fix_misplaced_keys)
+    if moves:
+        decisions.append(
+            "W&B's server merges the queue's config into every item it pushes, with the keys"
+            " moved here where they were: make the same moves in the queue's config in W&B,"
+            " or every launch is refused at the key's old path"
+        )
     used: dict[str, list[Path]] = {}
     template = _fill(body, variables, used, ())
-    decisions: list[str] = []
 
     manifest = template["kubernetes"] if wrapped else template
-    meta = manifest.get("metadata") if isinstance(manifest, dict) else None
-    named = manifest.get("namespace") if isinstance(manifest, dict) else None
-    if isinstance(meta, dict) and isinstance(meta.get("namespace"), str):
-        named = meta["namespace"]
-    if namespace is None:
-        namespace = named if isinstance(named, str) else default_namespace
-        if not isinstance(named, str):
-            decisions.append(
-                f"namespace {namespace!r}: the config names none (W&B's agent used its own);"
-                " pass --namespace to choose"
-            )
-    elif isinstance(named, str) and named != namespace:
-        decisions.append(f"namespace: the config says {named!r}; --namespace {namespace!r} wins")
-        for where in (manifest, meta):
-            if isinstance(where, dict):
-                where.pop("namespace", None)
+    namespace = _namespace(manifest, namespace, default_namespace, decisions)
 
     overridable = _variable_paths(used, variables, wrapped, decisions)
     overridable += DEFAULT_OVERRIDES
@@ -479,4 +746,5 @@ def migrate(
         found,
         tuple(decisions),
         {k: variables[k] for k in sorted(variables) if k in used},
+        moves,
     )

@@ -49,7 +49,7 @@ from launch_agent.render.kubelet import escape, expanded_field, references
 from launch_agent.render.macros import macro_values, substitute_checked
 from launch_agent.render.merge import REMOVED, Change, merge_changes, normalise
 from launch_agent.render.paths import Glob, Item, Path, find, format_path, item_label, parse_glob
-from launch_agent.render.policy import LAYER_PREFIX, check_changes, check_overrides
+from launch_agent.render.policy import LAYER_PREFIX, check_changes, check_overrides, drop_echoes
 from launch_agent.render.security import enforce_container, enforce_pod_template
 from launch_agent.render.settings import RenderResult, RenderSettings
 from launch_agent.render.wandb_env import payloads, set_env, wandb_env
@@ -194,6 +194,7 @@ def _merge(
     spec does not grant."""
     # The merge reports each change it makes and the policy decides on those: checked == applied.
     merged, changes = merge_changes(spec.template, layer) if layer else (spec.template, [])
+    changes = drop_echoes(changes, spec)
     problems = check_changes(changes, _globs(spec), spec)
     named = {p.path for p in problems}
     problems += [

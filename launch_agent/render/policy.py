@@ -112,7 +112,18 @@ def apply_layer(
 ) -> tuple[dict[str, Any], list[Problem]]:
     """The layer merged onto the template, and a problem for each change the spec refuses."""
     merged, changes = merge_changes(spec.template, layer)
-    return merged, check_changes(changes, globs, spec)
+    return merged, check_changes(drop_echoes(changes, spec), globs, spec)
+
+
+def drop_echoes(changes: Sequence[Change], spec: QueueSpec) -> list[Change]:
+    """`changes` less those that write back what the admin wrote where the agent sets its own
+    value (`QueueSpec.written`): the template no longer holds those values, but W&B's server
+    echoes the queue config as the admin wrote it into every item. The agent overwrites them
+    after the merge, so the echo changes nothing."""
+    written = spec.written
+    if not written:
+        return list(changes)
+    return [c for c in changes if not (c.path in written and c.value == written[c.path])]
 
 
 def check_changes(

@@ -32,9 +32,9 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from functools import cache
+from functools import cache, partial
 from importlib import resources
 from typing import Any
 
@@ -43,7 +43,7 @@ import yaml
 
 from launch_agent.model.queue_spec import InvalidInput, Problem, QueueSpec
 from launch_agent.model.safe_load import SPEC_LIMITS, InputError, Limits, compose_yaml
-from launch_agent.render.kind_schema import KindSchema, glob_fits, kind_schema
+from launch_agent.render.kind_schema import KindSchema, glob_fits, kind_schema, misplaced
 from launch_agent.render.kinds import (
     MULTIKUEUE_CONTROLLER,
     KindInfo,
@@ -53,11 +53,13 @@ from launch_agent.render.kinds import (
 )
 from launch_agent.render.macros import substitute
 from launch_agent.render.merge import normalise
+from launch_agent.render.migrate import placeholders
 from launch_agent.render.paths import (
     AnyKey,
     Deep,
     PathSyntaxError,
     find,
+    format_path,
     item_label,
     parse_glob,
 )
@@ -116,8 +118,15 @@ def schema_problems(data: Any) -> list[Problem]:
     return [p for e in errors for p in _from_schema_error(e, "")]
 
 
-def _from_schema_error(error: jsonschema.ValidationError, prefix: str) -> list[Problem]:
-    """One problem per unknown key (with a did-you-mean), else the schema's own message."""
+# Where an unknown key belongs instead: (the path of the object it is in, the key) → a hint.
+Hint = Callable[[tuple[str | int, ...], str], str | None]
+
+
+def _from_schema_error(
+    error: jsonschema.ValidationError, prefix: str, hint: Hint | None = None
+) -> list[Problem]:
+    """One problem per unknown key (with a did-you-mean, or `hint`'s nearby place for it),
+    else the schema's own message."""
     where = list(error.absolute_path)
     schema = error.schema if isinstance(error.schema, dict) else {}
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
@@ -129,8 +138,11 @@ def _from_schema_error(error: jsonschema.ValidationError, prefix: str) -> list[P
                 continue
             reason = f"unknown key {key!r}"
             match = _suggest(key, known)
+            nearby = hint(tuple(where), key) if hint is not None and not match else None
             if match:
                 reason += f"; did you mean {match!r}?"
+            elif nearby:
+                reason += f"; {nearby}"
             problems.append(Problem(_join(prefix, json_path([*where, key])), reason))
         if problems:
             return problems
@@ -258,10 +270,13 @@ def build_queue_spec(data: Any) -> tuple[QueueSpec, list[Problem]]:
     warnings += w
     if ns is not None and ns != spec["namespace"]:
         problems.append(Problem("spec.template.namespace", f"{ns!r} differs from spec.namespace"))
+    problems += placeholder_problems(template)  # before the name the agent replaces is dropped
     meta = template.get("metadata")
+    written: dict[tuple[object, ...], Any] = {}
     if isinstance(meta, dict):
         for key in ("name", "generateName"):
             if key in meta:
+                written["metadata", key] = meta[key]
                 meta = {k: v for k, v in meta.items() if k != key}
                 warnings.append(
                     Problem(
@@ -279,7 +294,7 @@ def build_queue_spec(data: Any) -> tuple[QueueSpec, list[Problem]]:
     if problems:
         raise InvalidInput(problems)
 
-    queue_spec = QueueSpec.from_dict(data, template)
+    queue_spec = QueueSpec.from_dict(data, template, written)
     api_version, kind = queue_spec.api_version, queue_spec.kind
     if queue_spec.custom_kind is not None and lookup(api_version, kind) is not None:
         problems.append(
@@ -333,6 +348,22 @@ def build_queue_spec(data: Any) -> tuple[QueueSpec, list[Problem]]:
     if problems:
         raise InvalidInput(problems)
     return queue_spec, warnings
+
+
+def placeholder_problems(template: Mapping[str, Any]) -> list[Problem]:
+    """A W&B template variable (`{{name}}`) left in the template: W&B fills those in its own
+    queue config before the item reaches the agent, and nothing fills them in a spec, so it
+    would reach the cluster as written (`metadata.name: {{example_variable}}`)."""
+    return [
+        Problem(
+            format_path(path, "spec.template"),
+            f"template variable '{{{{{name}}}}}' has no definition: a queue spec has no"
+            " template variables (W&B fills them in its queue config, not in the agent's"
+            " template); write the value, and grant this path in `overridable` if submitters"
+            " choose it",
+        )
+        for path, name in placeholders(template)
+    ]
 
 
 def multikueue_problems(
@@ -425,8 +456,18 @@ def _template_schema_problems(
     ):
         if error.validator == "required" or _has_macro(error.instance):
             continue
-        problems += _from_schema_error(error, "spec.template")
+        problems += _from_schema_error(error, "spec.template", partial(_nearby, schema))
     return problems
+
+
+def _nearby(schema: KindSchema, parent: tuple[str | int, ...], key: str) -> str | None:
+    """Where the kind's schema has `key` near `parent` (`spec.runPolicy.ttlSecondsAfterFinished`
+    for a PyTorchJob's `spec.ttlSecondsAfterFinished`), as the end of an unknown-key reason."""
+    found = misplaced(schema, parent, key)
+    if not found:
+        return None
+    places = " or ".join(_join("spec.template", json_path(p)) for p in found)
+    return f"the kind's schema has it at {places}"
 
 
 def _has_macro(value: Any) -> bool:

@@ -135,3 +135,71 @@ def test_migrate_from_a_file_with_template_variables(
         main(["migrate", "--queue", "q", "--dry-run", "--template-variables", str(variables)]) == 2
     )
     assert "goes with --from-file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # W&B's API: a list of {name, schema}, the schema as JSON text
+        '- name: cpus\n  schema: \'{"type": "string", "default": "4"}\'\n',
+        # the Terraform provider's map of name -> {name, schema}
+        "cpus:\n  name: cpus\n  schema: {type: string, default: '4'}\n",
+    ],
+    ids=["wandb-api-list", "terraform-map"],
+)
+def test_migrate_reads_template_variables_in_wandbs_shapes(
+    text: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "c.yaml").write_text("queues: [q]\n")
+    monkeypatch.setenv("LAUNCH_AGENT_CONFIG", str(tmp_path / "c.yaml"))
+    pasted = tmp_path / "pasted.json"
+    pasted.write_text(json.dumps(CONFIG["resource_args"]["kubernetes"]))
+    variables = tmp_path / "vars.yaml"
+    variables.write_text(text)
+    argv = ["migrate", "--from-file", str(pasted), "--dry-run", "-o", "json"]
+    assert main([*argv, "--template-variables", str(variables)]) == 0
+    (record,) = json.loads(capsys.readouterr().out)
+    assert not any("not used" in d for d in record["decisions"]), record["decisions"]
+    container = record["spec"]["spec"]["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["cpu"] == "4"
+
+
+def test_migrate_names_the_line_of_a_bad_template_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "c.yaml").write_text("queues: [q]\n")
+    monkeypatch.setenv("LAUNCH_AGENT_CONFIG", str(tmp_path / "c.yaml"))
+    pasted = tmp_path / "pasted.json"
+    pasted.write_text(json.dumps(CONFIG["resource_args"]["kubernetes"]))
+    variables = tmp_path / "vars.yaml"
+    variables.write_text("- name: cpus\n  schema: {type: string}\n- name: gpus\n  schema: '{'\n")
+    argv = ["migrate", "--from-file", str(pasted), "--dry-run"]
+    assert main([*argv, "--template-variables", str(variables)]) == 2
+    err = capsys.readouterr().err
+    assert f"{variables}:4:3: [1].schema: is not a JSON schema: not JSON" in err, err
+
+
+def test_migrate_fix_misplaced_lists_each_move(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "c.yaml").write_text("queues: [q]\n")
+    monkeypatch.setenv("LAUNCH_AGENT_CONFIG", str(tmp_path / "c.yaml"))
+    pasted = tmp_path / "pasted.yaml"
+    # W&B's PyTorchJob example's `ttlSecondsAfterFinished`, at `spec` (the CRD: `runPolicy`).
+    pasted.write_text(
+        "kubernetes:\n  apiVersion: kubeflow.org/v1\n  kind: PyTorchJob\n  spec:\n"
+        "    ttlSecondsAfterFinished: 600\n    pytorchReplicaSpecs:\n      Master:\n"
+        "        replicas: 1\n        template:\n          spec:\n            containers:\n"
+        "              - {name: pytorch, image: '${image_uri}'}\n"
+    )
+    argv = ["migrate", "--from-file", str(pasted), "--namespace", "ns", "--dry-run"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "spec.runPolicy.ttlSecondsAfterFinished" in err and "--fix-misplaced" in err, err
+    assert main([*argv, "--fix-misplaced"]) == 0
+    captured = capsys.readouterr()
+    assert (
+        "  moved: spec.template.spec.ttlSecondsAfterFinished ->"
+        " spec.template.spec.runPolicy.ttlSecondsAfterFinished (review)" in captured.err
+    ), captured.err
+    assert "runPolicy:\n          ttlSecondsAfterFinished: 600" in captured.out, captured.out
