@@ -185,10 +185,18 @@ class NodeSimulator:
             "deletes": 0,
             "events": 0,
             "write_errors": 0,
+            "write_retries": 0,
             "pass_errors": 0,
         }
         self._event_storage = self.store.rt("events").storage
         self._pending_events: list[Obj] = []
+        # Pod writes that failed for a reason a retry can cure (a timeout, a 429 or 5xx of a
+        # loaded API server), sent again before the next pass's: the mirror already holds the
+        # status, so the kubelet would never write it again and the pod would stay Running on
+        # the server for good. The real kubelet's status manager re-syncs every pod whose
+        # status differs from the API server's (`pkg/kubelet/status/status_manager.go`,
+        # `syncBatch`).
+        self._retry: list[Intent] = []
         self.store.listeners.append(self._on_local_write)
 
     # --- start-up -----------------------------------------------------------------------------
@@ -271,7 +279,11 @@ class NodeSimulator:
         self.kubelet.reconcile(ctx)
         self._wakeups = ctx.wakeups
         self._report_problems()
-        await self._flush(intents)
+        # A status for a pod the mirror no longer holds (deleted since) has no one to wait for.
+        retried = [i for i in self._retry if i.verb != "status" or self._holds(i)]
+        self._retry = []
+        self.stats["write_retries"] += len(retried)
+        await self._flush(retried + intents)
 
     def _on_local_write(self, storage: str, kind: str, obj: Obj) -> None:
         if storage == self._event_storage and kind in ("ADDED", "MODIFIED"):
@@ -293,8 +305,13 @@ class NodeSimulator:
 
         async def send(group: list[Intent]) -> None:
             async with gate:
-                for intent in _coalesced(group):
-                    await self._send(intent)
+                pending = _coalesced(group)
+                for i, intent in enumerate(pending):
+                    if not await self._send(intent):
+                        # The rest waits behind it: a newer status must not land first and
+                        # then be overwritten by the retried older one.
+                        self._retry += pending[i:]
+                        break
 
         async def send_event(event: Obj) -> None:
             async with gate:
@@ -306,7 +323,8 @@ class NodeSimulator:
             for event in events:
                 tasks.create_task(send_event(event), name="sim-nodes event")
 
-    async def _send(self, intent: Intent) -> None:
+    async def _send(self, intent: Intent) -> bool:
+        """Whether the write is done with (False: a retry may cure its failure)."""
         path = path_of("v1", "pods", intent.namespace, intent.name)
         try:
             if intent.verb == "status":
@@ -323,8 +341,12 @@ class NodeSimulator:
                     options["gracePeriodSeconds"] = 0
                 await self.http.delete(path, options)
                 self.stats["deletes"] += 1
+            return True
         except ApiError as exc:
-            # 404 / 409: the pod is gone or is another pod of the same name by now.
+            # 404 / 409: the pod is gone or is another pod of the same name by now. A 429 or
+            # 5xx is the server's load, which a retry cures; another refusal would only repeat.
+            if exc.status == 429 or exc.status >= 500:
+                return self._failed(intent, exc)
             if exc.status not in (404, 409):
                 self.stats["write_errors"] += 1
                 log.warning(
@@ -334,15 +356,24 @@ class NodeSimulator:
                     intent.name,
                     exc,
                 )
+            return True
         except (OSError, TimeoutError) as exc:
-            self.stats["write_errors"] += 1
-            log.warning(
-                "node simulator: %s of pod %s/%s: %s",
-                intent.verb,
-                intent.namespace,
-                intent.name,
-                exc,
-            )
+            return self._failed(intent, exc)
+
+    def _holds(self, intent: Intent) -> bool:
+        pod = self.store.find(self.store.rt("pods"), intent.namespace, intent.name)
+        return pod is not None and pod["metadata"].get("uid") == intent.uid
+
+    def _failed(self, intent: Intent, exc: Exception) -> bool:
+        self.stats["write_errors"] += 1
+        log.warning(
+            "node simulator: %s of pod %s/%s (retried): %s",
+            intent.verb,
+            intent.namespace,
+            intent.name,
+            exc,
+        )
+        return False
 
     async def _send_event(self, event: Obj) -> None:
         meta = event["metadata"]

@@ -1,0 +1,70 @@
+"""The real-cluster tier's node simulator (`realcluster/nodes.py`) against a loaded API server.
+
+The simulator plays each bound pod in a local mirror and carries the kubelet's writes to the API
+server. A write the server failed (a 503 or 429 of a loaded kube-apiserver, a timeout) used to
+be logged and dropped: the mirror already held the new status, so it was never sent again and
+the pod stayed Running on the server, with its Job never failing. A real kubelet re-syncs every
+pod whose status differs from the API server's. Here the sandbox's API server stands in for
+kube-apiserver (the simulator speaks plain REST to either), with the faults scripted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+from launch_agent.realcluster.kubehttp import Credentials, KubeHTTP
+from launch_agent.realcluster.nodes import NodeSimulator
+from launch_agent.sandbox.cluster.nodes import Node
+from launch_agent.sandbox.cluster.outcomes import ANNOTATION
+from launch_agent.sandbox.faults import FaultRule
+from launch_agent.sandbox.kube import KubeApiServer
+
+NODE = "sim-node-1"
+
+
+def pod(name: str, outcome: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "annotations": {ANNOTATION: outcome}},
+        "spec": {
+            "nodeName": NODE,
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox"}],
+        },
+    }
+
+
+async def test_a_pod_status_the_server_failed_to_take_is_sent_again() -> None:
+    async with KubeApiServer() as kube, KubeHTTP(Credentials(server=kube.url)) as http:
+        sim = NodeSimulator(
+            http,
+            [Node(NODE, {"cpu": "8", "memory": "32Gi", "pods": "110"})],
+            # For the log server, which this test does not start.
+            server_cert=(Path("unused.crt"), Path("unused.key")),
+            client_ca=Path("unused-ca.crt"),
+        )
+        # Every status write of the pod's first few fails, the one that ends it included.
+        rule = kube.faults.add(FaultRule("PATCH pods/status", status=503, times=3))
+        runner = asyncio.create_task(sim.run(), name="node simulator")
+        try:
+            await http.create("/api/v1/namespaces/default/pods", pod("p", "exit code=3 after=1s"))
+            deadline = time.monotonic() + 20
+            while True:
+                got = await http.get("/api/v1/namespaces/default/pods/p")
+                status = got.get("status") or {}
+                if status.get("phase") == "Failed":
+                    break
+                assert time.monotonic() < deadline, f"the pod never failed on the server: {status}"
+                await asyncio.sleep(0.1)
+        finally:
+            runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await runner
+    assert rule.fired == 3
+    assert sim.stats["write_retries"] >= 1, sim.stats
+    [container] = status["containerStatuses"]
+    assert container["state"]["terminated"]["exitCode"] == 3
