@@ -63,10 +63,27 @@ def config(world: World, **tracking: Any) -> Any:
 
 
 async def failure_of(world: World, item: RunQueueItem, within: float = 90) -> str:
-    await until(lambda: item.state is ItemState.FAILED, within=within, message="failed in W&B")
+    try:
+        await until(lambda: item.state is ItemState.FAILED, within=within, message="failed in W&B")
+    except AssertionError as exc:
+        # What the cluster holds says which component did not do its part.
+        raise AssertionError(f"{exc}; the namespace holds {await _holds(world)}") from None
     assert item.failure is not None
     assert item.failure.stage == "run"
     return item.failure.message
+
+
+async def _holds(world: World) -> str:
+    def brief(obj: Obj) -> str:
+        status = obj.get("status") or {}
+        return f"{obj['kind']} {obj['metadata']['name']}: {status}"
+
+    found = [
+        *[{"kind": "Job", **o} for o in await world.objects("batch/v1", "jobs")],
+        *[{"kind": "Pod", **o} for o in await world.objects("v1", "pods")],
+    ]
+    events = [f"{e.get('reason')}: {e.get('message')}" for e in await world.events()]
+    return "; ".join([*map(brief, found), f"events {events}"])
 
 
 async def jobs(world: World, run_id: str) -> list[Obj]:
