@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 import shutil
 import time
 from collections.abc import Sequence
@@ -27,6 +28,8 @@ from launch_agent.realcluster.kubehttp import ApiError, KubeHTTP
 from launch_agent.realcluster.nodes import NodeSimulator, script_outcome
 from launch_agent.realcluster.processes import Child, StartError, http_probe
 from launch_agent.sandbox.cluster.nodes import Node
+
+log = logging.getLogger(__name__)
 
 DEFAULT_NODES = (
     Node(
@@ -120,6 +123,13 @@ class RealCluster:
         await sim.register_nodes()
         self.simulator = sim
         self._sim_task = asyncio.create_task(sim.run(), name=f"{self.name} node simulator")
+        self._sim_task.add_done_callback(self._simulator_ended)
+
+    def _simulator_ended(self, task: asyncio.Task[None]) -> None:
+        # Said when it happens, not at the stop: without the simulator no pod of this cluster
+        # starts or ends, and what waits on one would time out with no reason given.
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s: the node simulator stopped: %r", self.name, task.exception())
 
     async def _start_addon(self, name: str) -> None:
         if name == "kueue":

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from launch_agent.realcluster.kubehttp import ApiError, KubeHTTP, path_of
@@ -60,6 +61,10 @@ APPLIED = "sim.launch-agent.io/applied-scripts"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 MAX_CHAIN = 10
 CONCURRENT_WRITES = 16
+# What a stopped or restarted API server does to a request or a watch in flight: a refused
+# connection (OSError), a timeout, or a stream cut mid-chunk (`aiohttp.ClientPayloadError`,
+# `ServerDisconnectedError`: aiohttp's own, not OSErrors). The simulator outlives all of them.
+NETWORK_ERRORS = (OSError, TimeoutError, aiohttp.ClientError)
 
 
 @dataclass(frozen=True)
@@ -255,8 +260,7 @@ class NodeSimulator:
             except (
                 ApiError,
                 SandboxError,
-                OSError,
-                TimeoutError,
+                *NETWORK_ERRORS,
                 ValueError,
                 KeyError,
                 TypeError,
@@ -357,7 +361,7 @@ class NodeSimulator:
                     exc,
                 )
             return True
-        except (OSError, TimeoutError) as exc:
+        except NETWORK_ERRORS as exc:
             return self._failed(intent, exc)
 
     def _holds(self, intent: Intent) -> bool:
@@ -396,7 +400,7 @@ class NodeSimulator:
                 )
                 self.pushed_events.add(key)
             self.stats["events"] += 1
-        except (ApiError, OSError, TimeoutError) as exc:
+        except (ApiError, *NETWORK_ERRORS) as exc:
             self.stats["write_errors"] += 1
             log.warning("node simulator: event %s/%s: %s", *key, exc)
 
@@ -430,7 +434,7 @@ class NodeSimulator:
                     log.info("node simulator: watch %s: %s", path, exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)
-            except (OSError, TimeoutError, ValueError) as exc:
+            except (*NETWORK_ERRORS, ValueError) as exc:
                 log.info("node simulator: watch %s: %s", path, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)

@@ -4,7 +4,8 @@ The simulator plays each bound pod in a local mirror and carries the kubelet's w
 server. A write the server failed (a 503 or 429 of a loaded kube-apiserver, a timeout) used to
 be logged and dropped: the mirror already held the new status, so it was never sent again and
 the pod stayed Running on the server, with its Job never failing. A real kubelet re-syncs every
-pod whose status differs from the API server's. Here the sandbox's API server stands in for
+pod whose status differs from the API server's. A watch cut mid-stream ended the simulator
+altogether. Here the sandbox's API server stands in for
 kube-apiserver (the simulator speaks plain REST to either), with the faults scripted.
 """
 
@@ -68,3 +69,44 @@ async def test_a_pod_status_the_server_failed_to_take_is_sent_again() -> None:
     assert sim.stats["write_retries"] >= 1, sim.stats
     [container] = status["containerStatuses"]
     assert container["state"]["terminated"]["exitCode"] == 3
+
+
+async def test_a_watch_cut_mid_stream_does_not_stop_the_simulator() -> None:
+    """An API server stopped under a watch cuts its chunked stream (aiohttp's
+    `ClientPayloadError`, not an OSError): that ended the simulator's every task, and no pod of
+    that cluster moved again."""
+    async with KubeApiServer() as kube, KubeHTTP(Credentials(server=kube.url)) as http:
+        sim = NodeSimulator(
+            http,
+            [Node(NODE, {"cpu": "8", "memory": "32Gi", "pods": "110"})],
+            server_cert=(Path("unused.crt"), Path("unused.key")),
+            client_ca=Path("unused-ca.crt"),
+        )
+        cuts = [
+            kube.faults.add(FaultRule(f"WATCH {plural}", drop=True, after_events=1, times=1))
+            for plural in ("pods", "configmaps")
+        ]
+        runner = asyncio.create_task(sim.run(), name="node simulator")
+        try:
+            for name in ("cm-1", "cm-2"):
+                await http.create(
+                    "/api/v1/namespaces/default/configmaps",
+                    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}},
+                )
+            for name in ("p-1", "p-2"):
+                await http.create(
+                    "/api/v1/namespaces/default/pods", pod(name, "exit code=0 after=0s")
+                )
+            deadline = time.monotonic() + 20
+            while True:
+                assert not runner.done(), runner.exception()
+                got = await http.get("/api/v1/namespaces/default/pods")
+                phases = sorted((p.get("status") or {}).get("phase", "") for p in got["items"])
+                if phases == ["Succeeded", "Succeeded"] and all(c.fired for c in cuts):
+                    break
+                assert time.monotonic() < deadline, (phases, [c.fired for c in cuts])
+                await asyncio.sleep(0.1)
+        finally:
+            runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await runner
