@@ -36,6 +36,7 @@ EXPECTED: dict[str, tuple[str, set[str], set[tuple[str, str]]]] = {
         {RELEASE_NAMESPACE, "ml-training"},
         {JOB, ("jobset.x-k8s.io", "jobsets")},
     ),
+    "multikueue-values.yaml": (RELEASE_NAMESPACE, {RELEASE_NAMESPACE, "ml-training"}, {JOB}),
     "multi-namespace-values.yaml": (
         "launch-agent",
         {"launch-agent", "team-a", "team-b", "team-c"},
