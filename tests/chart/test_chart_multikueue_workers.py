@@ -288,6 +288,76 @@ def notes(helm: Helm, *files: Any) -> str:
     return result.stdout.split("NOTES:", 1)[1]
 
 
+def worker_rbac(manifests: list[Manifest]) -> list[Manifest]:
+    config_map = next(
+        m
+        for m in find(manifests, "ConfigMap")
+        if m["metadata"]["name"] == "rel-multikueue-worker-rbac"
+    )
+    return [doc for doc in yaml.safe_load_all(config_map["data"]["worker-rbac.yaml"]) if doc]
+
+
+def test_the_worker_rbac_is_the_file_filled_in_for_the_release(
+    rendered: dict[str, list[Manifest]],
+) -> None:
+    manifests = rendered[MULTIKUEUE.name]
+    docs = worker_rbac(manifests)
+    problems = [p for doc in docs if (p := validate_manifest(doc, "1.37"))]
+    assert not problems, "\n".join(problems)
+    shipped = [
+        doc
+        for doc in yaml.safe_load_all((CHART / "files" / "multikueue-worker-rbac.yaml").read_text())
+        if doc
+    ]
+    assert [d["kind"] for d in docs] == [d["kind"] for d in shipped] + ["RoleBinding"]
+    # The same rights as the file, for this release's API-key Secret.
+    (role,) = find(docs, "ClusterRole")
+    (shipped_role,) = find(shipped, "ClusterRole")
+    assert shipped_role["rules"][-1]["resourceNames"] == ["wandb-api-key-launch-agent"]
+    shipped_role["rules"][-1]["resourceNames"] = ["wandb-api-key-rel"]
+    assert role["rules"] == shipped_role["rules"]
+    # One binding per namespace runs can be placed in, to the reader in the agent's namespace.
+    bindings = find(docs, "RoleBinding")
+    assert {b["metadata"]["namespace"] for b in bindings} == {"agents", "ml-training"}
+    (account,) = find(docs, "ServiceAccount")
+    for binding in bindings:
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": role["metadata"]["name"],
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "rel-worker-reader", "namespace": "agents"}
+        ]
+    assert account["metadata"] == {"name": "rel-worker-reader", "namespace": "agents"}
+    (token,) = find(docs, "Secret")
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert token["metadata"]["annotations"] == {
+        "kubernetes.io/service-account.name": "rel-worker-reader"
+    }
+    # Nothing of it is an object on the manager.
+    assert not [
+        m for m in manifests if m["kind"] == "ServiceAccount" and "worker" in m["metadata"]["name"]
+    ]
+
+
+def test_the_worker_rbac_names_an_existing_secret(helm: Helm, tmp_path: Any) -> None:
+    manifests = render(
+        helm,
+        tmp_path,
+        {
+            "existingSecret": "team-wandb-key",
+            "agent": {"apiKey": ""},
+            "additionalTargetNamespaces": ["team-a"],
+            "multikueue": {"workers": WORKERS[:1]},
+        },
+    )
+    docs = worker_rbac(manifests)
+    (role,) = find(docs, "ClusterRole")
+    assert role["rules"][-1]["resourceNames"] == ["team-wandb-key"]
+    assert {b["metadata"]["namespace"] for b in find(docs, "RoleBinding")} == {"agents", "team-a"}
+
+
 def test_notes_say_what_to_apply_on_each_worker(helm: Helm) -> None:
     text = notes(helm, MULTIKUEUE)
     assert (
@@ -298,12 +368,14 @@ def test_notes_say_what_to_apply_on_each_worker(helm: Helm) -> None:
         "worker-2.eu-west (kubeconfig from Secret worker-2-reader, key config, context"
         " reader@worker-2)"
     ) in text
-    assert "apply the read-only\nRBAC in the chart's files/multikueue-worker-rbac.yaml" in text
-    assert "repeated for each namespace: agents, ml-training" in text
-    assert "the Secret it may read is wandb-api-key-rel;" in text
+    assert (
+        "kubectl -n agents get configmap rel-multikueue-worker-rbac"
+        " -o jsonpath='{.data.worker-rbac\\.yaml}' \\\n    | kubectl --context WORKER apply -f -"
+    ) in text
+    assert "and get on wandb-api-key-rel, in agents, ml-training" in text
+    assert "in the worker's Secret agents/rel-worker-reader-token" in text
     assert (
         "kubectl -n agents create secret generic worker-2-reader"
         " --from-file=config=<worker-2.eu-west kubeconfig>"
     ) in text
-    assert (CHART / "files" / "multikueue-worker-rbac.yaml").is_file()
     assert "MultiKueue" not in notes(helm, DEFAULT)

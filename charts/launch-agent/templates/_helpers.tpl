@@ -364,3 +364,76 @@ replica may do. The Lease is named after the release, in the agent's namespace.
 {{- . | int -}}
 {{- end -}}
 {{- end -}}
+
+{{- define "launch-agent.workerRbacConfigMapName" -}}
+{{- printf "%s-multikueue-worker-rbac" (include "launch-agent.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "launch-agent.workerReaderName" -}}
+{{- printf "%s-worker-reader" (include "launch-agent.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+files/multikueue-worker-rbac.yaml for this release, as the text an admin applies on a worker
+(templates/multikueue-worker-rbac.yaml). The same objects and rules as the file, named after
+the release so that two agents' readers on one worker stay apart. The service account lives in
+a namespace named like the agent's own; every value is quoted, so a name cannot add a key.
+*/}}
+{{- define "launch-agent.workerRbac" -}}
+{{- $ns := include "launch-agent.namespace" . -}}
+{{- $reader := include "launch-agent.workerReaderName" . -}}
+{{- $role := printf "%s-%s-worker-reader" $ns (include "launch-agent.fullname" .) | trunc 253 -}}
+# Read-only access for launch-agent {{ include "launch-agent.fullname" . | quote }} on a MultiKueue worker cluster.
+# Apply it on every worker, never on the manager (docs/multicluster.md).
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: {{ $ns | quote }}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ $reader | quote }}
+  namespace: {{ $ns | quote }}
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{ printf "%s-token" $reader | trunc 253 | quote }}
+  namespace: {{ $ns | quote }}
+  annotations:
+    kubernetes.io/service-account.name: {{ $reader | quote }}
+type: kubernetes.io/service-account-token
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ $role | quote }}
+rules:
+  - apiGroups: [""]
+    resources: ["pods", "events"]
+    verbs: ["get", "list", "watch"]
+  - apiGroups: [""]
+    resources: ["pods/log"]
+    verbs: ["get"]
+  - apiGroups: [""]
+    resources: ["secrets"]
+    resourceNames: [{{ include "launch-agent.apiKeySecretName" . | quote }}]
+    verbs: ["get"]
+{{- range $target := include "launch-agent.targetNamespaces" . | fromJsonArray }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $role | quote }}
+  namespace: {{ $target | quote }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ $role | quote }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ $reader | quote }}
+    namespace: {{ $ns | quote }}
+{{- end }}
+{{ end -}}
