@@ -35,6 +35,7 @@ EVERYTHING: dict[str, Any] = {
     "diagnostics": {"enabled": True, "image": "registry.example.com/gke/collector:1"},
     "networkPolicy": {"enabled": True},
     "status": {"token": "status-token"},
+    "multikueue": {"workers": [{"name": "worker-1", "secretName": "worker-1-reader"}]},
 }
 
 
@@ -125,6 +126,8 @@ def test_the_sweep_reaches_every_string_of_the_schema() -> None:
 def test_the_everything_values_render(helm: Helm, tmp_path: Path) -> None:
     kinds = {doc["kind"] for doc in render(helm, tmp_path, {})}
     assert {"PrometheusRule", "ServiceMonitor", "PodDisruptionBudget", "DaemonSet"} <= kinds
+    names = {doc["metadata"]["name"] for doc in render(helm, tmp_path, {})}
+    assert "rel-multikueue-worker-rbac" in names
 
 
 @pytest.mark.parametrize(("path", "overlay"), CASES, ids=[p for p, _ in CASES])

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.chart.conftest import ci_file
 from tests.chart.helm import CI_VALUES, RELEASE, RELEASE_NAMESPACE, Helm, HelmError, Manifest, find
@@ -36,6 +37,7 @@ EXPECTED: dict[str, tuple[str, set[str], set[tuple[str, str]]]] = {
         {RELEASE_NAMESPACE, "ml-training"},
         {JOB, ("jobset.x-k8s.io", "jobsets")},
     ),
+    "multikueue-values.yaml": (RELEASE_NAMESPACE, {RELEASE_NAMESPACE, "ml-training"}, {JOB}),
     "multi-namespace-values.yaml": (
         "launch-agent",
         {"launch-agent", "team-a", "team-b", "team-c"},
@@ -78,6 +80,12 @@ EXPECTED: dict[str, tuple[str, set[str], set[tuple[str, str]]]] = {
 
 def test_every_ci_file_has_an_rbac_expectation() -> None:
     assert {p.name for p in CI_VALUES} == set(EXPECTED)
+
+
+def kueue_mode(values: Path) -> bool:
+    """Whether the CI file hands admission to Kueue (the Kueue rights and the one ClusterRole)."""
+    data = yaml.safe_load(values.read_text()) or {}
+    return bool((data.get("quota") or {}).get("mode") == "kueue")
 
 
 def rule_grants(rules: Sequence[Manifest]) -> dict[tuple[str, str], set[str]]:
@@ -130,7 +138,7 @@ def test_roles_grant_only_what_the_agent_uses(
 ) -> None:
     manifests = rendered[values.name]
     agent_ns, targets, workloads = EXPECTED[values.name]
-    kueue = values.name == "kueue-values.yaml"
+    kueue = kueue_mode(values)
     agent_roles = {
         r["metadata"]["namespace"]: r
         for r in find(manifests, "Role")
@@ -177,7 +185,7 @@ def test_cluster_scope_only_for_kueue_cluster_queues(
     manifests = rendered[values.name]
     cluster_roles = find(manifests, "ClusterRole")
     cluster_bindings = find(manifests, "ClusterRoleBinding")
-    if values.name != "kueue-values.yaml":
+    if not kueue_mode(values):
         assert cluster_roles == [] and cluster_bindings == []
         return
     assert len(cluster_roles) == 1 and len(cluster_bindings) == 1

@@ -165,6 +165,38 @@ would refuse at start-up.
 {{- if hasKey $cfg "api_key" -}}
 {{- fail "launchConfig: api_key may not be stored in the launch config (the agent refuses it); set agent.apiKey or existingSecret instead" -}}
 {{- end -}}
+{{- $workers := include "launch-agent.multikueueEntries" . | fromJsonArray -}}
+{{- if $workers -}}
+{{- if hasKey $cfg "multikueue" -}}
+{{- /*
+Two `multikueue:` keys would be a duplicate key the agent refuses, so the admin's block and the
+chart's are merged and the whole config is written from its parsed form (comments dropped).
+A copy: the mapping form of `launchConfig` is .Values itself, which later renders read again.
+*/ -}}
+{{- $cfg = deepCopy $cfg -}}
+{{- $mk := get $cfg "multikueue" -}}
+{{- if not (kindIs "map" $mk) -}}
+{{- fail "launchConfig: multikueue is not a mapping, so the chart's multikueue.workers cannot be added to it; list the workers in one place" -}}
+{{- end -}}
+{{- $given := $mk.workers | default list -}}
+{{- if not (kindIs "slice" $given) -}}
+{{- fail "launchConfig: multikueue.workers is not a list, so the chart's multikueue.workers cannot be added to it; list the workers in one place" -}}
+{{- end -}}
+{{- range $i, $w := $given -}}
+{{- $name := "" -}}
+{{- if kindIs "map" $w -}}{{- $name = toString (get $w "name") -}}{{- end -}}
+{{- range $workers -}}
+{{- if eq $name .name -}}
+{{- fail (printf "multikueue.workers: worker %q is also listed in launchConfig (multikueue.workers[%d]); give each worker in one place" .name $i) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $mk "workers" (concat $given $workers) -}}
+{{- $text = printf "# The chart's multikueue.workers merged into launchConfig's.\n%s" (toYaml $cfg) -}}
+{{- else -}}
+{{- $text = printf "%s\n# From the chart's multikueue values.\n%s" $text (dict "multikueue" (dict "workers" $workers) | toYaml) | trimPrefix "\n" -}}
+{{- end -}}
+{{- end -}}
 {{- $mode := include "launch-agent.quotaMode" . -}}
 {{- if ne $mode "off" -}}
 {{- if hasKey $cfg "quota" -}}
@@ -180,6 +212,42 @@ would refuse at start-up.
 {{- $text = printf "%s\n# From the chart's quota values.\n%s" $text (dict "quota" $quota | toYaml) | trimPrefix "\n" -}}
 {{- end -}}
 {{- if $text -}}{{- printf "%s\n" $text -}}{{- end -}}
+{{- end -}}
+
+{{/*
+`multikueue.workers` as a JSON list of {name, secretName, key, context, volume, dir}: the Secret
+volume of each worker and the directory it is mounted at. The name is checked here rather than
+only by the schema, for a message that says what the name is for; it becomes a directory, so it
+is also what keeps one worker's mount out of another's.
+*/}}
+{{- define "launch-agent.multikueueWorkers" -}}
+{{- $out := list -}}
+{{- $seen := dict -}}
+{{- range $i, $w := (.Values.multikueue | default dict).workers | default list -}}
+{{- $name := toString $w.name -}}
+{{- if not (and (le (len $name) 253) (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" $name)) -}}
+{{- fail (printf "multikueue.workers[%d].name: %q is not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most 253 characters): it must be the worker's MultiKueueCluster name on the manager" $i $name) -}}
+{{- end -}}
+{{- if hasKey $seen $name -}}
+{{- fail (printf "multikueue.workers[%d].name: worker %q is already multikueue.workers[%d]; list each worker once" $i $name (get $seen $name)) -}}
+{{- end -}}
+{{- $_ := set $seen $name $i -}}
+{{- $entry := dict "name" $name "secretName" $w.secretName "key" ($w.key | default "kubeconfig") "volume" (printf "multikueue-worker-%d" $i) "dir" (printf "/etc/launch-agent/workers/%s" $name) -}}
+{{- if $w.context -}}{{- $_ := set $entry "context" $w.context -}}{{- end -}}
+{{- $out = append $out $entry -}}
+{{- end -}}
+{{- $out | toJson -}}
+{{- end -}}
+
+{{/* The same workers as the launch config's `multikueue.workers` entries, as a JSON list. */}}
+{{- define "launch-agent.multikueueEntries" -}}
+{{- $out := list -}}
+{{- range include "launch-agent.multikueueWorkers" . | fromJsonArray -}}
+{{- $entry := dict "name" .name "kubeconfig" (printf "%s/kubeconfig" .dir) -}}
+{{- if .context -}}{{- $_ := set $entry "context" .context -}}{{- end -}}
+{{- $out = append $out $entry -}}
+{{- end -}}
+{{- $out | toJson -}}
 {{- end -}}
 
 {{/* Restricted Pod Security Standard, pod level. */}}
@@ -296,3 +364,76 @@ replica may do. The Lease is named after the release, in the agent's namespace.
 {{- . | int -}}
 {{- end -}}
 {{- end -}}
+
+{{- define "launch-agent.workerRbacConfigMapName" -}}
+{{- printf "%s-multikueue-worker-rbac" (include "launch-agent.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "launch-agent.workerReaderName" -}}
+{{- printf "%s-worker-reader" (include "launch-agent.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+files/multikueue-worker-rbac.yaml for this release, as the text an admin applies on a worker
+(templates/multikueue-worker-rbac.yaml). The same objects and rules as the file, named after
+the release so that two agents' readers on one worker stay apart. The service account lives in
+a namespace named like the agent's own; every value is quoted, so a name cannot add a key.
+*/}}
+{{- define "launch-agent.workerRbac" -}}
+{{- $ns := include "launch-agent.namespace" . -}}
+{{- $reader := include "launch-agent.workerReaderName" . -}}
+{{- $role := printf "%s-%s-worker-reader" $ns (include "launch-agent.fullname" .) | trunc 253 -}}
+# Read-only access for launch-agent {{ include "launch-agent.fullname" . | quote }} on a MultiKueue worker cluster.
+# Apply it on every worker, never on the manager (docs/multicluster.md).
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: {{ $ns | quote }}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ $reader | quote }}
+  namespace: {{ $ns | quote }}
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{ printf "%s-token" $reader | trunc 253 | quote }}
+  namespace: {{ $ns | quote }}
+  annotations:
+    kubernetes.io/service-account.name: {{ $reader | quote }}
+type: kubernetes.io/service-account-token
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ $role | quote }}
+rules:
+  - apiGroups: [""]
+    resources: ["pods", "events"]
+    verbs: ["get", "list", "watch"]
+  - apiGroups: [""]
+    resources: ["pods/log"]
+    verbs: ["get"]
+  - apiGroups: [""]
+    resources: ["secrets"]
+    resourceNames: [{{ include "launch-agent.apiKeySecretName" . | quote }}]
+    verbs: ["get"]
+{{- range $target := include "launch-agent.targetNamespaces" . | fromJsonArray }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $role | quote }}
+  namespace: {{ $target | quote }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ $role | quote }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ $reader | quote }}
+    namespace: {{ $ns | quote }}
+{{- end }}
+{{ end -}}
