@@ -110,15 +110,24 @@ def test_the_kubeconfig_is_readable_by_the_agent_and_by_no_one_else(
     assert restricted_violations(spec) == []
 
 
-def test_the_agent_s_own_rbac_on_the_manager_is_unchanged(helm: Helm, tmp_path: Any) -> None:
-    # The kubelet mounts the Secrets; the agent is given no right to read them itself.
+def test_the_agent_s_own_rbac_on_the_manager_gains_only_the_workload_read(
+    helm: Helm, tmp_path: Any
+) -> None:
+    # The kubelet mounts the Secrets; the agent is given no right to read them itself. What
+    # MultiKueue adds is the read of the manager's Workloads (the test below).
     kinds = ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "ServiceAccount")
-    without = [m for m in helm.template([DEFAULT]) if m["kind"] in kinds]
-    with_workers = [
-        m
-        for m in render(helm, tmp_path, {"multikueue": {"workers": WORKERS}})
-        if m["kind"] in kinds
-    ]
+
+    def without_kueue(manifests: list[Manifest]) -> list[Manifest]:
+        out = []
+        for m in manifests:
+            if m["kind"] not in kinds:
+                continue
+            rules = [r for r in m.get("rules") or [] if "kueue.x-k8s.io" not in r["apiGroups"]]
+            out.append({**m, "rules": rules} if "rules" in m else m)
+        return out
+
+    without = without_kueue(helm.template([DEFAULT]))
+    with_workers = without_kueue(render(helm, tmp_path, {"multikueue": {"workers": WORKERS}}))
     assert with_workers == without
 
 
@@ -379,3 +388,26 @@ def test_notes_say_what_to_apply_on_each_worker(helm: Helm) -> None:
         " --from-file=config=<worker-2.eu-west kubeconfig>"
     ) in text
     assert "MultiKueue" not in notes(helm, DEFAULT)
+
+
+@pytest.mark.parametrize("mode", ["off", "agent"])
+def test_with_workers_the_agent_may_read_the_managers_workloads_whatever_the_quota_mode(
+    helm: Helm, tmp_path: Any, mode: str
+) -> None:
+    """The agent watches the manager's Workloads of MultiKueue queue specs under every quota
+    mode (docs/multicluster.md); without the grant that watch is refused."""
+
+    def kueue_rules(values: dict[str, Any]) -> list[dict[str, Any]]:
+        roles = find(render(helm, tmp_path, {"quota": {"mode": mode}, **values}), "Role")
+        return [
+            rule
+            for role in roles
+            for rule in role.get("rules") or []
+            if "kueue.x-k8s.io" in rule.get("apiGroups", [])
+        ]
+
+    assert kueue_rules({}) == []
+    granted = kueue_rules({"multikueue": {"workers": WORKERS}})
+    assert granted, "no Kueue read with MultiKueue workers listed"
+    assert all(sorted(r["verbs"]) == ["get", "list", "watch"] for r in granted), granted
+    assert {res for r in granted for res in r["resources"]} == {"localqueues", "workloads"}
