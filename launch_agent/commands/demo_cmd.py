@@ -248,10 +248,10 @@ def _report(result: DemoResult | None, timeout: float) -> int:
         print(f"demo: not every run ended within {timeout:.0f} s", file=sys.stderr)
     failed = sum(1 for _, _, problem in result.rows if problem is not None)
     verdict = "every run ended as expected" if result.ok else f"{failed} run(s) did not"
-    if result.workers:
+    if result.spread_problem is not None:
+        verdict += f"; {result.spread_problem}"
+    elif result.workers:
         used = sorted({w for _, seen, _ in result.rows for w in seen.workers})
-        verdict += f"; runs landed on {', '.join(used) or 'no worker'}"
-        if result.spread_problem is not None:
-            verdict += f" ({result.spread_problem})"
+        verdict += f"; runs landed on {', '.join(used)}"
     print(f"demo: {len(result.rows)} runs in {result.seconds:.1f} s; {verdict}")
     return 0 if result.ok else 1

@@ -274,7 +274,7 @@ REAL_RUNS: tuple[DemoRun, ...] = (
         outcome="run",
         stop_when="queued",
         needs=("kueue",),
-        warning_fragments=("insufficient quota for cpu",),
+        warning_fragments=("insufficient quota for cpu in flavor default-flavor",),
     ),
 )
 
@@ -347,6 +347,9 @@ spec:
               image: ${{image_uri}}
               resources:
                 requests: {{cpu: "1", memory: 1Gi}}
+  overridable:
+    - overrides.args
+    - overrides.run_config
 """
 WORKER_RUNS: tuple[DemoRun, ...] = (
     *(
