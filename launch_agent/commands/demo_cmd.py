@@ -137,6 +137,8 @@ def _usage(args: argparse.Namespace) -> str | None:
         return f"--timeout must be positive, got {args.timeout}"
     if args.cluster != "real" and (args.workers or args.dir is not None):
         return "--workers and --dir need --cluster real"
+    if args.cluster == "real" and args.crds != "auto":
+        return "--crds applies to the sandbox: the real cluster installs each controller's own CRDs"
     if not 0 <= args.workers <= MAX_WORKERS:
         return f"--workers must be between 0 and {MAX_WORKERS}, got {args.workers}"
     if args.workers == 1:
