@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from launch_agent.demo.runner import Workload
+from launch_agent.demo.runner import AGENT_NAME, Workload
 from launch_agent.demo.scenario import KueueQueue
 from launch_agent.realcluster.bins import Binaries
 from launch_agent.realcluster.cluster import RealCluster
@@ -44,7 +44,7 @@ class RealSettings:
     default_outcome: str = "succeed after=2s"
     # The Secret the run pods read WANDB_API_KEY from (`AgentConfig.api_key_secret_name`):
     # the agent makes it on its own cluster, the admin on each MultiKueue worker.
-    api_key_secret: str = "wandb-api-key-demo-agent"
+    api_key_secret: str = f"wandb-api-key-{AGENT_NAME}"
 
 
 class RealWorld:

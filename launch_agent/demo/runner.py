@@ -5,7 +5,7 @@ The stage is the sandbox (`world.py`, the default) or the real-cluster tier (`re
 and the same table (with a WORKER column when MultiKueue placed the runs).
 
 The agent is `launch_agent.runtime.agent.Agent`, the same object `launch-agent run` builds,
-talking HTTP to the sandbox through its real clients. The driver only does what the outside
+talking HTTP to the stage through its real clients. The driver only does what the outside
 world does: it pushes items to the W&B server, scripts what each run's pods do in the
 simulated cluster, and presses Stop in the "W&B UI" (`LaunchState.stop_run`) for the run meant
 to be stopped once the agent sees it running. It watches, every 50 ms, the W&B server's item
@@ -46,6 +46,7 @@ from launch_agent.sandbox.wandb import LaunchState, RunQueueItem, WandbServer
 
 ENTITY = "ent"
 PROJECT = "demo"
+AGENT_NAME = "demo-agent"
 START_TIMEOUT = 20.0
 ITEM_EVENTS = {
     "PENDING": "W&B: queued",
@@ -216,7 +217,7 @@ def agent_config(
             "queue_specs_dir": str(specs_dir),
             "namespaces": namespaces,
             "max_jobs": -1,
-            "agent_name": "demo-agent",
+            "agent_name": AGENT_NAME,
             "poll": {"active_interval_seconds": 0.05, "idle_interval_seconds": 0.5},
             "health": {"host": "127.0.0.1", "port": 0},
             "tracking": {"stop_check_seconds": 0.5, "unschedulable_timeout_seconds": 3},
