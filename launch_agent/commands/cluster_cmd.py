@@ -17,14 +17,20 @@ import tempfile
 from pathlib import Path
 
 from launch_agent.realcluster.bins import Binaries, MissingBinaries
-from launch_agent.realcluster.cluster import DEFAULT_NODES, RealCluster
+from launch_agent.realcluster.cluster import DEFAULT_NODES
 from launch_agent.realcluster.control import ControlServer
 from launch_agent.realcluster.multicluster import MultiCluster
 from launch_agent.realcluster.processes import StartError
+from launch_agent.realcluster.setup import (
+    ADDON_ORDER,
+    MAX_WORKERS,
+    build,
+    built_addons,
+    clusters_of,
+    main_cluster,
+)
 from launch_agent.sandbox.cluster import OutcomeError, parse_outcome
 from launch_agent.sandbox.wandb import DEFAULT_API_KEY, LaunchState, WandbServer
-
-ADDON_ORDER = ("jobset", "lws", "kuberay", "training-operator", "trainer", "kueue")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -116,9 +122,7 @@ def _addons(args: argparse.Namespace, bins: Binaries) -> list[str]:
         return []
     if args.addons:
         return [name for name in ADDON_ORDER if name in args.addons]
-    from launch_agent.realcluster.addons import ADDONS
-
-    return [name for name in ADDON_ORDER if name in ADDONS and bins.has(ADDONS[name]().binary)]
+    return built_addons(bins)
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -128,9 +132,8 @@ def _up(args: argparse.Namespace) -> int:
         return _usage(f"--outcome: {exc}")
     if args.nodes < 1:
         return _usage(f"--nodes must be at least 1, got {args.nodes}")
-    if not 0 <= args.workers <= 20:
-        # MultiKueueConfig lists at most 20 clusters (kueue#8561).
-        return _usage(f"--workers must be between 0 and 20, got {args.workers}")
+    if not 0 <= args.workers <= MAX_WORKERS:
+        return _usage(f"--workers must be between 0 and {MAX_WORKERS}, got {args.workers}")
     try:
         bins = Binaries.find()
     except MissingBinaries as exc:
@@ -146,47 +149,31 @@ def _up(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace, bins: Binaries, directory: Path) -> None:
-    from launch_agent.sandbox.cluster.nodes import Node
-
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    template = DEFAULT_NODES[0]
-    nodes = [
-        Node(f"sim-node-{i + 1}", dict(template.allocatable), dict(template.labels))
-        for i in range(args.nodes)
-    ]
     state = LaunchState(entity=args.entity)
     queues = list(dict.fromkeys(args.queues or ["q1"]))
     for name in queues:
         state.add_queue(name)
     print(f"# starting the cluster in {directory} (logs in */logs/ there)", file=sys.stderr)
-    addons = _addons(args, bins)
-    world: RealCluster | MultiCluster
-    if args.workers:
-        if "kueue" not in addons:
-            raise StartError("--workers needs Kueue (MultiKueue runs in it): it is not built")
-        world = MultiCluster(
-            directory,
-            workers=args.workers,
-            addons=addons,
-            bins=bins,
-            default_outcome=args.outcome,
-            worker_lost_timeout=args.worker_lost_timeout,
-            nodes_per_worker=args.nodes,
-        )
-    else:
-        world = RealCluster(
-            directory, nodes=nodes, addons=addons, bins=bins, default_outcome=args.outcome
-        )
-    clusters = world.clusters if isinstance(world, MultiCluster) else [world]
+    world = build(
+        directory,
+        bins=bins,
+        addons=_addons(args, bins),
+        workers=args.workers,
+        nodes=args.nodes,
+        default_outcome=args.outcome,
+        worker_lost_timeout=args.worker_lost_timeout,
+    )
+    clusters = clusters_of(world)
     async with (
         world,
         WandbServer(state, port=args.wandb_port, api_key=args.api_key) as wb,
         ControlServer({c.name: c for c in clusters}) as control,
     ):
-        cluster = world.manager if isinstance(world, MultiCluster) else world
+        cluster = main_cluster(world)
         env = {
             "KUBECONFIG": str(cluster.kubeconfig),
             "WANDB_BASE_URL": wb.url,

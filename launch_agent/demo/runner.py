@@ -1,7 +1,11 @@
-"""The demo's driver: sandbox up, runs pushed, the real agent in-process, progress, verdict.
+"""The demo's driver: a stage up, runs pushed, the real agent in-process, progress, verdict.
+
+The stage is the sandbox (`world.py`, the default) or the real-cluster tier (`realworld.py`,
+`demo --cluster real`); the driver sees only what `Stage` offers, so both print the same lines
+and the same table (with a WORKER column when MultiKueue placed the runs).
 
 The agent is `launch_agent.runtime.agent.Agent`, the same object `launch-agent run` builds,
-talking HTTP to the sandbox through its real clients. The driver only does what the outside
+talking HTTP to the stage through its real clients. The driver only does what the outside
 world does: it pushes items to the W&B server, scripts what each run's pods do in the
 simulated cluster, and presses Stop in the "W&B UI" (`LaunchState.stop_run`) for the run meant
 to be stopped once the agent sees it running. It watches, every 50 ms, the W&B server's item
@@ -14,22 +18,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from types import TracebackType
+from typing import Any, Protocol, TextIO
 
-from launch_agent.demo.scenario import RUNS, DemoRun, Observation, judge, received
+from launch_agent.demo.scenario import (
+    RUNS,
+    DemoRun,
+    LeftOut,
+    Observation,
+    judge,
+    received,
+    spread,
+    unheard,
+)
 from launch_agent.demo.world import SandboxWorld, WorldSettings
 from launch_agent.model.config import AgentConfig
+from launch_agent.realcluster.kubehttp import path_of
 from launch_agent.render.kinds import KINDS
 from launch_agent.render.spec_load import load_queue_spec
 from launch_agent.runtime.agent import Agent
 from launch_agent.runtime.runs import RunRecord
-from launch_agent.sandbox.wandb import RunQueueItem
+from launch_agent.sandbox.wandb import LaunchState, RunQueueItem, WandbServer
 
 ENTITY = "ent"
 PROJECT = "demo"
+AGENT_NAME = "demo-agent"
 START_TIMEOUT = 20.0
 ITEM_EVENTS = {
     "PENDING": "W&B: queued",
@@ -58,10 +75,116 @@ class DemoResult:
     rows: list[tuple[DemoRun, Observation, str | None]]
     seconds: float
     timed_out: bool
+    workers: tuple[str, ...] = ()  # MultiKueue's worker clusters, if the stage has them
+    spread_problem: str | None = None  # the runs did not land on every worker
+    left_out: list[LeftOut] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.timed_out and all(problem is None for _, _, problem in self.rows)
+        return (
+            not self.timed_out
+            and self.spread_problem is None
+            and all(problem is None for _, _, problem in self.rows)
+        )
+
+
+@dataclass(frozen=True)
+class Workload:
+    api_version: str
+    plural: str
+    namespace: str
+    name: str
+
+    @property
+    def path(self) -> str:
+        return path_of(self.api_version, self.plural, self.namespace, self.name)
+
+
+class Stage(Protocol):
+    """Where the demo runs: a Kubernetes API for the agent, W&B, and a way to script pods."""
+
+    state: LaunchState
+    wandb: WandbServer
+
+    @property
+    def kubeconfig(self) -> Path: ...
+
+    @property
+    def workers(self) -> tuple[str, ...]: ...
+
+    def describe(self) -> list[str]: ...
+
+    async def script(self, selector: str, outcome: str) -> None: ...
+
+    async def leftovers(self, workload: Workload | None, selector: str) -> tuple[bool, int]:
+        """Whether `workload` is still in the cluster, and how many pods match `selector`."""
+        ...
+
+    def agent_settings(self) -> dict[str, Any]: ...
+
+
+# Builds a stage for the demo's queues and namespaces (not entered yet).
+StageFactory = Callable[[tuple[str, ...], tuple[str, ...]], AbstractAsyncContextManager[Stage]]
+
+
+class SandboxStage:
+    """The sandbox (`SandboxWorld`) as a `Stage`."""
+
+    def __init__(self, settings: WorldSettings) -> None:
+        self.world = SandboxWorld(settings)
+        self.state = self.world.state
+        self.wandb = self.world.wandb
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.world.kubeconfig
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        return ()
+
+    async def __aenter__(self) -> SandboxStage:
+        await self.world.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.world.__aexit__(exc_type, exc, tb)
+
+    def describe(self) -> list[str]:
+        world = self.world
+        return [
+            f"sandbox: Kubernetes API {world.kube.url}, W&B {world.wandb.url}",
+            f"sandbox: CRDs from {world.crd_source};"
+            f" namespaces {', '.join(world.settings.namespaces)}",
+        ]
+
+    async def script(self, selector: str, outcome: str) -> None:
+        assert self.world.cluster is not None
+        self.world.cluster.script(selector, outcome)
+
+    async def leftovers(self, workload: Workload | None, selector: str) -> tuple[bool, int]:
+        if workload is None:
+            return False, 0
+        objects = self.world.kube.objects
+        left = objects.find(workload.plural, workload.name, namespace=workload.namespace)
+        pods = objects.list("pods", namespace=workload.namespace, label_selector=selector)
+        return left is not None, len(pods)
+
+    def agent_settings(self) -> dict[str, Any]:
+        return {}
+
+
+def sandbox_stage(crds: str) -> StageFactory:
+    def make(queues: tuple[str, ...], namespaces: tuple[str, ...]) -> SandboxStage:
+        settings = WorldSettings(entity=ENTITY, queues=queues, namespaces=namespaces, crds=crds)
+        return SandboxStage(settings)
+
+    return make
 
 
 def spec_namespaces(specs_dir: Path, queues: set[str]) -> list[str]:
@@ -81,31 +204,35 @@ def spec_namespaces(specs_dir: Path, queues: set[str]) -> list[str]:
     return sorted(found)
 
 
-def agent_config(world: SandboxWorld, specs_dir: Path, namespaces: list[str]) -> AgentConfig:
+def agent_config(
+    stage: Stage, specs_dir: Path, namespaces: list[str], queues: list[str]
+) -> AgentConfig:
     """Production defaults except the intervals, shortened so the demo takes seconds."""
     return AgentConfig.model_validate(
         {
-            "queues": list(world.settings.queues),
+            "queues": queues,
             "entity": ENTITY,
-            "api_key": world.wandb.api_key,
-            "base_url": world.wandb.url,
+            "api_key": stage.wandb.api_key,
+            "base_url": stage.wandb.url,
             "queue_specs_dir": str(specs_dir),
             "namespaces": namespaces,
             "max_jobs": -1,
-            "agent_name": "demo-agent",
+            "agent_name": AGENT_NAME,
             "poll": {"active_interval_seconds": 0.05, "idle_interval_seconds": 0.5},
             "health": {"host": "127.0.0.1", "port": 0},
             "tracking": {"stop_check_seconds": 0.5, "unschedulable_timeout_seconds": 3},
             "stopped_run_timeout": 0,
             "shutdown_grace_seconds": 3,
         }
+        | stage.agent_settings()
     )
 
 
-def _plural(record: RunRecord) -> str | None:
+def workload_of(record: RunRecord) -> Workload | None:
+    """Where the run's workload lives, for the kinds the agent renders."""
     for info in KINDS:
         if info.api_version == record.api_version and info.kind == record.kind:
-            return info.plural
+            return Workload(info.api_version, info.plural, record.namespace, record.name)
     return None
 
 
@@ -118,13 +245,17 @@ class Demo:
         runs: Sequence[DemoRun] = RUNS,
         timeout: float = 50.0,
         crds: str = "auto",
+        stage: StageFactory | None = None,
+        left_out: Sequence[LeftOut] = (),
     ) -> None:
-        self.crds = crds
+        self.stage = stage or sandbox_stage(crds)
+        self.left_out = list(left_out)
         self.specs_dir = specs_dir
         self.out = out
         self.runs = list(runs)
         self.timeout = timeout
         self.started = time.monotonic()
+        self.deadline = self.started + timeout
 
     def say(self, text: str) -> None:
         self.out.write(text + "\n")
@@ -134,38 +265,49 @@ class Demo:
         self.started = time.monotonic()  # the progress lines count from here
         queues = sorted({r.queue for r in self.runs})
         namespaces = await asyncio.to_thread(spec_namespaces, self.specs_dir, set(queues))
-        settings = WorldSettings(
-            entity=ENTITY, queues=tuple(queues), namespaces=tuple(namespaces), crds=self.crds
-        )
-        async with SandboxWorld(settings) as world:
-            self.say(f"sandbox: Kubernetes API {world.kube.url}, W&B {world.wandb.url}")
-            self.say(f"sandbox: CRDs from {world.crd_source}; namespaces {', '.join(namespaces)}")
-            assert world.cluster is not None
+        for left in self.left_out:
+            self.say(f"left out: {left.name} ({left.kind}): {left.reason}")
+        async with self.stage(tuple(queues), tuple(namespaces)) as stage:
+            for line in stage.describe():
+                self.say(line)
+            # The runs' time starts once the stage is up (a real cluster takes a while).
+            self.deadline = time.monotonic() + self.timeout
             tracked = []
             for run in self.runs:
                 if run.outcome:
-                    world.cluster.script(f"launch-agent.io/run-id={run.run_id}", run.outcome)
-                item = world.state.push_by_name(
+                    await stage.script(f"launch-agent.io/run-id={run.run_id}", run.outcome)
+                item = stage.state.push_by_name(
                     ENTITY, "model-registry", run.queue, run.run_spec(ENTITY, PROJECT)
                 )
                 tracked.append(Tracked(run, item, Observation(item.state.value)))
                 self._line(tracked[-1], f"pushed to queue {run.queue}: expect {run.expect}")
             self.say(f"pushed {len(tracked)} runs to {len(queues)} queues; starting the agent")
             agent = Agent(
-                agent_config(world, self.specs_dir, namespaces), kubeconfig=str(world.kubeconfig)
+                agent_config(stage, self.specs_dir, namespaces, queues),
+                kubeconfig=str(stage.kubeconfig),
             )
             stop = asyncio.Event()
             task = asyncio.create_task(agent.run(stop), name="demo-agent")
             try:
                 await self._until_ready(agent, task)
-                timed_out = not await self._follow(world, agent, tracked, task)
+                timed_out = not await self._follow(stage, agent, tracked, task)
             finally:
                 stop.set()
                 await asyncio.wait_for(task, timeout=30)
             for t in tracked:
-                self._finish_observation(world, t)
+                await self._finish_observation(stage, t)
             rows = [(t.run, t.seen, judge(t.run, t.seen)) for t in tracked]
-            return DemoResult(rows, time.monotonic() - self.started, timed_out)
+            spread_problem = (
+                spread([(t.run, t.seen) for t in tracked], stage.workers) if stage.workers else None
+            )
+            return DemoResult(
+                rows,
+                time.monotonic() - self.started,
+                timed_out,
+                workers=stage.workers,
+                spread_problem=spread_problem,
+                left_out=self.left_out,
+            )
 
     async def _until_ready(self, agent: Agent, task: asyncio.Task[None]) -> None:
         ready = asyncio.create_task(agent.ready.wait(), name="demo-agent-ready")
@@ -183,21 +325,20 @@ class Demo:
         raise DemoError(f"the agent did not become ready within {START_TIMEOUT:.0f} s")
 
     async def _follow(
-        self, world: SandboxWorld, agent: Agent, tracked: list[Tracked], task: asyncio.Task[None]
+        self, stage: Stage, agent: Agent, tracked: list[Tracked], task: asyncio.Task[None]
     ) -> bool:
-        deadline = self.started + self.timeout
-        while time.monotonic() < deadline:
+        while time.monotonic() < self.deadline:
             if task.done():
                 task.result()
                 raise DemoError("the agent stopped on its own")
             for t in tracked:
-                self._observe(world, agent, t)
+                self._observe(stage, agent, t)
             if all(self._settled(t) for t in tracked):
                 return True
             await asyncio.sleep(TICK)
         return False
 
-    def _observe(self, world: SandboxWorld, agent: Agent, t: Tracked) -> None:
+    def _observe(self, stage: Stage, agent: Agent, t: Tracked) -> None:
         item, seen = t.item, t.seen
         if item.state.value != seen.item_state:
             seen.item_state = item.state.value
@@ -219,17 +360,28 @@ class Demo:
             if state is not None and seen.last_state != state.value:
                 seen.agent_states.append(state.value)
                 self._line(t, f"agent: {state.value}")
+                if state.value == "running":
+                    # What the training script's wandb.init does once its container runs;
+                    # nothing runs in the simulated containers, and without it the agent
+                    # rightly fails a succeeded run a minute later ("failed to call
+                    # wandb.init").
+                    stage.state.set_run_state(ENTITY, PROJECT, t.run.run_id, "running")
+            for worker in t.record.placements[len(seen.workers) :]:
+                seen.workers.append(worker)
+                self._line(t, f"agent: MultiKueue placed it on worker cluster {worker}")
             if record is None and not seen.finished:
                 seen.finished = True
                 self._line(t, "agent: done with the run")
-        # The Stop button exists once W&B has the run, i.e. once the item is acked.
+        # The Stop button exists once W&B has the run, i.e. once the item is acked; a run that
+        # must hear a controller's words first (Kueue's reason it waits) is stopped after.
         if (
             t.run.stop_when
             and not t.stop_pressed
             and seen.item_state == "CLAIMED"
             and seen.last_state == t.run.stop_when
+            and not unheard(t.run.warning_fragments, seen.warnings)
         ):
-            world.state.stop_run(ENTITY, PROJECT, t.run.run_id)
+            stage.state.stop_run(ENTITY, PROJECT, t.run.run_id)
             t.stop_pressed = True
             self._line(t, "Stop pressed in the W&B UI")
 
@@ -238,18 +390,12 @@ class Demo:
             return t.seen.finished or t.record is None or t.run.expect == "failed"
         return t.seen.item_state == "CLAIMED" and t.seen.finished
 
-    def _finish_observation(self, world: SandboxWorld, t: Tracked) -> None:
+    async def _finish_observation(self, stage: Stage, t: Tracked) -> None:
         if t.record is None:
             return
-        plural = _plural(t.record)
-        if plural is not None:
-            left = world.kube.objects.find(plural, t.record.name, namespace=t.record.namespace)
-            t.seen.workload_left = left is not None
         selector = f"launch-agent.io/run-id={t.run.run_id}"
-        pods = world.kube.objects.list(
-            "pods", namespace=t.record.namespace, label_selector=selector
-        )
-        t.seen.pods_left = len(pods)
+        left, pods = await stage.leftovers(workload_of(t.record), selector)
+        t.seen.workload_left, t.seen.pods_left = left, pods
 
     def _clock(self) -> str:
         return f"{time.monotonic() - self.started:6.2f}s"
@@ -260,14 +406,21 @@ class Demo:
 
 def table(result: DemoResult, width: int = 72) -> list[str]:
     """The closing table: one row per run, then any problem spelled out."""
-    header = ("run", "queue", "kind", "expected", "outcome", "ok", "what W&B received")
+    header: tuple[str, ...] = ("run", "queue", "kind", "expected", "outcome", "ok")
+    if result.workers:
+        header += ("worker",)
+    header += ("what W&B received",)
     rows: list[tuple[str, ...]] = []
     for run, seen, problem in result.rows:
         text = received(seen)
         if len(text) > width:
             text = text[: width - 1] + "…"
         ok = "yes" if problem is None else "NO"
-        rows.append((run.name, run.queue, run.kind, run.expect, seen.outcome, ok, text))
+        row: tuple[str, ...] = (run.name, run.queue, run.kind, run.expect, seen.outcome, ok)
+        if result.workers:
+            # Where the agent saw MultiKueue place it (each placement, if Kueue moved it).
+            row += (" then ".join(seen.workers) or "-",)
+        rows.append((*row, text))
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
@@ -277,6 +430,8 @@ def table(result: DemoResult, width: int = 72) -> list[str]:
     for run, _, problem in result.rows:
         if problem is not None:
             lines.append(f"{run.name}: {problem}")
+    if result.spread_problem is not None:
+        lines.append(f"workers: {result.spread_problem}")
     return lines
 
 

@@ -226,7 +226,7 @@ async def ensure_queues(
     quota = dict(quota or {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "8"})
     for http in (manager, *workers):
         factor = len(workers) if http is manager else 1
-        await _ensure_queue(
+        await ensure_queue(
             http,
             namespace,
             local_queue=local_queue,
@@ -258,15 +258,17 @@ def _times(quantity: str, factor: int) -> str:
     return f"{int(digits) * factor}{quantity[len(digits) :]}" if digits.isdigit() else quantity
 
 
-async def _ensure_queue(
+async def ensure_queue(
     http: KubeHTTP,
     namespace: str,
     *,
     local_queue: str,
     cluster_queue: str,
     quota: Mapping[str, str],
-    checks: list[str],
+    checks: Sequence[str] = (),
 ) -> None:
+    """The namespace, the ResourceFlavor `default-flavor`, a ClusterQueue of `quota` with the
+    admission `checks`, and a LocalQueue pointing at it, on one cluster (created if missing)."""
     try:
         await http.create(
             "/api/v1/namespaces",

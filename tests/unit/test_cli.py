@@ -140,6 +140,26 @@ def test_nothing_close_gets_no_suggestion(capsys: pytest.CaptureFixture[str]) ->
     assert "invalid choice: 'xyzzy'" in err and "did you mean" not in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--workers", "2"], "--workers and --dir need --cluster real"),
+        (["--dir", "x"], "--workers and --dir need --cluster real"),
+        (["--cluster", "real", "--workers", "1"], "--workers 1 cannot show runs spread over"),
+        (["--cluster", "real", "--workers", "21"], "--workers must be between 0 and 20, got 21"),
+        (["--cluster", "real", "--workers", "2", "--specs", "."], "--specs does not apply"),
+        (["--cluster", "real", "--crds", "packaged"], "--crds applies to the sandbox"),
+        (["--timeout", "0"], "--timeout must be positive, got 0.0"),
+    ],
+)
+def test_demo_refuses_options_that_do_not_go_together(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    # Refused before anything starts, so no cluster binaries are needed.
+    assert main(["demo", *argv]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {message}")
+
+
 # --- completion -------------------------------------------------------------------------------
 
 

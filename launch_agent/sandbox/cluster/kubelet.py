@@ -68,6 +68,12 @@ class PodSim:
     unreachable: bool = False
 
 
+def pod_ip(uid: str) -> str:
+    """A stable address in 10.244.0.0/24 per pod, never the network's or broadcast's (which a
+    real API server's validation of `status.podIPs` refuses)."""
+    return f"10.244.0.{1 + int(uid[:2], 16) % 254}"
+
+
 def _crash_cycles(o: Outcome, run_from: float, t: float) -> tuple[int, float, float | None]:
     """For a crash loop: (restarts so far, start of the current run, end of back-off or None)."""
     start, k = run_from, 0
@@ -575,7 +581,7 @@ class Kubelet:
             **(pod.get("status") or {}),
             "phase": phase,
             "hostIP": "10.0.0.1",
-            "podIP": f"10.244.0.{1 + int(pod['metadata']['uid'][:2], 16)}",
+            "podIP": pod_ip(pod["metadata"]["uid"]),
             "startTime": ctx.ts(b),
             "containerStatuses": statuses,
         }
