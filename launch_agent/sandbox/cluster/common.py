@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from launch_agent.sandbox.cluster.clock import Clock
+from launch_agent.sandbox.kube.defaults import SERIALIZED_STATUS
 from launch_agent.sandbox.kube.resources import ResourceType
 from launch_agent.sandbox.kube.store import Obj, Store, timestamp
 
@@ -85,10 +86,15 @@ class Ctx:
         return self.store.create(self.store.rt(resource), namespace, body)
 
     def set_status(self, obj: Obj, status: dict[str, Any]) -> Obj:
-        if obj.get("status") == status:
-            return obj
         rt = self.store.registry.by_kind(obj["apiVersion"], obj["kind"])
         assert rt is not None
+        serialized = SERIALIZED_STATUS.get(rt.storage)
+        if serialized is not None:
+            # Compared as the API server will store it, so a pass that changed nothing
+            # writes nothing (a Job's zero counters are not stored).
+            status = serialized(status)
+        if obj.get("status") == status:
+            return obj
         meta = obj["metadata"]
         current = self.store.find(rt, meta.get("namespace", ""), meta["name"])
         if current is None:

@@ -254,6 +254,9 @@ class Kubelet:
                         message,
                         ctx.ts(),
                         lastProbeTime=None,
+                        # The pod generation the scheduler judged (`schedule_one.go`
+                        # `handleSchedulingFailure`, PodObservedGenerationTracking).
+                        observedGeneration=pod["metadata"].get("generation", 1),
                     )
                 ],
             )

@@ -178,3 +178,32 @@ def _pod_failure_policy(spec: dict[str, Any]) -> Causes:
 
 
 ADMISSION = {"pods": admit_pod, "batch/jobs": admit_job}
+
+
+# What kube-apiserver's Go types make of a status it stores and serves
+# (`staging/src/k8s.io/api/core/v1/types.go`, `batch/v1/types.go`): a writer's JSON is decoded
+# into the struct and encoded again, so an `omitempty` integer that is 0 is left out, and a
+# struct field is always there, `omitempty` or not (encoding/json never omits a struct):
+# `null` for an unset `metav1.Time`, `{}` for an empty `ContainerState`.
+_JOB_OMITTED_WHEN_ZERO = ("active", "succeeded", "failed")
+
+
+def _job_status(status: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if not (k in _JOB_OMITTED_WHEN_ZERO and v == 0)}
+
+
+def _pod_status(status: dict[str, Any]) -> dict[str, Any]:
+    out = dict(status)
+    if isinstance(out.get("conditions"), list):
+        out["conditions"] = [
+            {"lastProbeTime": None, **c} if isinstance(c, dict) else c for c in out["conditions"]
+        ]
+    for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
+        if isinstance(out.get(key), list):
+            out[key] = [
+                {"state": {}, "lastState": {}, **c} if isinstance(c, dict) else c for c in out[key]
+            ]
+    return out
+
+
+SERIALIZED_STATUS = {"batch/jobs": _job_status, "pods": _pod_status}

@@ -22,7 +22,7 @@ from typing import Any
 
 from launch_agent.sandbox.kube import errors
 from launch_agent.sandbox.kube.admission import admit_pod
-from launch_agent.sandbox.kube.defaults import ADMISSION
+from launch_agent.sandbox.kube.defaults import ADMISSION, SERIALIZED_STATUS
 from launch_agent.sandbox.kube.objectmeta import validate_meta
 from launch_agent.sandbox.kube.resources import CrdError, Registry, ResourceType, crd_resource_types
 from launch_agent.sandbox.kube.selectors import FieldSelector, LabelSelector
@@ -402,10 +402,12 @@ class Store:
         if subresource == "status":
             # A metadata dict of its own: the new resourceVersion must not leak into `old`,
             # which earlier watch events still hold.
+            status = copy.deepcopy(body.get("status") or {})
+            serialized = SERIALIZED_STATUS.get(rt.storage)
             new = {
                 **old,
                 "metadata": dict(old["metadata"]),
-                "status": copy.deepcopy(body.get("status") or {}),
+                "status": status if serialized is None else serialized(status),
             }
         else:
             new = copy.deepcopy(body)
