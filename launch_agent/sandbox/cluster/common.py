@@ -104,7 +104,7 @@ class Ctx:
             rt, meta.get("namespace", ""), meta["name"], {"status": status}, subresource="status"
         )
 
-    def update(self, obj: Obj) -> Obj:
+    def update(self, obj: Obj, subresource: str | None = None) -> Obj:
         rt = self.store.registry.by_kind(obj["apiVersion"], obj["kind"])
         assert rt is not None
         meta = obj["metadata"]
@@ -115,7 +115,9 @@ class Ctx:
             **obj,
             "metadata": {**meta, "resourceVersion": before["metadata"]["resourceVersion"]},
         }
-        after = self.store.update(rt, meta.get("namespace", ""), meta["name"], body)
+        after = self.store.update(
+            rt, meta.get("namespace", ""), meta["name"], body, subresource=subresource
+        )
         if after is not before:
             self.writes += 1
         return after

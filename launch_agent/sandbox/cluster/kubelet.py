@@ -267,7 +267,7 @@ class Kubelet:
             ctx.set_status(pod, status)
             return False
         sim.bound_at, sim.node = ctx.t, node
-        ctx.update({**pod, "spec": {**pod["spec"], "nodeName": node}})
+        ctx.update({**pod, "spec": {**pod["spec"], "nodeName": node}}, subresource="binding")
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         ctx.event(
             pod,

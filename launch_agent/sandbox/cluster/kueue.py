@@ -285,7 +285,10 @@ class KueueController:
         admitted = has_condition(wl, "Admitted")
         if admitted == suspended:
             # Admitted and still suspended: start it. Running without admission: stop it.
-            ctx.update({**job, "spec": {**job["spec"], "suspend": not admitted}})
+            spec = {**job["spec"], "suspend": not admitted}
+            if prefix == "job":
+                spec["template"] = _pod_set_info(spec.get("template") or {}, wl, admitted)
+            ctx.update({**job, "spec": spec})
             if admitted:
                 # jobframework `reconciler.go` `startJob`.
                 cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
@@ -300,7 +303,10 @@ class KueueController:
         then, once it is no longer active, clear the admission with `Requeued` True only for a
         preemption or node failures (a deactivated Workload is never requeued)."""
         if not suspended:
-            ctx.update({**job, "spec": {**job["spec"], "suspend": True}})
+            spec = {**job["spec"], "suspend": True}
+            if job["kind"] == "Job":
+                spec["template"] = _pod_set_info(spec.get("template") or {}, wl, False)
+            ctx.update({**job, "spec": spec})
             ctx.event(job, "Normal", "Stopped", evicted.get("message", ""), source)
             return
         if not has_condition(wl, "QuotaReserved"):
@@ -648,6 +654,30 @@ class KueueController:
             [condition("DeactivationTarget", True, cause, message, ctx.ts())],
         )
         _set_workload_status(ctx, wl, status)
+
+
+POD_SET_LABELS = (f"{GROUP}/podset", f"{GROUP}/cluster-queue-name", f"{GROUP}/local-queue-name")
+WORKLOAD_ANNOTATION = f"{GROUP}/workload"
+
+
+def _pod_set_info(template: Obj, wl: Obj, admitted: bool) -> Obj:
+    """A started job's pod template names its pod set, queues and Workload (Kueue v0.17,
+    `pkg/podset/podset.go` `FromAssignment` merged by the Job integration's
+    `RunWithPodSetsInfo`); a stopped one gets its own back (`RestorePodSetsInfo`)."""
+    meta = dict(template.get("metadata") or {})
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in POD_SET_LABELS}
+    notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k != WORKLOAD_ANNOTATION}
+    if admitted:
+        admission = (wl.get("status") or {}).get("admission") or {}
+        assignments = admission.get("podSetAssignments") or [{}]
+        labels |= {
+            POD_SET_LABELS[0]: str(assignments[0].get("name", "main")),
+            POD_SET_LABELS[1]: str(admission.get("clusterQueue", "")),
+            POD_SET_LABELS[2]: str((wl.get("spec") or {}).get("queueName", "")),
+        }
+        notes[WORKLOAD_ANNOTATION] = wl["metadata"]["name"]
+    meta["labels"], meta["annotations"] = labels, notes
+    return {**template, "metadata": {k: v for k, v in meta.items() if v}}
 
 
 def _set_workload_status(ctx: Ctx, wl: Obj, status: dict[str, Any]) -> Obj:

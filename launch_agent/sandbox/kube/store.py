@@ -75,6 +75,14 @@ def _pod_grace(pod: Obj, requested: int | None) -> int:
     return max(int(grace or 0), 0)
 
 
+def _drop_empty_meta(meta: Obj) -> None:
+    """ObjectMeta's maps and lists are `omitempty`: kube-apiserver serves no `labels: {}` or
+    `finalizers: []` (the last finalizer removed leaves no key)."""
+    for key in ("labels", "annotations", "finalizers", "ownerReferences"):
+        if key in meta and not meta[key]:
+            del meta[key]
+
+
 def _spec_part(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
@@ -311,6 +319,7 @@ class Store:
         causes = validate_meta(rt.kind, meta)
         if causes:
             raise errors.invalid(rt, str(name), causes)
+        _drop_empty_meta(meta)
         key = (namespace if rt.namespaced else "", str(name))
         if key in self._table(rt):
             raise errors.already_exists(rt, str(name))
@@ -446,11 +455,15 @@ class Store:
             causes = validate_meta(rt.kind, new["metadata"], check_name=False)
             if causes:
                 raise errors.invalid(rt, name, causes)
+            _drop_empty_meta(new["metadata"])
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if new == old:
             return old  # a no-op write: no new resourceVersion, no event
         self._check_rules(rt, name, new, old)
-        if "generation" in old["metadata"] and _spec_part(new) != _spec_part(old):
+        # A pod's binding (`pods/binding`, `BindingREST.assignPod` in
+        # pkg/registry/core/pod/storage/storage.go) sets its node without a new generation.
+        bumps = subresource != "binding"
+        if bumps and "generation" in old["metadata"] and _spec_part(new) != _spec_part(old):
             new["metadata"]["generation"] = old["metadata"]["generation"] + 1
         if dry_run:
             return new
