@@ -3,11 +3,11 @@ both, the end states compared field by field (issue 27 item 4).
 
 A scenario creates its objects with a plain REST client (`KubeHTTP`, which talks to the
 sandbox's API server and to kube-apiserver alike) in a namespace of its own on each side, and
-waits for its end state. `snapshot` then reads what a user of the cluster sees (the Jobs',
-pods' and Kueue Workloads' status, the namespace's Events, the Status bodies of refused
-creates) and `normalise` takes out what legitimately varies between two runs of one scenario
-(random name suffixes, uids, timestamps, resourceVersions, addresses, node names, how often an
-Event repeated). `differences` lists every path where the two differ; the test
+waits for its end state. `snapshot` then reads what a user of the cluster sees (the Jobs' and
+pods' metadata, spec and status, the Kueue Workloads' status, the namespace's Events, the
+Status bodies of refused creates) and `normalise` takes out what legitimately varies between
+two runs of one scenario (random name suffixes, uids, timestamps, resourceVersions, addresses,
+node names, how often an Event repeated). `differences` lists every path where the two differ; the test
 (`test_compare.py`) fails on any that `differences.KNOWN` does not explain.
 """
 

@@ -56,6 +56,18 @@ def unexplained(found: list[Difference]) -> list[Difference]:
     return [d for d in found if not any(k.explains(d) for k in KNOWN)]
 
 
+def stale(scenarios: list[str], found: list[Difference]) -> list[Known]:
+    """Entries that name one of `scenarios` and explained none of their differences: the
+    sandbox was fixed (or the entry's patterns are wrong), so the entry must go. An entry for
+    every scenario (`*`) must hold in every group of them."""
+    return [
+        k
+        for k in KNOWN
+        if any(_matches(k.scenarios, name) for name in scenarios)
+        and not any(k.explains(d) for d in found)
+    ]
+
+
 HEADER = "<!-- generated from tests/cluster/differences.py; keep them equal -->"
 FOOTER = "<!-- end of the generated list -->"
 

@@ -21,7 +21,7 @@ from launch_agent.sandbox.kube import KubeApiServer
 from tests.cluster import scenarios
 from tests.cluster.compare import Difference, Scenario, Side, run_both
 from tests.cluster.conftest import CRDS, NODES, RealBackend
-from tests.cluster.differences import unexplained
+from tests.cluster.differences import stale, unexplained
 from tests.cluster.world import delete_namespace, wait_for_service_account
 
 pytestmark = pytest.mark.real_only
@@ -76,6 +76,8 @@ async def compare(backend: RealBackend, group: list[Scenario]) -> None:
         found = await run_both(group, sides)
     left = unexplained(found)
     assert not left, report(left)
+    gone = stale([s.name for s in group], found)
+    assert not gone, f"known differences no longer found (remove them): {gone}"
 
 
 async def test_job_controller_matches(backend: RealBackend) -> None:

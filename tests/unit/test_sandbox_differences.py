@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.cluster.compare import Difference
-from tests.cluster.differences import FOOTER, HEADER, KNOWN, render, unexplained
+from tests.cluster.differences import FOOTER, HEADER, KNOWN, render, stale, unexplained
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sandbox.md"
 
@@ -28,3 +28,9 @@ def test_a_listed_path_is_explained_and_others_are_not() -> None:
     other = "pod/train-POD1.spec.volumes[data].name"
     found = [Difference("job-succeeds", p, "<absent>", "x") for p in (volume, other)]
     assert unexplained(found) == [found[1]]
+
+
+def test_an_entry_that_explains_nothing_is_stale() -> None:
+    volume = "pod/train-POD1.spec.volumes[kube-api-access-GENERATED].name"
+    assert stale(["job-succeeds"], [Difference("job-succeeds", volume, "<absent>", "x")]) == []
+    assert stale(["job-succeeds"], []) == KNOWN
