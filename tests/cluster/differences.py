@@ -47,7 +47,7 @@ KNOWN: list[Known] = [
         " `mountServiceAccountToken`). The sandbox issues no tokens and publishes no"
         " `kube-root-ca.crt` (the root-CA publisher), and its kubelet keeps a pod in"
         " `ContainerCreating` while a projected ConfigMap is missing, so adding the volume"
-        " alone would hold every pod; nothing the agent does reads it.",
+        " alone would hold every pod; no test of the agent reads it.",
     ),
 ]
 
