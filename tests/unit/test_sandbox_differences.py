@@ -3,19 +3,18 @@ test accepts (tests/cluster/differences.py), so neither can change without the o
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from tests.cluster.compare import Difference
-from tests.cluster.differences import FOOTER, HEADER, KNOWN, render, stale, unexplained
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "sandbox.md"
+from tests.cluster.differences import DOC, FOOTER, HEADER, KNOWN, render, stale, unexplained
 
 
 def test_the_docs_list_is_the_known_differences() -> None:
     text = DOC.read_text()
     assert "### What still differs from the real cluster" in text
     start, end = text.index(HEADER), text.index(FOOTER) + len(FOOTER) + 1
-    assert text[start:end] == render(), "regenerate the list from tests/cluster/differences.py"
+    assert text[start:end] == render(), (
+        "docs/sandbox.md's list is not tests/cluster/differences.py's: run"
+        " `python -m tests.cluster.differences` to rewrite it"
+    )
 
 
 def test_every_known_difference_says_why() -> None:
