@@ -114,7 +114,7 @@ class RemoteCtx(Ctx):
             self.store.rt("pods"), None, namespace=meta["namespace"], name=meta["name"]
         )
 
-    def update(self, obj: Obj) -> Obj:
+    def update(self, obj: Obj, subresource: str | None = None) -> Obj:
         raise RuntimeError("the real scheduler binds pods; the simulated kubelet only plays them")
 
 

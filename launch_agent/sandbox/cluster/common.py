@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from launch_agent.sandbox.cluster.clock import Clock
+from launch_agent.sandbox.kube.defaults import SERIALIZED_STATUS
 from launch_agent.sandbox.kube.resources import ResourceType
 from launch_agent.sandbox.kube.store import Obj, Store, timestamp
 
@@ -85,10 +86,15 @@ class Ctx:
         return self.store.create(self.store.rt(resource), namespace, body)
 
     def set_status(self, obj: Obj, status: dict[str, Any]) -> Obj:
-        if obj.get("status") == status:
-            return obj
         rt = self.store.registry.by_kind(obj["apiVersion"], obj["kind"])
         assert rt is not None
+        serialized = SERIALIZED_STATUS.get(rt.storage)
+        if serialized is not None:
+            # Compared as the API server will store it, so a pass that changed nothing
+            # writes nothing (a Job's zero counters are not stored).
+            status = serialized(status)
+        if obj.get("status") == status:
+            return obj
         meta = obj["metadata"]
         current = self.store.find(rt, meta.get("namespace", ""), meta["name"])
         if current is None:
@@ -98,7 +104,7 @@ class Ctx:
             rt, meta.get("namespace", ""), meta["name"], {"status": status}, subresource="status"
         )
 
-    def update(self, obj: Obj) -> Obj:
+    def update(self, obj: Obj, subresource: str | None = None) -> Obj:
         rt = self.store.registry.by_kind(obj["apiVersion"], obj["kind"])
         assert rt is not None
         meta = obj["metadata"]
@@ -109,7 +115,9 @@ class Ctx:
             **obj,
             "metadata": {**meta, "resourceVersion": before["metadata"]["resourceVersion"]},
         }
-        after = self.store.update(rt, meta.get("namespace", ""), meta["name"], body)
+        after = self.store.update(
+            rt, meta.get("namespace", ""), meta["name"], body, subresource=subresource
+        )
         if after is not before:
             self.writes += 1
         return after

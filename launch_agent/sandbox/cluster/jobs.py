@@ -138,7 +138,10 @@ class JobController:
             # removed by a suspension are not counted as failed.
             for pod in active:
                 self._untrack(ctx, pod)
-                ctx.delete(pod)
+                _delete_pod(ctx, job, pod)
+            if not has_condition(job, "Suspended"):
+                # `syncJob`, on the change only.
+                ctx.event(job, "Normal", "Suspended", "Job suspended", "job-controller")
             conditions = merge_conditions(
                 conditions,
                 [
@@ -152,11 +155,13 @@ class JobController:
                 ready=0,
                 terminating=len(active) + _terminating(pods),
                 conditions=conditions,
+                uncountedTerminatedPods={},
             )
             status.pop("startTime", None)
             ctx.set_status(job, {k: v for k, v in status.items() if v is not None})
             return
         if has_condition(job, "Suspended"):
+            ctx.event(job, "Normal", "Resumed", "Job resumed", "job-controller")
             conditions = merge_conditions(
                 conditions,
                 [
@@ -251,7 +256,7 @@ class JobController:
         record the interim condition, and the terminal one when `enactJobFinished` allows."""
         now = ctx.ts()
         for pod in active:
-            ctx.delete(pod)
+            _delete_pod(ctx, job, pod)
         if target is not None:
             failing = target["type"] == "FailureTarget"
             reason, message = str(target.get("reason") or ""), str(target.get("message") or "")
@@ -354,6 +359,14 @@ def _interim(job: Obj) -> dict[str, Any] | None:
         if c.get("type") in ("FailureTarget", "SuccessCriteriaMet") and c.get("status") == "True":
             return dict(c)
     return None
+
+
+def _delete_pod(ctx: Ctx, job: Obj, pod: Obj) -> None:
+    """`RealPodControl.DeletePod` (`pkg/controller/controller_utils.go`): the delete, and its
+    Event on the Job."""
+    ctx.delete(pod)
+    name = pod["metadata"]["name"]
+    ctx.event(job, "Normal", "SuccessfulDelete", f"Deleted pod: {name}", "job-controller")
 
 
 def _terminating(pods: list[Obj]) -> int:

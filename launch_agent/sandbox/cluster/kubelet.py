@@ -260,6 +260,9 @@ class Kubelet:
                         message,
                         ctx.ts(),
                         lastProbeTime=None,
+                        # The pod generation the scheduler judged (`schedule_one.go`
+                        # `handleSchedulingFailure`, PodObservedGenerationTracking).
+                        observedGeneration=pod["metadata"].get("generation", 1),
                     )
                 ],
             )
@@ -270,7 +273,7 @@ class Kubelet:
             ctx.set_status(pod, status)
             return False
         sim.bound_at, sim.node = ctx.t, node
-        ctx.update({**pod, "spec": {**pod["spec"], "nodeName": node}})
+        ctx.update({**pod, "spec": {**pod["spec"], "nodeName": node}}, subresource="binding")
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         ctx.event(
             pod,

@@ -113,6 +113,14 @@ INTEGRATIONS: dict[str, tuple[str, Callable[[Obj], PodSets]]] = {
 }
 
 
+# The job reconciler's recorder, named after its integration (jobframework `setup.go`,
+# `<integration>-kueue-controller`): the reporting component of its Events.
+RECORDERS = {
+    "job": "batch/job-kueue-controller",
+    "jobset": "jobset.x-k8s.io/jobset-kueue-controller",
+}
+
+
 def workload_name(prefix: str, job: Obj) -> str:
     """`<prefix>-<name>-<5 hex>`, as Kueue's GetWorkloadNameForOwnerWithGVK (name cut to fit)."""
     digest = hashlib.sha256(
@@ -238,6 +246,14 @@ class KueueController:
                     "spec": spec,
                 },
             )
+            # jobframework `reconciler.go` `handleJobWithNoWorkload`.
+            ctx.event(
+                job,
+                "Normal",
+                "CreatedWorkload",
+                f"Created Workload: {meta['namespace']}/{wl['metadata']['name']}",
+                RECORDERS[prefix],
+            )
         finished = _job_finished(job)
         status = dict(wl.get("status") or {})
         if finished is not None:
@@ -247,28 +263,51 @@ class KueueController:
                     status.get("conditions"),
                     [condition("Finished", True, outcome, message, ctx.ts())],
                 )
-                ctx.set_status(wl, status)
+                _set_workload_status(ctx, wl, status)
+                # jobframework `reconciler.go`, "3. handle a finished job".
+                ctx.event(
+                    job,
+                    "Normal",
+                    "FinishedWorkload",
+                    f"Workload '{wl['metadata']['namespace']}/{wl['metadata']['name']}' is"
+                    " declared finished",
+                    RECORDERS[prefix],
+                )
             return
         wl = self._workload_lifecycle(ctx, wl)
         evicted = _condition(wl, "Evicted")
         suspended = bool((job.get("spec") or {}).get("suspend"))
         if evicted is not None:
-            self._handle_eviction(ctx, job, wl, evicted, suspended)
+            self._handle_eviction(
+                ctx, job, wl, evicted, suspended=suspended, source=RECORDERS[prefix]
+            )
             return
         admitted = has_condition(wl, "Admitted")
         if admitted == suspended:
             # Admitted and still suspended: start it. Running without admission: stop it.
-            ctx.update({**job, "spec": {**job["spec"], "suspend": not admitted}})
+            spec = {**job["spec"], "suspend": not admitted}
+            if prefix == "job":
+                spec["template"] = _pod_set_info(spec.get("template") or {}, wl, admitted)
+            ctx.update({**job, "spec": spec})
+            if admitted:
+                # jobframework `reconciler.go` `startJob`.
+                cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+                ctx.event(
+                    job, "Normal", "Started", f"Admitted by clusterQueue {cq}", RECORDERS[prefix]
+                )
 
     def _handle_eviction(
-        self, ctx: Ctx, job: Obj, wl: Obj, evicted: dict[str, Any], suspended: bool
+        self, ctx: Ctx, job: Obj, wl: Obj, evicted: dict[str, Any], *, suspended: bool, source: str
     ) -> None:
         """jobframework/reconciler.go ReconcileGenericJob, "6. handle eviction": stop the job,
         then, once it is no longer active, clear the admission with `Requeued` True only for a
         preemption or node failures (a deactivated Workload is never requeued)."""
         if not suspended:
-            ctx.update({**job, "spec": {**job["spec"], "suspend": True}})
-            ctx.event(job, "Normal", "Stopped", evicted.get("message", ""), "kueue-job-controller")
+            spec = {**job["spec"], "suspend": True}
+            if job["kind"] == "Job":
+                spec["template"] = _pod_set_info(spec.get("template") or {}, wl, False)
+            ctx.update({**job, "spec": spec})
+            ctx.event(job, "Normal", "Stopped", evicted.get("message", ""), source)
             return
         if not has_condition(wl, "QuotaReserved"):
             return
@@ -293,7 +332,7 @@ class KueueController:
                 ),
             ],
         )
-        ctx.set_status(wl, status)
+        _set_workload_status(ctx, wl, status)
 
     def _workload_lifecycle(self, ctx: Ctx, wl: Obj) -> Obj:
         """workload_controller.go Reconcile: a DeactivationTarget turns `spec.active` off, an
@@ -323,7 +362,7 @@ class KueueController:
         )
         status.pop("requeueState", None)
         had_admission = bool(status.get("admission"))
-        wl = ctx.set_status(wl, status)
+        wl = _set_workload_status(ctx, wl, status)
         if had_admission:
             # evict.reportEvictedWorkload: "Evicted" + "DueTo" + the reason.
             ctx.event(wl, "Normal", f"EvictedDueTo{reason}", message, "kueue-workload-controller")
@@ -440,7 +479,8 @@ class KueueController:
                 # scheduler.go requeueAndUpdate: the condition, and a Warning Event when it
                 # changes, both with the (granular or "Pending") reason.
                 reason = self._reason(no_fit, "Pending")
-                if self._unreserved(ctx, wl, reason, problem):
+                requests = _resource_requests(wl["spec"].get("podSets") or [])
+                if self._unreserved(ctx, wl, reason, problem, requests):
                     ctx.event(wl, "Warning", reason, problem, SOURCE)
                 count(wl, cq_name, "pending")
                 if (cq.get("spec") or {}).get("queueingStrategy") == "StrictFIFO":
@@ -457,8 +497,16 @@ class KueueController:
             count(wl, cq_name, "admitted")
         self._queue_status(ctx, cqs, lqs, usage, counts)
 
-    def _unreserved(self, ctx: Ctx, wl: Obj, reason: str, message: str) -> bool:
-        """workload.UnsetQuotaReservationWithCondition; True when the condition changed."""
+    def _unreserved(
+        self,
+        ctx: Ctx,
+        wl: Obj,
+        reason: str,
+        message: str,
+        requests: list[dict[str, Any]] | None = None,
+    ) -> bool:
+        """workload.UnsetQuotaReservationWithCondition; True when the condition changed.
+        `requests`: what the scheduler found did not fit (`PropagateResourceRequests`)."""
         before = next(
             (
                 c
@@ -474,6 +522,8 @@ class KueueController:
         ) != ("False", reason, message)
         status = dict(wl.get("status") or {})
         status.pop("admission", None)
+        if requests is not None:
+            status["resourceRequests"] = requests
         new = [condition("QuotaReserved", False, reason, message, ctx.ts())]
         if has_condition(wl, "Admitted"):
             new.append(
@@ -483,7 +533,7 @@ class KueueController:
             )
         conditions = merge_conditions(status.get("conditions"), new)
         status["conditions"] = conditions
-        ctx.set_status(wl, status)
+        _set_workload_status(ctx, wl, status)
         return changed
 
     def _reserve(self, ctx: Ctx, wl: Obj, cq: str, assignment: list[dict[str, Any]]) -> None:
@@ -510,12 +560,20 @@ class KueueController:
                 condition("Admitted", True, "Admitted", "The workload is admitted", now),
             ],
         )
-        ctx.set_status(wl, status)
+        _set_workload_status(ctx, wl, status)
         ctx.event(
             wl,
             "Normal",
             "QuotaReserved",
             f"Quota reserved in ClusterQueue {cq}, wait time since queued was 0s",
+            "kueue-admission",
+        )
+        # scheduler.go `admit`: no admission checks, so admitted with the reservation.
+        ctx.event(
+            wl,
+            "Normal",
+            "Admitted",
+            f"Admitted by ClusterQueue {cq}, wait time since reservation was 0s",
             "kueue-admission",
         )
 
@@ -579,7 +637,7 @@ class KueueController:
         if reason:
             new.append(condition("Preempted", True, reason, message, now))
         status["conditions"] = merge_conditions(status.get("conditions"), new)
-        ctx.set_status(wl, status)
+        _set_workload_status(ctx, wl, status)
         ctx.event(wl, "Normal", "EvictedDueToPreempted", message, SOURCE)
         said = f"{message}; {priorities}" if priorities else message
         ctx.event(wl, "Normal", "Preempted", said, SOURCE)
@@ -595,7 +653,44 @@ class KueueController:
             status.get("conditions"),
             [condition("DeactivationTarget", True, cause, message, ctx.ts())],
         )
-        ctx.set_status(wl, status)
+        _set_workload_status(ctx, wl, status)
+
+
+POD_SET_LABELS = (f"{GROUP}/podset", f"{GROUP}/cluster-queue-name", f"{GROUP}/local-queue-name")
+WORKLOAD_ANNOTATION = f"{GROUP}/workload"
+
+
+def _pod_set_info(template: Obj, wl: Obj, admitted: bool) -> Obj:
+    """A started job's pod template names its pod set, queues and Workload (Kueue v0.17,
+    `pkg/podset/podset.go` `FromAssignment` merged by the Job integration's
+    `RunWithPodSetsInfo`); a stopped one gets its own back (`RestorePodSetsInfo`)."""
+    meta = dict(template.get("metadata") or {})
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in POD_SET_LABELS}
+    notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k != WORKLOAD_ANNOTATION}
+    if admitted:
+        admission = (wl.get("status") or {}).get("admission") or {}
+        assignments = admission.get("podSetAssignments") or [{}]
+        labels |= {
+            POD_SET_LABELS[0]: str(assignments[0].get("name", "main")),
+            POD_SET_LABELS[1]: str(admission.get("clusterQueue", "")),
+            POD_SET_LABELS[2]: str((wl.get("spec") or {}).get("queueName", "")),
+        }
+        notes[WORKLOAD_ANNOTATION] = wl["metadata"]["name"]
+    meta["labels"], meta["annotations"] = labels, notes
+    return {**template, "metadata": {k: v for k, v in meta.items() if v}}
+
+
+def _set_workload_status(ctx: Ctx, wl: Obj, status: dict[str, Any]) -> Obj:
+    """Kueue stamps each condition it sets with the Workload's generation
+    (`pkg/workload/workload.go`, `SetConditionAndUpdate`, `ObservedGeneration: wl.Generation`)."""
+    generation = wl["metadata"].get("generation", 1)
+    status["conditions"] = [
+        {**c, "observedGeneration": c.get("observedGeneration", generation)}
+        for c in status.get("conditions") or []
+    ]
+    if not status["conditions"]:
+        del status["conditions"]
+    return ctx.set_status(wl, status)
 
 
 def _priority(wl: Obj) -> int:
@@ -698,6 +793,23 @@ def _condition(obj: Obj, kind: str) -> dict[str, Any] | None:
         if cond.get("type") == kind and cond.get("status") == "True":
             return dict(cond)
     return None
+
+
+def _resource_requests(pod_sets: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A pending Workload's `status.resourceRequests`: each pod set's requests times its count
+    (`pkg/workload/workload.go` `PropagateResourceRequests`, called by `scheduler.go`
+    `requeueAndUpdate` under WorkloadResourceRequestsSummary, on by default)."""
+    out = []
+    for ps in pod_sets:
+        count = int(ps.get("count", 1))
+        per_pod = pod_requests((ps.get("template") or {}).get("spec") or {})
+        out.append(
+            {
+                "name": str(ps.get("name", "main")),
+                "resources": {r: format_amount(r, v * count) for r, v in sorted(per_pod.items())},
+            }
+        )
+    return out
 
 
 def assign(

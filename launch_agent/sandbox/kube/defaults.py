@@ -28,6 +28,8 @@ def default_pod_spec(spec: dict[str, Any], path: str, *, job: bool) -> Causes:
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("securityContext", {})
+    if spec.get("serviceAccountName"):
+        spec["serviceAccount"] = spec["serviceAccountName"]
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         causes.append((f"{path}.containers", "Required value"))
@@ -80,10 +82,50 @@ def _qos(spec: dict[str, Any]) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
+# plugin/pkg/admission/defaulttolerationseconds/admission.go: the taints the node lifecycle
+# controller puts on a failing node, tolerated for 300 s unless the pod says otherwise.
+_DEFAULT_TOLERATIONS = tuple(
+    {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+)
+
+
+def _pod_only_defaults(spec: dict[str, Any]) -> None:
+    """What a Pod gets and a Job's pod template does not, as kube-apiserver 1.37 serves them
+    (checked by tests/cluster/test_compare.py): `SetDefaults_Pod` (a request defaults to its
+    limit), `enableServiceLinks`, the Priority admission plugin (`priority` 0 without a
+    priority class, `preemptionPolicy`) and DefaultTolerationSeconds."""
+    for key in ("initContainers", "containers"):
+        for container in spec.get(key) or []:
+            resources = container.get("resources") if isinstance(container, dict) else None
+            if isinstance(resources, dict) and isinstance(resources.get("limits"), dict):
+                requests = resources.setdefault("requests", {})
+                if isinstance(requests, dict):
+                    for name, limit in resources["limits"].items():
+                        requests.setdefault(name, limit)
+    spec.setdefault("enableServiceLinks", True)
+    spec.setdefault("priority", 0)
+    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    tolerations = spec.setdefault("tolerations", [])
+    if isinstance(tolerations, list):
+        for default in _DEFAULT_TOLERATIONS:
+            tolerated = any(
+                isinstance(t, dict)
+                and t.get("key") == default["key"]
+                and t.get("effect") in (None, "", "NoExecute")
+                for t in tolerations
+            )
+            if not tolerated:
+                tolerations.append(dict(default))
+
+
 def admit_pod(obj: dict[str, Any]) -> Causes:
     spec = obj.setdefault("spec", {})
     causes = default_pod_spec(spec, "spec", job=False)
     spec.setdefault("serviceAccountName", "default")
+    # v1's deprecated alias, written on the way out (`Convert_core_PodSpec_To_v1_PodSpec`).
+    spec["serviceAccount"] = spec["serviceAccountName"]
+    _pod_only_defaults(spec)
     status = obj.setdefault("status", {})
     status.setdefault("phase", "Pending")
     status.setdefault("qosClass", _qos(spec))
@@ -111,6 +153,10 @@ def admit_job(obj: dict[str, Any]) -> Causes:
         spec["selector"] = {
             "matchLabels": {"batch.kubernetes.io/controller-uid": meta["uid"]},
         }
+    if not meta.get("labels") and tmeta.get("labels"):
+        # `SetDefaults_Job` (pkg/apis/batch/v1/defaults.go): a Job without labels takes its
+        # template's; kube-apiserver 1.37 serves the generated ones among them.
+        meta["labels"] = dict(tmeta["labels"])
     causes += default_pod_spec(tspec, "spec.template.spec", job=True)
     for key, default in (
         ("parallelism", 1),
@@ -123,10 +169,9 @@ def admit_job(obj: dict[str, Any]) -> Causes:
             "podReplacementPolicy",
             "Failed" if spec.get("podFailurePolicy") is not None else "TerminatingOrFailed",
         ),
-        ("manualSelector", None),
+        ("manualSelector", False),
     ):
-        if default is not None:
-            spec.setdefault(key, default)
+        spec.setdefault(key, default)
     causes += _pod_failure_policy(spec)
     if "completions" not in spec and spec.get("parallelism", 1) == 1:
         spec["completions"] = 1
@@ -178,3 +223,32 @@ def _pod_failure_policy(spec: dict[str, Any]) -> Causes:
 
 
 ADMISSION = {"pods": admit_pod, "batch/jobs": admit_job}
+
+
+# What kube-apiserver's Go types make of a status it stores and serves
+# (`staging/src/k8s.io/api/core/v1/types.go`, `batch/v1/types.go`): a writer's JSON is decoded
+# into the struct and encoded again, so an `omitempty` integer that is 0 is left out, and a
+# struct field is always there, `omitempty` or not (encoding/json never omits a struct):
+# `null` for an unset `metav1.Time`, `{}` for an empty `ContainerState`.
+_JOB_OMITTED_WHEN_ZERO = ("active", "succeeded", "failed")
+
+
+def _job_status(status: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if not (k in _JOB_OMITTED_WHEN_ZERO and v == 0)}
+
+
+def _pod_status(status: dict[str, Any]) -> dict[str, Any]:
+    out = dict(status)
+    if isinstance(out.get("conditions"), list):
+        out["conditions"] = [
+            {"lastProbeTime": None, **c} if isinstance(c, dict) else c for c in out["conditions"]
+        ]
+    for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
+        if isinstance(out.get(key), list):
+            out[key] = [
+                {"state": {}, "lastState": {}, **c} if isinstance(c, dict) else c for c in out[key]
+            ]
+    return out
+
+
+SERIALIZED_STATUS = {"batch/jobs": _job_status, "pods": _pod_status}

@@ -22,7 +22,7 @@ from typing import Any
 
 from launch_agent.sandbox.kube import errors
 from launch_agent.sandbox.kube.admission import admit_pod
-from launch_agent.sandbox.kube.defaults import ADMISSION
+from launch_agent.sandbox.kube.defaults import ADMISSION, SERIALIZED_STATUS
 from launch_agent.sandbox.kube.objectmeta import validate_meta
 from launch_agent.sandbox.kube.resources import CrdError, Registry, ResourceType, crd_resource_types
 from launch_agent.sandbox.kube.selectors import FieldSelector, LabelSelector
@@ -73,6 +73,14 @@ def _pod_grace(pod: Obj, requested: int | None) -> int:
         return 0
     grace = requested if requested is not None else spec.get("terminationGracePeriodSeconds", 30)
     return max(int(grace or 0), 0)
+
+
+def _drop_empty_meta(meta: Obj) -> None:
+    """ObjectMeta's maps and lists are `omitempty`: kube-apiserver serves no `labels: {}` or
+    `finalizers: []` (the last finalizer removed leaves no key)."""
+    for key in ("labels", "annotations", "finalizers", "ownerReferences"):
+        if key in meta and not meta[key]:
+            del meta[key]
 
 
 def _spec_part(obj: Obj) -> Obj:
@@ -311,6 +319,7 @@ class Store:
         causes = validate_meta(rt.kind, meta)
         if causes:
             raise errors.invalid(rt, str(name), causes)
+        _drop_empty_meta(meta)
         key = (namespace if rt.namespaced else "", str(name))
         if key in self._table(rt):
             raise errors.already_exists(rt, str(name))
@@ -402,10 +411,12 @@ class Store:
         if subresource == "status":
             # A metadata dict of its own: the new resourceVersion must not leak into `old`,
             # which earlier watch events still hold.
+            status = copy.deepcopy(body.get("status") or {})
+            serialized = SERIALIZED_STATUS.get(rt.storage)
             new = {
                 **old,
                 "metadata": dict(old["metadata"]),
-                "status": copy.deepcopy(body.get("status") or {}),
+                "status": status if serialized is None else serialized(status),
             }
         else:
             new = copy.deepcopy(body)
@@ -444,11 +455,15 @@ class Store:
             causes = validate_meta(rt.kind, new["metadata"], check_name=False)
             if causes:
                 raise errors.invalid(rt, name, causes)
+            _drop_empty_meta(new["metadata"])
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if new == old:
             return old  # a no-op write: no new resourceVersion, no event
         self._check_rules(rt, name, new, old)
-        if "generation" in old["metadata"] and _spec_part(new) != _spec_part(old):
+        # A pod's binding (`pods/binding`, `BindingREST.assignPod` in
+        # pkg/registry/core/pod/storage/storage.go) sets its node without a new generation.
+        bumps = subresource != "binding"
+        if bumps and "generation" in old["metadata"] and _spec_part(new) != _spec_part(old):
             new["metadata"]["generation"] = old["metadata"]["generation"] + 1
         if dry_run:
             return new
