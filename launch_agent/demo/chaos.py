@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,7 +65,7 @@ from launch_agent.demo.world import SandboxWorld, WorldSettings
 from launch_agent.render.naming import label_value
 from launch_agent.sandbox.faults import FaultRule
 from launch_agent.sandbox.kaniko import SimulatedKaniko
-from launch_agent.sandbox.wandb import ItemState, RunQueueItem
+from launch_agent.sandbox.wandb import ItemState, LaunchState, RunQueueItem
 
 ENTITY = "ent"
 PROJECT = "proj"
@@ -148,6 +148,7 @@ class ChaosResult:
     quota_evictions: int = 0
     builds: int = 0  # Kaniko Jobs ever created
     kill_aims: list[str] = field(default_factory=list)  # the phase each kill was aimed at
+    worker_kills: int = 0  # the real tier's worker clusters lost for a while
 
     @property
     def kills_by_phase(self) -> dict[str, int]:
@@ -174,6 +175,7 @@ class ChaosResult:
             "requeued": self.requeued,
             "quota_evictions": self.quota_evictions,
             "builds": self.builds,
+            "worker_kills": self.worker_kills,
             "problems": self.problems,
         }
 
@@ -243,10 +245,17 @@ def _config(world: SandboxWorld, builds: BuildWorld, specs: Path, identity: str)
 
 
 async def _start(replica: Replica, world: SandboxWorld, builds: BuildWorld) -> None:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "LAUNCH_AGENT_"))}
-    environ |= builds.environment()
-    environ["WANDB_API_KEY"] = world.wandb.api_key
-    environ["NETRC"] = os.devnull
+    await start_replica(
+        replica, world.kubeconfig, builds.environment() | {"WANDB_API_KEY": world.wandb.api_key}
+    )
+
+
+async def start_replica(replica: Replica, kubeconfig: Path, environ: dict[str, str]) -> None:
+    """`launch-agent run` for `replica` on `kubeconfig`, its output appended to its log;
+    `environ` on top of this process's environment without its W&B and agent variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "LAUNCH_AGENT_"))}
+    env |= environ
+    env["NETRC"] = os.devnull
 
     def open_log() -> int:
         return os.open(replica.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -256,15 +265,162 @@ async def _start(replica: Replica, world: SandboxWorld, builds: BuildWorld) -> N
         replica.process = await asyncio.create_subprocess_exec(
             sys.executable,
             *("-m", "launch_agent", "run", "--config", str(replica.config)),
-            *("--kubeconfig", str(world.kubeconfig)),
+            *("--kubeconfig", str(kubeconfig)),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=fd,
             stderr=asyncio.subprocess.STDOUT,
-            env=environ,
+            env=env,
         )
     finally:
         os.close(fd)
     replica.starts += 1
+
+
+def fire(
+    kill: Kill,
+    phase: str,
+    *,
+    holder: str,
+    replicas: list[Replica],
+    rng: random.Random,
+    result: ChaosResult,
+    at: float,
+    say: Say,
+) -> None:
+    """SIGKILL the leader (`holder`) now, synchronously, so a request it sent is still in
+    flight; nobody alive leaves the kill armed."""
+    kill.fired = phase
+    alive = [r for r in replicas if r.alive]
+    victims = [r for r in alive if r.identity == holder] or alive
+    if not victims:
+        kill.fired = ""
+        return
+    victim = rng.choice(victims)
+    assert victim.process is not None
+    victim.process.send_signal(signal.SIGKILL)
+    victim.killed = True
+    kill.fired_at, kill.victim = at, victim.identity
+    # The kubelet's restart delay.
+    victim.restart_at = time.monotonic() + rng.uniform(0.5, 1.5)
+    result.kills += 1
+    result.kill_times.append(at)
+    result.kill_phases.append(phase)
+    result.kill_aims.append(kill.phase)
+    aim = "" if phase == kill.phase else f", aimed at {kill.phase}"
+    say(f"t={at:.1f}s SIGKILL {victim.identity} in phase {phase}{aim} (leader: {holder})")
+
+
+def aimed(
+    armed: Kill | None,
+    server: str,
+    key: str,
+    path: str,
+    rule: FaultRule | None,
+    *,
+    pending: bool,
+) -> bool:
+    """Whether a request arriving at a sandbox server is the one `armed` waits for."""
+    if armed is None or armed.fired:
+        return False
+    if rule is not None and (rule.status or rule.drop):
+        return False  # refused by a fault: the request never reached its handler
+    if phase_of(server, key, path) != armed.phase:
+        return False
+    # An idle poll pops nothing.
+    return armed.phase != "pop" or pending
+
+
+def settled(replicas: list[Replica], now: float, last_restart: float) -> bool:
+    """Every replica up, the last restart a Lease duration ago: kills are spread, not a
+    crash loop of one replica (which a real kubelet would back off from anyway)."""
+    if not all(r.alive for r in replicas):
+        return False
+    return now >= last_restart + RESTART_SETTLE_SECONDS
+
+
+async def restart_dead(
+    replicas: list[Replica], start: Callable[[Replica], Awaitable[None]]
+) -> bool:
+    """Start again every replica that exited and whose restart delay is over; True if any."""
+    restarted = False
+    for replica in replicas:
+        process = replica.process
+        if process is None or process.returncode is None:
+            continue
+        if time.monotonic() >= replica.restart_at:
+            await start(replica)
+            replica.killed = False
+            restarted = True
+    return restarted
+
+
+async def stop_all(replicas: list[Replica]) -> None:
+    for replica in replicas:
+        process = replica.process
+        if process is None or process.returncode is not None:
+            continue
+        process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), 15)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+def mark_started(state: LaunchState) -> None:
+    # Runs call wandb.init: the agent's no-wandb.init check must pass for succeeded runs.
+    for item in list(state.items.values()):
+        run_id = item.run_spec.get("run_id")
+        if item.state is ItemState.CLAIMED and isinstance(run_id, str):
+            with contextlib.suppress(Exception):
+                state.set_run_state(ENTITY, PROJECT, run_id, "running")
+
+
+def chain_of(state: LaunchState, first: RunQueueItem) -> list[RunQueueItem]:
+    """`first`, then every item the agent pushed for the same run id."""
+    run_id = first.run_spec.get("run_id")
+    again = [
+        i for i in state.items.values() if i.id != first.id and i.run_spec.get("run_id") == run_id
+    ]
+    return [first, *sorted(again, key=lambda i: i.seq)]
+
+
+def count_items(
+    result: ChaosResult,
+    plans: list[Plan],
+    chains: dict[str, list[RunQueueItem]],
+    workloads: dict[str, set[str]],
+) -> None:
+    """The W&B-side verdict into `result`: lost, duplicated (more than one workload in
+    `workloads`, by item id), double-reported, requeues, and the plan's outcomes."""
+    outcomes: Counter[str] = Counter()
+    for plan in plans:
+        chain = chains[plan.run_id]
+        outcomes[plan.outcome] += 1
+        last = chain[-1]
+        if not _ended(plan, chain):
+            result.lost += 1
+            result.problems.append(
+                f"lost: {plan.run_id} ({plan.outcome}, {plan.queue}) ended as"
+                f" {' -> '.join(i.state.value for i in chain)}"
+                + (f": {last.failure.message[:200]}" if last.failure else "")
+            )
+        requeued = len(chain) - 1
+        result.requeued += requeued
+        for item in chain:
+            names = workloads.get(item.id, set())
+            if len(names) > 1:
+                result.duplicated += 1
+                result.problems.append(f"duplicated: {plan.run_id}: {sorted(names)}")
+        claimed = max(_claims(i, ItemState.CLAIMED) for i in chain)
+        failed = max(_claims(i, ItemState.FAILED) for i in chain)
+        if claimed > 1 or failed > 1 or requeued > plan.requeues:
+            result.double_reported += 1
+            result.problems.append(
+                f"double reported: {plan.run_id} ({plan.outcome}): claimed {claimed},"
+                f" failed {failed}, requeued {requeued}"
+            )
+    result.outcomes = dict(sorted(outcomes.items()))
 
 
 def _holder(world: SandboxWorld) -> str:
@@ -498,14 +654,10 @@ class Chaos:
     def _observer(self, server: str) -> Callable[[str, str, FaultRule | None], None]:
         def observe(key: str, path: str, rule: FaultRule | None) -> None:
             armed = self._armed
-            if armed is None or armed.fired:
+            if armed is None or not aimed(
+                armed, server, key, path, rule, pending=self._pending_items()
+            ):
                 return
-            if rule is not None and (rule.status or rule.drop):
-                return  # refused by a fault: the request never reached its handler
-            if phase_of(server, key, path) != armed.phase:
-                return
-            if armed.phase == "pop" and not self._pending_items():
-                return  # an idle poll: nothing to pop
             if armed.delay:
                 loop = asyncio.get_running_loop()
                 loop.call_later(armed.delay, self._fire, armed, armed.phase)
@@ -516,35 +668,19 @@ class Chaos:
         return observe
 
     def _fire(self, kill: Kill, phase: str) -> None:
-        """SIGKILL the leader now (synchronously, so a request it sent is still in flight)."""
-        kill.fired = phase
-        holder = _holder(self.world)
-        alive = [r for r in self.replicas if r.alive]
-        victims = [r for r in alive if r.identity == holder] or alive
-        if not victims:
-            kill.fired = ""  # nobody to kill yet: stays armed
-            return
-        victim = self.rng.choice(victims)
-        assert victim.process is not None
-        victim.process.send_signal(signal.SIGKILL)
-        victim.killed = True
-        at = self._now()
-        kill.fired_at, kill.victim = at, victim.identity
-        # The kubelet's restart delay.
-        victim.restart_at = time.monotonic() + self.rng.uniform(0.5, 1.5)
-        self.result.kills += 1
-        self.result.kill_times.append(at)
-        self.result.kill_phases.append(phase)
-        self.result.kill_aims.append(kill.phase)
-        aim = "" if phase == kill.phase else f", aimed at {kill.phase}"
-        self.say(f"t={at:.1f}s SIGKILL {victim.identity} in phase {phase}{aim} (leader: {holder})")
+        fire(
+            kill,
+            phase,
+            holder=_holder(self.world),
+            replicas=self.replicas,
+            rng=self.rng,
+            result=self.result,
+            at=self._now(),
+            say=self.say,
+        )
 
     def _settled_since(self, now: float) -> bool:
-        """Every replica up, the last restart a Lease duration ago: kills are spread, not a
-        crash loop of one replica (which a real kubelet would back off from anyway)."""
-        if not all(r.alive for r in self.replicas):
-            return False
-        return now >= self._last_restart + RESTART_SETTLE_SECONDS
+        return settled(self.replicas, now, self._last_restart)
 
     def _pending_items(self) -> bool:
         return any(i.state is ItemState.PENDING for i in self.world.state.items.values())
@@ -556,14 +692,11 @@ class Chaos:
         return False
 
     async def _restart_dead(self) -> None:
-        for replica in self.replicas:
-            process = replica.process
-            if process is None or process.returncode is None:
-                continue
-            if time.monotonic() >= replica.restart_at:
-                await _start(replica, self.world, self.builds)
-                replica.killed = False
-                self._last_restart = self._now()
+        async def start(replica: Replica) -> None:
+            await _start(replica, self.world, self.builds)
+
+        if await restart_dead(self.replicas, start):
+            self._last_restart = self._now()
 
     def _stop_from_ui(self) -> None:
         for plan in self.plans:
@@ -578,22 +711,11 @@ class Chaos:
             self.stopped.add(plan.run_id)
 
     def _mark_started(self) -> None:
-        # Runs call wandb.init: the agent's no-wandb.init check must pass for succeeded runs.
-        for item in list(self.world.state.items.values()):
-            run_id = item.run_spec.get("run_id")
-            if item.state is ItemState.CLAIMED and isinstance(run_id, str):
-                with contextlib.suppress(Exception):
-                    self.world.state.set_run_state(ENTITY, PROJECT, run_id, "running")
+        mark_started(self.world.state)
 
     def chain(self, plan: Plan) -> list[RunQueueItem]:
         """The plan's item, then every item the agent pushed for the same run id."""
-        first = self.items[plan.run_id]
-        again = [
-            i
-            for i in self.world.state.items.values()
-            if i.id != first.id and i.run_spec.get("run_id") == plan.run_id
-        ]
-        return [first, *sorted(again, key=lambda i: i.seq)]
+        return chain_of(self.world.state, self.items[plan.run_id])
 
     def _all_ended(self) -> bool:
         stops = sum(1 for p in self.plans if p.outcome == "stop")
@@ -620,16 +742,7 @@ class Chaos:
             await asyncio.sleep(0.25)
 
     async def _stop_all(self) -> None:
-        for replica in self.replicas:
-            process = replica.process
-            if process is None or process.returncode is not None:
-                continue
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 15)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await stop_all(self.replicas)
 
     # --- the verdict ---------------------------------------------------------------------------
 
@@ -682,35 +795,9 @@ class Chaos:
 
     def _check(self) -> None:
         result = self.result
-        outcomes: Counter[str] = Counter()
-        kinds: Counter[str] = Counter()
-        for plan in self.plans:
-            chain = self.chain(plan)
-            outcomes[plan.outcome] += 1
-            kinds[PLURALS[plan.queue]] += 1
-            last = chain[-1]
-            if not _ended(plan, chain):
-                result.lost += 1
-                result.problems.append(
-                    f"lost: {plan.run_id} ({plan.outcome}, {plan.queue}) ended as"
-                    f" {' -> '.join(i.state.value for i in chain)}"
-                    + (f": {last.failure.message[:200]}" if last.failure else "")
-                )
-            requeued = len(chain) - 1
-            result.requeued += requeued
-            for item in chain:
-                workloads = self.creations.names.get(item.id, set())
-                if len(workloads) > 1:
-                    result.duplicated += 1
-                    result.problems.append(f"duplicated: {plan.run_id}: {sorted(workloads)}")
-            claimed = max(_claims(i, ItemState.CLAIMED) for i in chain)
-            failed = max(_claims(i, ItemState.FAILED) for i in chain)
-            if claimed > 1 or failed > 1 or requeued > plan.requeues:
-                result.double_reported += 1
-                result.problems.append(
-                    f"double reported: {plan.run_id} ({plan.outcome}): claimed {claimed},"
-                    f" failed {failed}, requeued {requeued}"
-                )
+        kinds = Counter(PLURALS[plan.queue] for plan in self.plans)
+        chains = {plan.run_id: self.chain(plan) for plan in self.plans}
+        count_items(result, self.plans, chains, self.creations.names)
         for item in self.world.state.items.values():
             result.quota_evictions += sum(
                 1 for w in item.warnings if w.message.startswith("evicted by the quota tree")
@@ -719,7 +806,6 @@ class Chaos:
         orphans = self._orphans()
         result.orphaned = len(orphans)
         result.problems += [f"orphaned: {o}" for o in orphans]
-        result.outcomes = dict(sorted(outcomes.items()))
         result.kinds = dict(sorted(kinds.items()))
 
 

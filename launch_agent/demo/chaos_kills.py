@@ -63,12 +63,14 @@ class Kill:
     victim: str = ""
 
 
-def schedule(kills: int, rng: random.Random, window: float) -> list[Kill]:
-    """`kills` kills over `window` seconds after a 3 s start, spread over every phase: the
-    phases are dealt in a shuffled round so K >= 7 kills cover each at least once."""
+def schedule(
+    kills: int, rng: random.Random, window: float, phases: tuple[str, ...] = PHASES
+) -> list[Kill]:
+    """`kills` kills over `window` seconds after a 3 s start, spread over `phases`: they are
+    dealt in a shuffled round so K >= len(phases) kills cover each at least once."""
     order: list[str] = []
     while len(order) < kills:
-        deal = list(PHASES)
+        deal = list(phases)
         rng.shuffle(deal)
         order += deal
     times = sorted(rng.uniform(3, 3 + window) for _ in range(kills))

@@ -72,8 +72,7 @@ class ControlServer:
         return await handler(request)
 
     def _state(self, cluster: RealCluster) -> str:
-        child = cluster.control_plane.children.get("kube-apiserver")
-        return "running" if child is not None and child.running else "stopped"
+        return apiserver_state(cluster)
 
     async def _list(self, request: web.Request) -> web.Response:
         return web.json_response(
@@ -87,13 +86,26 @@ class ControlServer:
             return web.json_response(
                 {"error": f"no cluster {name!r} or action {action!r}"}, status=404
             )
-        plane = cluster.control_plane
         async with self._locks[name]:
-            if action == "stop":
-                await plane.children["kube-apiserver"].stop()
-            elif action == "start":
-                if self._state(cluster) == "stopped":
-                    await plane.start_apiserver()
-            else:
-                await plane.restart_apiserver()
+            await act(cluster, action)
         return web.json_response({"cluster": name, "apiserver": self._state(cluster)})
+
+
+def apiserver_state(cluster: RealCluster) -> str:
+    child = cluster.control_plane.children.get("kube-apiserver")
+    return "running" if child is not None and child.running else "stopped"
+
+
+async def act(cluster: RealCluster, action: str) -> None:
+    """One of `ACTIONS` on `cluster`'s API server, for a process that runs the clusters itself
+    (`cluster up`'s endpoint, `bench chaos --cluster real`); a start of a running one is none."""
+    plane = cluster.control_plane
+    if action == "stop":
+        await plane.children["kube-apiserver"].stop()
+    elif action == "start":
+        if apiserver_state(cluster) == "stopped":
+            await plane.start_apiserver()
+    elif action == "restart":
+        await plane.restart_apiserver()
+    else:
+        raise ValueError(f"no API server action {action!r}: one of {', '.join(ACTIONS)}")
