@@ -76,8 +76,28 @@ async def ttl_deletes(side: Side) -> None:
     await until(gone, within=60, message=f"{side.tier}: the Job and its pod deleted")
 
 
+async def indexed(side: Side) -> None:
+    body = job_body(
+        "train",
+        "succeed after=1s",
+        spec={"completionMode": "Indexed", "completions": 2, "parallelism": 2},
+    )
+    await side.create("batch/v1", "jobs", body)
+    await job_condition(side, "train", "Complete")
+
+
+async def suspended_then_resumed(side: Side) -> None:
+    body = job_body("train", "succeed after=1s", spec={"suspend": True})
+    await side.create("batch/v1", "jobs", body)
+    await job_condition(side, "train", "Suspended")
+    await side.http.patch(side.path("batch/v1", "jobs", "train"), {"spec": {"suspend": False}})
+    await job_condition(side, "train", "Complete")
+
+
 JOBS = [
     Scenario("job-succeeds", job_succeeds),
+    Scenario("indexed-job", indexed),
+    Scenario("suspend-resume", suspended_then_resumed),
     Scenario("exit-code-backoff-0", exit_code_no_retry),
     Scenario("backoff-2-retries", retries),
     Scenario("active-deadline", deadline),

@@ -38,6 +38,7 @@ from launch_agent.sandbox.kube.errors import ApiError
 from launch_agent.sandbox.kube.store import Obj
 
 TRACKING = "batch.kubernetes.io/job-tracking"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 # job_controller.go: `DefaultJobApiBackOff` and `MaxJobApiBackOff`, the re-sync delays after a
 # failed API call (a refused pod create).
 API_BACKOFF, MAX_API_BACKOFF = 1.0, 60.0
@@ -102,6 +103,8 @@ class JobController:
                     self._untrack(ctx, pod)
             return
         succeeded, failed = int(status.get("succeeded", 0)), int(status.get("failed", 0))
+        indexed = spec.get("completionMode") == "Indexed"
+        done_indexes = parse_intervals(status.get("completedIndexes")) if indexed else set()
         policy = spec.get("podFailurePolicy")
         # `onlyReplaceFailedPods`: with a pod failure policy, a pod counts (and is replaced)
         # only once it is Failed, so the policy can read its final conditions and exit codes.
@@ -114,6 +117,9 @@ class JobController:
             if tracked and (phase in ("Succeeded", "Failed") or deleted):
                 if phase == "Succeeded":
                     succeeded += 1
+                    index = completion_index(pod)
+                    if indexed and index is not None:
+                        done_indexes.add(index)
                 else:
                     message, counts = match_pod_failure_policy(policy, pod)
                     if counts:
@@ -132,6 +138,11 @@ class JobController:
             for p in pods
             for cs in (p.get("status") or {}).get("containerStatuses") or []
         )
+        if indexed:
+            # `trackJobStatusAndRemoveFinalizers`: an Indexed Job counts succeeded indexes,
+            # not pods, and lists them in `completedIndexes`.
+            succeeded = len(done_indexes)
+            status["completedIndexes"] = intervals(done_indexes)
         conditions = list(status.get("conditions") or [])
         if spec.get("suspend"):
             # `manageJob` -> `deleteJobPods`: the tracking finalizer goes first, so pods
@@ -224,8 +235,8 @@ class JobController:
             if retry_at is not None and ctx.t < retry_at:
                 ctx.wake_at(retry_at)
             else:
-                for i in range(missing):
-                    if not self._create_pod(ctx, job, len(pods) + i):
+                for index in _next_indexes(job, pods, missing, active, done_indexes):
+                    if not self._create_pod(ctx, job, index):
                         break
                     created += 1
         status.update(
@@ -308,10 +319,10 @@ class JobController:
         """
         template = job["spec"]["template"]
         uid = job["metadata"]["uid"]
-        annotations = {}
         if job["spec"].get("completionMode") == "Indexed":
-            annotations["batch.kubernetes.io/job-completion-index"] = str(index)
-        pod = pod_from_template(template, job, annotations=annotations, finalizers=[TRACKING])
+            pod = _indexed_pod(template, job, index)
+        else:
+            pod = pod_from_template(template, job, finalizers=[TRACKING])
         try:
             created = ctx.create("pods", job["metadata"]["namespace"], pod)
         except ApiError as exc:
@@ -359,6 +370,96 @@ def _interim(job: Obj) -> dict[str, Any] | None:
         if c.get("type") in ("FailureTarget", "SuccessCriteriaMet") and c.get("status") == "True":
             return dict(c)
     return None
+
+
+def _next_indexes(
+    job: Obj, pods: list[Obj], missing: int, active: list[Obj], done: set[int]
+) -> list[int]:
+    """Which pods `manageJob` creates next: a number per pod (its index when Indexed, the
+    lowest indexes neither succeeded nor running, `firstPendingIndexes`)."""
+    if job["spec"].get("completionMode") != "Indexed":
+        return [len(pods) + i for i in range(missing)]
+    running = {completion_index(p) for p in active}
+    completions = int(job["spec"].get("completions") or 0)
+    free = [i for i in range(completions) if i not in done and i not in running]
+    return free[:missing]
+
+
+def _indexed_pod(template: Obj, job: Obj, index: int) -> Obj:
+    """`manageJob` for an Indexed Job (`pkg/controller/job/job_controller.go`,
+    `indexed_job_utils.go`): the index as annotation and label, the env var read from that
+    label, `hostname` `<job>-<index>` and generateName `<job>-<index>-`."""
+    name = job["metadata"]["name"]
+    key = COMPLETION_INDEX
+    pod = pod_from_template(
+        template,
+        job,
+        generate=f"{name}-{index}-",
+        labels={key: str(index)},
+        annotations={key: str(index)},
+        finalizers=[TRACKING],
+    )
+    spec = pod["spec"]
+    spec["hostname"] = f"{name}-{index}"
+    for field in ("initContainers", "containers"):
+        if isinstance(spec.get(field), list):
+            spec[field] = [_with_index_env(c) for c in spec[field]]
+    return pod
+
+
+def _with_index_env(container: Any) -> Any:
+    if not isinstance(container, dict):
+        return container
+    env = list(container.get("env") or [])
+    if any(isinstance(e, dict) and e.get("name") == "JOB_COMPLETION_INDEX" for e in env):
+        return container
+    field_path = f"metadata.labels['{COMPLETION_INDEX}']"
+    env.append(
+        {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+    )
+    return {**container, "env": env}
+
+
+def completion_index(pod: Obj) -> int | None:
+    value = (pod["metadata"].get("annotations") or {}).get(COMPLETION_INDEX)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def parse_intervals(text: Any) -> set[int]:
+    """`parseIndexesFromString`: "0,2-4" -> {0, 2, 3, 4}; what does not parse is skipped."""
+    out: set[int] = set()
+    for part in str(text or "").split(","):
+        first, _, last = part.partition("-")
+        try:
+            lo = int(first)
+            hi = int(last) if last else lo
+        except ValueError:
+            continue
+        out.update(range(lo, hi + 1))
+    return out
+
+
+def intervals(indexes: set[int]) -> str:
+    """`orderedIntervals.String`: runs of three or more as `a-b`, a run of two as `a,b`."""
+    parts: list[str] = []
+    ordered = sorted(indexes)
+    start = 0
+    while start < len(ordered):
+        end = start
+        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
+            end += 1
+        first, last = ordered[start], ordered[end]
+        if last == first:
+            parts.append(str(first))
+        elif last == first + 1:
+            parts.append(f"{first},{last}")
+        else:
+            parts.append(f"{first}-{last}")
+        start = end + 1
+    return ",".join(parts)
 
 
 def _delete_pod(ctx: Ctx, job: Obj, pod: Obj) -> None:

@@ -65,6 +65,13 @@ def default_pod_spec(spec: dict[str, Any], path: str, *, job: bool) -> Causes:
             container.setdefault("terminationMessagePath", "/dev/termination-log")
             container.setdefault("terminationMessagePolicy", "File")
             container.setdefault("resources", {})
+            for env in container.get("env") or []:
+                ref = (
+                    (env.get("valueFrom") or {}).get("fieldRef") if isinstance(env, dict) else None
+                )
+                if isinstance(ref, dict):
+                    # `SetDefaults_ObjectFieldSelector` (pkg/apis/core/v1/defaults.go).
+                    ref.setdefault("apiVersion", "v1")
     return causes
 
 
@@ -234,7 +241,12 @@ _JOB_OMITTED_WHEN_ZERO = ("active", "succeeded", "failed")
 
 
 def _job_status(status: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in status.items() if not (k in _JOB_OMITTED_WHEN_ZERO and v == 0)}
+    return {
+        k: v
+        for k, v in status.items()
+        if not (k in _JOB_OMITTED_WHEN_ZERO and v == 0)
+        and not (k == "completedIndexes" and v == "")
+    }
 
 
 def _pod_status(status: dict[str, Any]) -> dict[str, Any]:

@@ -306,6 +306,62 @@ async def test_suspend_and_resume(
     assert pods(kube) == []
 
 
+INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def indexes(kube: KubeApiServer, *phases: str) -> list[str]:
+    return sorted(
+        p["metadata"]["labels"][INDEX]
+        for p in pods(kube)
+        if not phases or p["status"].get("phase") in phases
+    )
+
+
+async def test_indexed_job_runs_the_lowest_free_indexes_and_lists_them_completed(
+    kube: KubeApiServer, cluster: SimulatedCluster
+) -> None:
+    # As kube-controller-manager 1.37 does (checked on the real tier by test_compare's
+    # `indexed-job`): each pod labelled and annotated with its index, its hostname and env
+    # var from it, and the Job's status counting indexes.
+    cluster.script("run=ix", "succeed after=10s")
+    body = job_body(labels={"run": "ix"}, completionMode="Indexed", completions=3, parallelism=2)
+    kube.objects.create("jobs", body)
+    cluster.step()
+    assert indexes(kube) == ["0", "1"]
+    zero = next(p for p in pods(kube) if p["metadata"]["labels"][INDEX] == "0")
+    assert zero["metadata"]["annotations"][INDEX] == "0"
+    assert zero["metadata"]["generateName"] == "job-a-0-"
+    assert zero["spec"]["hostname"] == "job-a-0"
+    assert zero["spec"]["containers"][0]["env"] == [
+        {
+            "name": "JOB_COMPLETION_INDEX",
+            "valueFrom": {
+                "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.labels['{INDEX}']"}
+            },
+        }
+    ]
+    cluster.advance(11)
+    assert indexes(kube, "Succeeded") == ["0", "1"]
+    assert indexes(kube, "Pending", "Running") == ["2"]
+    assert job(kube)["status"]["completedIndexes"] == "0,1"
+    cluster.advance(11)
+    status = job(kube)["status"]
+    assert conditions(job(kube))["Complete"][0] == "True"
+    assert (status["completedIndexes"], status["succeeded"]) == ("0-2", 3)
+
+
+async def test_indexed_job_creates_a_failed_index_again_as_itself(
+    kube: KubeApiServer, cluster: SimulatedCluster
+) -> None:
+    cluster.script(f"{INDEX}=1", "fail after=1s")
+    body = job_body(completionMode="Indexed", completions=2, parallelism=2, backoffLimit=1)
+    kube.objects.create("jobs", body)
+    cluster.advance(2)
+    assert indexes(kube, "Failed") == ["1"]
+    cluster.advance(11)  # after the Job controller's 10-s back-off
+    assert indexes(kube) == ["0", "1", "1"]
+
+
 async def test_ttl_after_finished_deletes_job_and_pods(
     kube: KubeApiServer, cluster: SimulatedCluster
 ) -> None:
