@@ -194,6 +194,9 @@ class NodeSimulator:
             "pass_errors": 0,
         }
         self._event_storage = self.store.rt("events").storage
+        # Writes being retried (pod uid, verb) -> failures so far: a worker stopped for 30 s
+        # would otherwise log every retry of every pod on it.
+        self._failing: dict[tuple[str, str], int] = {}
         self._pending_events: list[Obj] = []
         # Pod writes that failed for a reason a retry can cure (a timeout, a 429 or 5xx of a
         # loaded API server), sent again before the next pass's: the mirror already holds the
@@ -285,6 +288,10 @@ class NodeSimulator:
         self._report_problems()
         # A status for a pod the mirror no longer holds (deleted since) has no one to wait for.
         retried = [i for i in self._retry if i.verb != "status" or self._holds(i)]
+        kept = {id(i) for i in retried}
+        for gone in self._retry:
+            if id(gone) not in kept:
+                self._failing.pop((gone.uid, gone.verb), None)
         self._retry = []
         self.stats["write_retries"] += len(retried)
         await self._flush(retried + intents)
@@ -345,12 +352,14 @@ class NodeSimulator:
                     options["gracePeriodSeconds"] = 0
                 await self.http.delete(path, options)
                 self.stats["deletes"] += 1
+            self._recovered(intent)
             return True
         except ApiError as exc:
             # 404 / 409: the pod is gone or is another pod of the same name by now. A 429 or
             # 5xx is the server's load, which a retry cures; another refusal would only repeat.
             if exc.status == 429 or exc.status >= 500:
                 return self._failed(intent, exc)
+            self._failing.pop((intent.uid, intent.verb), None)
             if exc.status not in (404, 409):
                 self.stats["write_errors"] += 1
                 log.warning(
@@ -370,14 +379,28 @@ class NodeSimulator:
 
     def _failed(self, intent: Intent, exc: Exception) -> bool:
         self.stats["write_errors"] += 1
-        log.warning(
-            "node simulator: %s of pod %s/%s (retried): %s",
-            intent.verb,
-            intent.namespace,
-            intent.name,
-            exc,
-        )
+        key = (intent.uid, intent.verb)
+        self._failing[key] = self._failing.get(key, 0) + 1
+        if self._failing[key] == 1:
+            log.warning(
+                "node simulator: %s of pod %s/%s failed, retrying until it is taken: %s",
+                intent.verb,
+                intent.namespace,
+                intent.name,
+                exc,
+            )
         return False
+
+    def _recovered(self, intent: Intent) -> None:
+        failures = self._failing.pop((intent.uid, intent.verb), 0)
+        if failures:
+            log.warning(
+                "node simulator: %s of pod %s/%s taken after %d failure(s)",
+                intent.verb,
+                intent.namespace,
+                intent.name,
+                failures,
+            )
 
     async def _send_event(self, event: Obj) -> None:
         meta = event["metadata"]

@@ -16,6 +16,8 @@ import contextlib
 import time
 from pathlib import Path
 
+import pytest
+
 from launch_agent.realcluster.kubehttp import Credentials, KubeHTTP
 from launch_agent.realcluster.nodes import NodeSimulator
 from launch_agent.sandbox.cluster.nodes import Node
@@ -39,7 +41,9 @@ def pod(name: str, outcome: str) -> dict[str, object]:
     }
 
 
-async def test_a_pod_status_the_server_failed_to_take_is_sent_again() -> None:
+async def test_a_pod_status_the_server_failed_to_take_is_sent_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async with KubeApiServer() as kube, KubeHTTP(Credentials(server=kube.url)) as http:
         sim = NodeSimulator(
             http,
@@ -67,6 +71,11 @@ async def test_a_pod_status_the_server_failed_to_take_is_sent_again() -> None:
                 await runner
     assert rule.fired == 3
     assert sim.stats["write_retries"] >= 1, sim.stats
+    # Said once while it fails and once when it is taken, not at every retry.
+    said = [r.getMessage() for r in caplog.records if "pod default/p" in r.getMessage()]
+    assert len(said) == 2, said
+    assert "failed, retrying until it is taken: HTTP 503" in said[0], said
+    assert said[1].endswith("taken after 3 failure(s)"), said
     [container] = status["containerStatuses"]
     assert container["state"]["terminated"]["exitCode"] == 3
 
