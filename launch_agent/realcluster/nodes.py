@@ -469,7 +469,9 @@ class NodeSimulator:
             live = set()
             for pod in items:
                 live.add((pod["metadata"]["namespace"], pod["metadata"]["name"]))
-                await handle("MODIFIED", pod)
+                # A list's items carry no apiVersion and kind (kube-apiserver sets them on the
+                # list only, for every built-in type), and the mirror's writes need them.
+                await handle("MODIFIED", {"apiVersion": "v1", "kind": "Pod", **pod})
             for pod in self.store.list(rt, None):
                 key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
                 if key not in live:

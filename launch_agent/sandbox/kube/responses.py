@@ -68,6 +68,16 @@ def out(rt: ResourceType, obj: Obj) -> Obj:
     return {**obj, "apiVersion": rt.api_version}
 
 
+def listed(rt: ResourceType, obj: Obj) -> Obj:
+    """An item as a list serves it. kube-apiserver encodes a built-in type's list from Go
+    structs whose items' TypeMeta is empty (`omitempty`), so they carry no apiVersion or kind;
+    a custom resource's items are unstructured and keep theirs. A client that reads `kind` off
+    a listed Pod breaks on a real cluster and must not pass here."""
+    if rt.is_custom:
+        return obj
+    return {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+
+
 def truthy(value: str | None) -> bool:
     return (value or "").lower() in ("true", "1")
 

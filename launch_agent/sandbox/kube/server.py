@@ -37,6 +37,7 @@ from launch_agent.sandbox.kube.responses import (
     dry_run,
     error_response,
     json_response,
+    listed,
     out,
     truthy,
 )
@@ -309,7 +310,7 @@ class KubeApp:
                 "kind": f"{t.rt.kind}List",
                 "apiVersion": t.rt.api_version,
                 "metadata": metadata,
-                "items": [out(t.rt, o) for o in page],
+                "items": [listed(t.rt, out(t.rt, o)) for o in page],
             }
         )
 
@@ -399,7 +400,7 @@ class KubeApp:
                     "kind": f"{t.rt.kind}List",
                     "apiVersion": t.rt.api_version,
                     "metadata": {"resourceVersion": str(self.store.rv)},
-                    "items": deleted,
+                    "items": [listed(t.rt, o) for o in deleted],
                 }
             )
         obj, code = self.store.delete(

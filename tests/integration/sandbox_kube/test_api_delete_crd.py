@@ -160,6 +160,21 @@ async def test_delete_preconditions_and_responses(
     assert deleted.metadata.name == "p"  # pods answer with the deleted object
 
 
+async def test_listed_built_in_items_carry_no_apiversion_or_kind(kube: KubeApiServer) -> None:
+    # As kube-apiserver 1.37 serves a built-in type's list (checked against it: the items'
+    # TypeMeta is empty and omitted), and as the deletecollection response lists what went.
+    kube.objects.create("configmaps", {"metadata": {"name": "a"}})
+    async with aiohttp.ClientSession() as http:
+        path = f"{kube.url}/api/v1/namespaces/default/configmaps"
+        async with http.get(path) as resp:
+            listed = await resp.json()
+        async with http.delete(path) as resp:
+            deleted = await resp.json()
+    assert (listed["apiVersion"], listed["kind"]) == ("v1", "ConfigMapList")
+    assert [sorted(i) for i in listed["items"]] == [["metadata"]]
+    assert [sorted(i) for i in deleted["items"]] == [["metadata"]]
+
+
 async def test_deletecollection_with_selector(kube: KubeApiServer, core: client.CoreV1Api) -> None:
     for i in range(4):
         await core.create_namespaced_pod(
@@ -251,6 +266,11 @@ async def test_missing_crd_is_404_until_posted(
         "kubeflow.org", "v1", "default", "pytorchjobs", label_selector="run=1"
     )
     assert listed["kind"] == "PyTorchJobList" and len(listed["items"]) == 1
+    # A custom resource's listed items are unstructured: they keep apiVersion and kind.
+    assert (listed["items"][0]["apiVersion"], listed["items"][0]["kind"]) == (
+        "kubeflow.org/v1",
+        "PyTorchJob",
+    )
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{kube.url}/apis/kubeflow.org/v1") as resp:
             names = {r["name"] for r in (await resp.json())["resources"]}
