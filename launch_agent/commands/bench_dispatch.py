@@ -73,7 +73,7 @@ def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     parser.add_argument(
         "--client-in-flight",
-        default="8,16,32",
+        default="8,16,32,64",
         metavar="N[,N...]",
         help="--cluster real: requests in flight of the plain client, each tried (default:"
         " %(default)s)",
