@@ -307,6 +307,7 @@ REAL_ROWS: tuple[tuple[str, str | tuple[str, str], str | tuple[str, str] | None]
         "server_cpu_seconds_dispatch",
         "server_cpu_seconds_dispatch",
     ),
+    ("W&B server + watch CPU seconds", "harness_cpu_seconds_dispatch", None),
     ("peak RSS, agent process (MB)", "peak_rss_mb", None),
     ("peak RSS, process tree (MB)", "peak_tree_rss_mb", None),
 )
