@@ -13,7 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from launch_agent.demo import bench_real
+from launch_agent.demo.apimetrics import MetricsError
 from launch_agent.demo.bench_runs import measure_dispatch, measure_tracking
 from launch_agent.demo.dispatch import BenchError
 from launch_agent.demo.launchers import (
@@ -157,7 +160,7 @@ def _bench_real(args: argparse.Namespace, in_flight: list[int]) -> int:
     rows, skipped = _real_rows(args.skip_reference)
     try:
         found = asyncio.run(bench_real.run(bins, rows, args.runs, in_flight, _say))
-    except (BenchError, StartError, ApiError) as exc:
+    except (BenchError, StartError, ApiError, MetricsError, aiohttp.ClientError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     results: dict[str, Any] = {"benchmark": "dispatch", "cluster": "real", "runs": args.runs}

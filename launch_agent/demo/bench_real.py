@@ -122,12 +122,12 @@ class RealBench:
             "started_seconds": round(self.started_seconds, 1),
         }
 
-    def server_cpu(self) -> float:
-        """CPU seconds kube-apiserver and etcd have used so far."""
+    async def server_cpu(self) -> float:
+        """CPU seconds kube-apiserver and etcd have used so far (from `/proc`, in a thread)."""
         total = 0.0
         for name in SERVERS:
             process = self.control_plane.children[name].process
-            sample = read_process(process.pid) if process is not None else None
+            sample = await asyncio.to_thread(read_process, process.pid) if process else None
             total += sample.cpu_seconds if sample is not None else 0.0
         return total
 
@@ -170,7 +170,7 @@ class RealBench:
     ) -> dict[str, Any]:
         runs = len(items)
         before = await self.requests()
-        server_cpu, own_cpu = self.server_cpu(), time.process_time()
+        server_cpu, own_cpu = await self.server_cpu(), time.process_time()
         self.say(f"{launcher.name}: {runs} items queued; starting the agent")
         spawned_wall = time.time()
         agent = await spawn(launcher, stage, scratch)
@@ -179,7 +179,7 @@ class RealBench:
                 f"{runs} Jobs", lambda: len(creates.times) >= runs, 120 + runs / 2, agent
             )
             t_last = max(creates.times.values()) - spawned_wall
-            server_cpu = self.server_cpu() - server_cpu
+            server_cpu = await self.server_cpu() - server_cpu
             own_cpu = time.process_time() - own_cpu
             usage = await agent.sample()
             await wait_for(
@@ -223,9 +223,10 @@ class RealBench:
     async def measure_client(self, runs: int, in_flight: int) -> dict[str, Any]:
         namespace = await self.namespace(f"bench-client-{in_flight}")
         before = await self.requests()
-        server_cpu, own_cpu = self.server_cpu(), time.process_time()
+        server_cpu, own_cpu = await self.server_cpu(), time.process_time()
         took, lat = await post_jobs(self.control_plane, namespace, runs, in_flight)
-        server_cpu, own_cpu = self.server_cpu() - server_cpu, time.process_time() - own_cpu
+        server_cpu = await self.server_cpu() - server_cpu
+        own_cpu = time.process_time() - own_cpu
         kube, upkeep = clients_only(started_between(await self.requests(), before))
         listed = await self.http.get(path_of("batch/v1", "jobs", namespace))
         created = len(listed.get("items") or [])
