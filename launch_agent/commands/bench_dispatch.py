@@ -85,19 +85,20 @@ def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "--track-runs",
         type=int,
         default=10_000,
-        help="running runs for the tracking and restart runs; 0 skips them (default: %(default)s)",
+        help="running runs for the tracking and restart runs; 0 skips them; sandbox only"
+        " (default: %(default)s)",
     )
     parser.add_argument(
         "--idle-seconds",
         type=float,
         default=60.0,
-        help="idle window after the runs finished (default: %(default)s)",
+        help="idle window after the runs finished; sandbox only (default: %(default)s)",
     )
     parser.add_argument(
         "--window-seconds",
         type=float,
         default=60.0,
-        help="measurement window of the tracking run (default: %(default)s)",
+        help="measurement window of the tracking run; sandbox only (default: %(default)s)",
     )
     parser.set_defaults(handler=_bench)
 
