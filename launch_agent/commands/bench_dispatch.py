@@ -13,9 +13,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
+from launch_agent.demo import bench_real
+from launch_agent.demo.apimetrics import MetricsError
 from launch_agent.demo.bench_runs import measure_dispatch, measure_tracking
 from launch_agent.demo.dispatch import BenchError
-from launch_agent.demo.launchers import OURS, REFERENCE, our_spec, reference_spec, reference_wandb
+from launch_agent.demo.launchers import (
+    OURS,
+    REFERENCE,
+    our_spec,
+    ours,
+    reference_spec,
+    reference_wandb,
+)
+from launch_agent.realcluster.bins import Binaries, MissingBinaries
+from launch_agent.realcluster.kubehttp import ApiError
+from launch_agent.realcluster.processes import StartError
 
 DESCRIPTION = """\
 Measure dispatch: N runs (single-pod Jobs) queued before the agent starts, each agent in a
@@ -30,6 +44,15 @@ The reference is `wandb launch-agent` 0.31.0 from .venv-reference (`make test-re
 creates it; $LAUNCH_AGENT_REFERENCE_WANDB names another wandb executable), with max_jobs -1
 and builder noop. Without it the reference is skipped with a note and ours still runs.
 Benchmarks print numbers; they never fail on a threshold. Expect several minutes with the defaults.
+
+--cluster real: the same dispatch against the upstream kube-apiserver (`make cluster-bins`
+builds it; a missing binary is an error). One control plane of etcd and kube-apiserver only
+(no controllers, scheduler or nodes: Jobs stay as created) for the whole invocation; each agent
+in a fresh namespace with a fresh W&B server, timed by a watch on its Jobs and counted by
+kube-apiserver's /metrics; then a third row, a plain client POSTing the same N Jobs with
+--client-in-flight requests in flight (the best of those tried): the create rate this
+machine's API server takes. The completion, idle, tracking and restart phases are sandbox
+only (--track-runs, --idle-seconds and --window-seconds are ignored).
 """
 
 
@@ -46,22 +69,36 @@ def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser.add_argument("--json", metavar="FILE", help="also write the results here as JSON")
     parser.add_argument("--skip-reference", action="store_true", help="measure only our agent")
     parser.add_argument(
+        "--cluster",
+        choices=("sandbox", "real"),
+        default="sandbox",
+        help="the loopback sandbox, or the upstream kube-apiserver (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--client-in-flight",
+        default="8,16,32,64",
+        metavar="N[,N...]",
+        help="--cluster real: requests in flight of the plain client, each tried (default:"
+        " %(default)s)",
+    )
+    parser.add_argument(
         "--track-runs",
         type=int,
         default=10_000,
-        help="running runs for the tracking and restart runs; 0 skips them (default: %(default)s)",
+        help="running runs for the tracking and restart runs; 0 skips them; sandbox only"
+        " (default: %(default)s)",
     )
     parser.add_argument(
         "--idle-seconds",
         type=float,
         default=60.0,
-        help="idle window after the runs finished (default: %(default)s)",
+        help="idle window after the runs finished; sandbox only (default: %(default)s)",
     )
     parser.add_argument(
         "--window-seconds",
         type=float,
         default=60.0,
-        help="measurement window of the tracking run (default: %(default)s)",
+        help="measurement window of the tracking run; sandbox only (default: %(default)s)",
     )
     parser.set_defaults(handler=_bench)
 
@@ -70,7 +107,25 @@ def _say(text: str) -> None:
     print(f"# {text}", file=sys.stderr, flush=True)
 
 
+def _in_flight(text: str) -> list[int] | None:
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        return None
+    return values if values and all(v >= 1 for v in values) else None
+
+
 def _bench(args: argparse.Namespace) -> int:
+    in_flight = _in_flight(args.client_in_flight)
+    if in_flight is None:
+        print(
+            "error: --client-in-flight must be positive integers separated by commas, got"
+            f" {args.client_in_flight!r}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.cluster == "real":
+        return _bench_real(args, in_flight)
     for flag, value in (("--runs", args.runs), ("--track-runs", args.track_runs + 1)):
         if value < 1:
             print(f"error: {flag} must be at least 1, got {value}", file=sys.stderr)
@@ -92,6 +147,56 @@ def _bench(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
         print(f"\nresults written to {args.json}")
     return 0
+
+
+def _bench_real(args: argparse.Namespace, in_flight: list[int]) -> int:
+    if args.runs < 1:
+        print(f"error: --runs must be at least 1, got {args.runs}", file=sys.stderr)
+        return 2
+    try:
+        bins = Binaries.find()
+    except MissingBinaries as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    rows, skipped = _real_rows(args.skip_reference)
+    try:
+        found = asyncio.run(bench_real.run(bins, rows, args.runs, in_flight, _say))
+    except (BenchError, StartError, ApiError, MetricsError, aiohttp.ClientError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    results: dict[str, Any] = {"benchmark": "dispatch", "cluster": "real", "runs": args.runs}
+    results |= found
+    if skipped:
+        results["reference"] = {"skipped": skipped}
+    ours, ref = results["ours"], results["reference"]
+    if "runs_per_second" in ref:
+        results["throughput_ratio"] = round(ours["runs_per_second"] / ref["runs_per_second"], 1)
+    results["of_client_rate"] = {
+        key: round(results[key]["runs_per_second"] / results["client"]["runs_per_second"], 3)
+        for key in ("ours", "reference")
+        if "runs_per_second" in results[key]
+    }
+    _print_real(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        print(f"\nresults written to {args.json}")
+    return 0
+
+
+def _real_rows(skip_reference: bool) -> tuple[list[bench_real.AgentRow], str]:
+    rows = [bench_real.AgentRow("ours", ours, lambda namespace: our_spec())]
+    if skip_reference:
+        return rows, "--skip-reference"
+    wandb_cli = reference_wandb()
+    if not wandb_cli.exists():
+        why = (
+            f"{wandb_cli} is missing: `make test-reference` creates .venv-reference"
+            " (wandb 0.31.0 with its launch extras)"
+        )
+        _say(f"reference agent skipped: {why}")
+        return rows, why
+    rows.append(bench_real.AgentRow("reference", lambda namespace: REFERENCE, reference_spec))
+    return rows, ""
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
@@ -185,3 +290,58 @@ def _print(results: dict[str, Any]) -> None:
             f"  W&B requests/min, every run started 2 h ago: "
             f"{restart['aged_wandb_requests_per_minute']} {restart['aged_wandb_operations']}"
         )
+
+
+# (label, key in an agent's result, key in the plain client's) on the real API server.
+REAL_ROWS: tuple[tuple[str, str | tuple[str, str], str | tuple[str, str] | None], ...] = (
+    ("runs/s, enqueue -> Job created", "runs_per_second", "runs_per_second"),
+    ("runs/s, first -> last Job", "runs_per_second_first_to_last", None),
+    ("agent start -> first pop (s)", "seconds_to_first_pop", None),
+    ("start -> last Job (s)", "seconds_to_last_create", "seconds_to_last_create"),
+    ("pop -> create p50 (ms)", ("pop_to_create_ms", "p50"), None),
+    ("pop -> create p99 (ms)", ("pop_to_create_ms", "p99"), None),
+    ("POST Job request p50 (ms)", "", ("request_ms", "p50")),
+    ("POST Job request p99 (ms)", "", ("request_ms", "p99")),
+    ("W&B requests per run", "wandb_requests_per_run", None),
+    ("Kubernetes requests per run", "kube_requests_per_run", "kube_requests_per_run"),
+    ("CPU seconds, start -> last Job", "cpu_seconds_dispatch", "cpu_seconds_dispatch"),
+    ("CPU ms per run", "cpu_ms_per_run", "cpu_ms_per_run"),
+    (
+        "kube-apiserver + etcd CPU seconds",
+        "server_cpu_seconds_dispatch",
+        "server_cpu_seconds_dispatch",
+    ),
+    ("W&B server + watch CPU seconds", "harness_cpu_seconds_dispatch", None),
+    ("peak RSS, agent process (MB)", "peak_rss_mb", None),
+    ("peak RSS, process tree (MB)", "peak_tree_rss_mb", None),
+)
+
+
+def _real_cell(result: dict[str, Any], key: str | tuple[str, str] | None) -> str:
+    if "skipped" in result:
+        return "skipped"
+    if not key:
+        return "-"
+    return _cell(result, key)
+
+
+def _print_real(results: dict[str, Any]) -> None:
+    ours, ref, client = results["ours"], results["reference"], results["client"]
+    cluster = results["cluster"]
+    print(
+        f"dispatch on the real API server ({', '.join(cluster['versions'])}; running:"
+        f" {', '.join(cluster['processes'])}), {results['runs']} single-pod Jobs"
+    )
+    width = max(len(label) for label, _, _ in REAL_ROWS)
+    print(f"{'':<{width}}  {'launch-agent':>14}  {'wandb 0.31.0':>14}  {'plain client':>14}")
+    for label, key, client_key in REAL_ROWS:
+        cells = (_real_cell(ours, key), _real_cell(ref, key), _real_cell(client, client_key))
+        print(f"{label:<{width}}  " + "  ".join(f"{c:>14}" for c in cells))
+    tries = ", ".join(f"{t['in_flight']}: {t['runs_per_second']}" for t in client["tries"])
+    print(f"plain client: {client['in_flight']} requests in flight (runs/s by in flight: {tries})")
+    if "throughput_ratio" in results:
+        print(f"throughput, ours / reference: {results['throughput_ratio']}x")
+    for key, share in results["of_client_rate"].items():
+        print(f"{key}: {share:.1%} of the plain client's create rate")
+    if "skipped" in ref:
+        print(f"reference: skipped ({ref['skipped']})")

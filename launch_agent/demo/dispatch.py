@@ -30,11 +30,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from launch_agent.demo.procstat import TreeSampler
 from launch_agent.demo.world import SandboxWorld
-from launch_agent.sandbox.wandb import ItemState, RunQueueItem
+from launch_agent.sandbox.wandb import ItemState, LaunchState, RunQueueItem, WandbServer
 
 WANDB_RUN_ID = "wandb.ai/run-id"
 ITEM_ANNOTATION = "launch-agent.io/run-queue-item-id"
@@ -59,16 +59,30 @@ def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: v for k, v in sorted(out.items()) if v}
 
 
+class AgentStage(Protocol):
+    """What an agent is started against: a W&B server and a kubeconfig (the sandbox's
+    `SandboxWorld`, or the real API server's stage in `bench_real`)."""
+
+    @property
+    def wandb(self) -> WandbServer: ...
+
+    @property
+    def state(self) -> LaunchState: ...
+
+    @property
+    def kubeconfig(self) -> Path: ...
+
+
 @dataclass
 class AgentLauncher:
-    """How to run one agent: argv and environment, given the sandbox and a scratch dir."""
+    """How to run one agent: argv and environment, given its stage and a scratch dir."""
 
     name: str
-    command: Callable[[SandboxWorld, Path], tuple[list[str], dict[str, str]]]
+    command: Callable[[AgentStage, Path], tuple[list[str], dict[str, str]]]
     # How many finished Jobs the agent is done with, from the sandbox and the agent's log:
     # ours logs each run's terminal state; the reference deletes the run's API-key Secret.
     finished: Callable[[SandboxWorld, str], int]
-    graceful_stop: Callable[[SandboxWorld, asyncio.subprocess.Process], Awaitable[None]]
+    graceful_stop: Callable[[AgentStage, asyncio.subprocess.Process], Awaitable[None]]
 
 
 @dataclass
@@ -148,7 +162,7 @@ class AgentProcess:
             return ""
 
 
-async def spawn(launcher: AgentLauncher, world: SandboxWorld, scratch: Path) -> AgentProcess:
+async def spawn(launcher: AgentLauncher, world: AgentStage, scratch: Path) -> AgentProcess:
     argv, env = await asyncio.to_thread(launcher.command, world, scratch)
     log_path = scratch / f"{launcher.name}.log"
 

@@ -7,6 +7,10 @@
   `make test-reference`; `LAUNCH_AGENT_REFERENCE_WANDB` names another `wandb` executable),
   `--max-jobs -1`, config `builder: {type: noop}` (the Helm chart's default), a fresh HOME
   and W&B directories, the kubeconfig in `~/.kube/config`.
+
+Both run in the `default` namespace, or (`ours(namespace)`, `reference_spec(namespace)`) in
+another: `bench dispatch --cluster real` gives each agent a fresh namespace of the same API
+server.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from launch_agent.demo.dispatch import AgentLauncher
+from launch_agent.demo.dispatch import AgentLauncher, AgentStage
 from launch_agent.demo.world import SandboxWorld
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +54,12 @@ JOB = {
 
 
 def job_queue_spec(
-    name: str, queue: str, overridable: list[str], *, ttl_seconds: int | None = None
+    name: str,
+    queue: str,
+    overridable: list[str],
+    *,
+    ttl_seconds: int | None = None,
+    namespace: str = "default",
 ) -> str:
     """A queue spec serving `queue` with small Jobs: what the benchmarks' agents run.
 
@@ -65,7 +75,7 @@ metadata:
   name: {name}
 spec:
   queues: [{queue}]
-  namespace: default
+  namespace: {namespace}
   template:
     apiVersion: batch/v1
     kind: Job
@@ -85,11 +95,13 @@ QUEUE_GRANTS = ["overrides.args", "overrides.run_config"]
 QUEUE_SPEC = job_queue_spec("bench", QUEUE, QUEUE_GRANTS)
 
 
-def reference_spec() -> dict[str, Any]:
-    """The runSpec of the reference note: docker image, resource_args = the Job."""
+def reference_spec(namespace: str | None = None) -> dict[str, Any]:
+    """The runSpec of the reference note: docker image, resource_args = the Job (in
+    `namespace`, which the reference reads from the Job's metadata; else its default)."""
+    job = JOB if namespace is None else {**JOB, "metadata": {"namespace": namespace}}
     return {
         "resource": "kubernetes",
-        "resource_args": {"kubernetes": JOB},
+        "resource_args": {"kubernetes": job},
         "docker": {"docker_image": IMAGE},
         "job": None,
         "uri": None,
@@ -126,27 +138,34 @@ def _base_env() -> dict[str, str]:
     return env
 
 
-def _ours_command(world: SandboxWorld, scratch: Path) -> tuple[list[str], dict[str, str]]:
-    specs = scratch / "queue-specs"
-    specs.mkdir(exist_ok=True)
-    (specs / "bench.yaml").write_text(QUEUE_SPEC, encoding="utf-8")
-    config = scratch / "launch-config.yaml"
-    config.write_text(
-        f"queues: [{QUEUE}]\nentity: {ENTITY}\nmax_jobs: -1\nagent_name: {AGENT_NAME}\n"
-        f"base_url: {world.wandb.url}\nqueue_specs_dir: {specs}\nnamespaces: [default]\n"
-        "health: {host: 127.0.0.1, port: 0}\n",
-        encoding="utf-8",
-    )
-    argv = [
-        str(Path(sys.executable).parent / "launch-agent"),
-        "run",
-        "--config",
-        str(config),
-        "--kubeconfig",
-        str(world.kubeconfig),
-    ]
-    env = _base_env() | {"WANDB_API_KEY": world.wandb.api_key, "HOME": str(scratch)}
-    return argv, env
+def _ours_command(
+    namespace: str,
+) -> Callable[[AgentStage, Path], tuple[list[str], dict[str, str]]]:
+    spec = job_queue_spec("bench", QUEUE, QUEUE_GRANTS, namespace=namespace)
+
+    def command(world: AgentStage, scratch: Path) -> tuple[list[str], dict[str, str]]:
+        specs = scratch / "queue-specs"
+        specs.mkdir(exist_ok=True)
+        (specs / "bench.yaml").write_text(spec, encoding="utf-8")
+        config = scratch / "launch-config.yaml"
+        config.write_text(
+            f"queues: [{QUEUE}]\nentity: {ENTITY}\nmax_jobs: -1\nagent_name: {AGENT_NAME}\n"
+            f"base_url: {world.wandb.url}\nqueue_specs_dir: {specs}\n"
+            f"namespaces: [{namespace}]\nhealth: {{host: 127.0.0.1, port: 0}}\n",
+            encoding="utf-8",
+        )
+        argv = [
+            str(Path(sys.executable).parent / "launch-agent"),
+            "run",
+            "--config",
+            str(config),
+            "--kubeconfig",
+            str(world.kubeconfig),
+        ]
+        env = _base_env() | {"WANDB_API_KEY": world.wandb.api_key, "HOME": str(scratch)}
+        return argv, env
+
+    return command
 
 
 def _ours_finished(world: SandboxWorld, log: str) -> int:
@@ -154,11 +173,11 @@ def _ours_finished(world: SandboxWorld, log: str) -> int:
     return log.count("-> succeeded")
 
 
-async def _sigterm(world: SandboxWorld, process: asyncio.subprocess.Process) -> None:
+async def _sigterm(world: AgentStage, process: asyncio.subprocess.Process) -> None:
     process.terminate()
 
 
-def _reference_command(world: SandboxWorld, scratch: Path) -> tuple[list[str], dict[str, str]]:
+def _reference_command(world: AgentStage, scratch: Path) -> tuple[list[str], dict[str, str]]:
     home = scratch / "home"
     (home / ".kube").mkdir(parents=True, exist_ok=True)
     (home / ".kube" / "config").write_bytes(world.kubeconfig.read_bytes())
@@ -196,13 +215,18 @@ def _reference_finished(world: SandboxWorld, log: str) -> int:
     return jobs - left
 
 
-async def _stop_polling(world: SandboxWorld, process: asyncio.subprocess.Process) -> None:
+async def _stop_polling(world: AgentStage, process: asyncio.subprocess.Process) -> None:
     """W&B's own graceful stop for the reference agent: `stopPolling` on its next tick."""
     for agent in world.state.agents.values():
         world.state.set_stop_polling(agent.id)
 
 
-OURS = AgentLauncher("launch-agent", _ours_command, _ours_finished, _sigterm)
+def ours(namespace: str = "default") -> AgentLauncher:
+    """Our agent, serving `namespace` (its queue spec's and its configuration's)."""
+    return AgentLauncher("launch-agent", _ours_command(namespace), _ours_finished, _sigterm)
+
+
+OURS = ours()
 REFERENCE = AgentLauncher(
     "wandb-launch-agent", _reference_command, _reference_finished, _stop_polling
 )

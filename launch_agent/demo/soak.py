@@ -36,7 +36,13 @@ from typing import Any
 
 import aiohttp
 
-from launch_agent.demo.dispatch import AgentLauncher, AgentProcess, BenchError, spawn
+from launch_agent.demo.dispatch import (
+    AgentLauncher,
+    AgentProcess,
+    AgentStage,
+    BenchError,
+    spawn,
+)
 from launch_agent.demo.launchers import (
     AGENT_NAME,
     ENTITY,
@@ -114,7 +120,7 @@ def free_port() -> int:
 def soak_launcher(port: int, ttl_seconds: int) -> AgentLauncher:
     """`launch-agent run` as the dispatch benchmark starts it, with a known health port."""
 
-    def command(world: SandboxWorld, scratch: Path) -> tuple[list[str], dict[str, str]]:
+    def command(world: AgentStage, scratch: Path) -> tuple[list[str], dict[str, str]]:
         specs = scratch / "queue-specs"
         specs.mkdir(exist_ok=True)
         spec = job_queue_spec("bench", QUEUE, QUEUE_GRANTS, ttl_seconds=ttl_seconds)
@@ -140,7 +146,7 @@ def soak_launcher(port: int, ttl_seconds: int) -> AgentLauncher:
         env |= {"WANDB_API_KEY": world.wandb.api_key, "HOME": str(scratch)}
         return argv, env
 
-    async def sigterm(world: SandboxWorld, process: asyncio.subprocess.Process) -> None:
+    async def sigterm(world: AgentStage, process: asyncio.subprocess.Process) -> None:
         process.terminate()
 
     return AgentLauncher("launch-agent", command, lambda w, log: 0, sigterm)

@@ -97,7 +97,10 @@ class ControlPlane:
     def _log(self, name: str) -> Path:
         return self.directory / "logs" / f"{name}.log"
 
-    async def start(self) -> None:
+    async def start(self, *, controllers: bool = True) -> None:
+        """etcd and kube-apiserver, then (`controllers`) kube-controller-manager and
+        kube-scheduler; without them nothing acts on what is created (`bench dispatch --cluster
+        real` measures the API server's create rate alone)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self.pki = pki.create(self.directory / "pki", SERVICE_IP, self.extra_names, self.ca_names)
         p = self.pki
@@ -110,6 +113,8 @@ class ControlPlane:
         )
         await self.start_etcd()
         await self.start_apiserver()
+        if not controllers:
+            return
         for who, pair in (("controller-manager", p.controller_manager), ("scheduler", p.scheduler)):
             kubeconfig.write(
                 self.directory / f"{who}.kubeconfig",

@@ -160,6 +160,30 @@ def test_demo_refuses_options_that_do_not_go_together(
     assert capsys.readouterr().err.startswith(f"error: {message}")
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--client-in-flight", "8,x"], "--client-in-flight must be positive integers"),
+        (["--client-in-flight", "0"], "--client-in-flight must be positive integers"),
+        (["--cluster", "real", "--runs", "0"], "--runs must be at least 1, got 0"),
+    ],
+)
+def test_bench_dispatch_refuses_bad_numbers(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    # Refused before anything starts, so no cluster binaries are needed.
+    assert main(["bench", "dispatch", *argv]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {message}")
+
+
+def test_bench_dispatch_help_describes_the_real_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "dispatch", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--cluster {sandbox,real}" in out
+    assert "plain client" in out and "etcd and kube-apiserver only" in out
+
+
 # --- completion -------------------------------------------------------------------------------
 
 
