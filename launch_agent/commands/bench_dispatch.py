@@ -13,9 +13,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from launch_agent.demo import profiling
 from launch_agent.demo.bench_runs import measure_dispatch, measure_tracking
-from launch_agent.demo.dispatch import BenchError
-from launch_agent.demo.launchers import OURS, REFERENCE, our_spec, reference_spec, reference_wandb
+from launch_agent.demo.dispatch import AgentLauncher, BenchError
+from launch_agent.demo.launchers import (
+    OURS,
+    REFERENCE,
+    our_spec,
+    profiled,
+    reference_spec,
+    reference_wandb,
+)
 
 DESCRIPTION = """\
 Measure dispatch: N runs (single-pod Jobs) queued before the agent starts, each agent in a
@@ -30,6 +38,12 @@ The reference is `wandb launch-agent` 0.31.0 from .venv-reference (`make test-re
 creates it; $LAUNCH_AGENT_REFERENCE_WANDB names another wandb executable), with max_jobs -1
 and builder noop. Without it the reference is skipped with a note and ours still runs.
 Benchmarks print numbers; they never fail on a threshold. Expect several minutes with the defaults.
+
+--profile DIR runs our agent under cProfile (CPU time; start-up included) and writes, for
+each of its processes, DIR/dispatch, DIR/tracking and DIR/restart as .pstats (for `python -m
+pstats` or snakeviz) and .md: own CPU ms per run by stage (render, Kubernetes client, JSON,
+logging, ...) and the top functions. The profiler slows the agent: its figures in that
+invocation are not the benchmark's.
 """
 
 
@@ -63,6 +77,12 @@ def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         default=60.0,
         help="measurement window of the tracking run (default: %(default)s)",
     )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        type=Path,
+        help="profile our agent's processes with cProfile into DIR (slows them: see above)",
+    )
     parser.set_defaults(handler=_bench)
 
 
@@ -82,22 +102,41 @@ def _bench(args: argparse.Namespace) -> int:
         if value <= 0:
             print(f"error: {flag} must be positive, got {value}", file=sys.stderr)
             return 2
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     try:
         results = asyncio.run(_run(args))
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     _print(results)
+    if args.profile is not None:
+        _write_profiles(args)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
         print(f"\nresults written to {args.json}")
     return 0
 
 
+def _ours(args: argparse.Namespace, *names: str) -> AgentLauncher:
+    if args.profile is None:
+        return OURS
+    return profiled(OURS, args.profile, iter(names))
+
+
+def _write_profiles(args: argparse.Namespace) -> None:
+    runs = {"dispatch": args.runs, "tracking": args.track_runs, "restart": args.track_runs}
+    for name, count in runs.items():
+        stats = args.profile / f"{name}.pstats"
+        if stats.exists():
+            stats.with_suffix(".md").write_text(profiling.report(stats, count), encoding="utf-8")
+            _say(f"profile: {stats} and {stats.with_suffix('.md')}")
+
+
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"benchmark": "dispatch", "runs": args.runs}
     results["ours"] = await measure_dispatch(
-        OURS, our_spec(), args.runs, idle_seconds=args.idle_seconds, say=_say
+        _ours(args, "dispatch"), our_spec(), args.runs, idle_seconds=args.idle_seconds, say=_say
     )
     if args.skip_reference:
         results["reference"] = {"skipped": "--skip-reference"}
@@ -117,7 +156,11 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         results["throughput_ratio"] = round(ours["runs_per_second"] / ref["runs_per_second"], 1)
     if args.track_runs > 0:
         results["tracking"] = await measure_tracking(
-            OURS, our_spec(), args.track_runs, window_seconds=args.window_seconds, say=_say
+            _ours(args, "tracking", "restart"),
+            our_spec(),
+            args.track_runs,
+            window_seconds=args.window_seconds,
+            say=_say,
         )
     return results
 

@@ -12,8 +12,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +149,18 @@ def _ours_command(world: SandboxWorld, scratch: Path) -> tuple[list[str], dict[s
     ]
     env = _base_env() | {"WANDB_API_KEY": world.wandb.api_key, "HOME": str(scratch)}
     return argv, env
+
+
+def profiled(launcher: AgentLauncher, directory: Path, names: Iterator[str]) -> AgentLauncher:
+    """Our agent under cProfile (`launch_agent.demo.profiling`): each spawn writes the next
+    of `names` + `.pstats` into `directory` when the agent exits."""
+
+    def command(world: SandboxWorld, scratch: Path) -> tuple[list[str], dict[str, str]]:
+        argv, env = launcher.command(world, scratch)
+        out = directory / f"{next(names)}.pstats"
+        return [sys.executable, "-m", "launch_agent.demo.profiling", str(out), *argv[1:]], env
+
+    return dataclasses.replace(launcher, command=command)
 
 
 def _ours_finished(world: SandboxWorld, log: str) -> int:
