@@ -53,8 +53,6 @@ from types import TracebackType
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient, Configuration
-from kubernetes_asyncio.config import ConfigException
 
 from launch_agent.adapters.bounded import (
     MAX_TOKEN_FILE,
@@ -78,6 +76,7 @@ from launch_agent.adapters.kube.errors import (
     error_from_response,
 )
 from launch_agent.adapters.kube.kinds import KindRegistry, Resource
+from launch_agent.adapters.kube.library import ApiClient, ConfigException, Configuration
 from launch_agent.adapters.rate_limit import RateLimiter
 from launch_agent.adapters.retry import (
     NETWORK_ERRORS,

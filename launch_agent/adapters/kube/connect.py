@@ -14,8 +14,14 @@ import os
 import ssl
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient, Configuration, rest
-from kubernetes_asyncio.config import load_incluster_config, load_kube_config
+
+from launch_agent.adapters.kube.library import (
+    ApiClient,
+    Configuration,
+    load_incluster_config,
+    load_kube_config,
+    rest,
+)
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
