@@ -154,6 +154,9 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     ours, ref = results["ours"], results["reference"]
     if "runs_per_second" in ref:
         results["throughput_ratio"] = round(ours["runs_per_second"] / ref["runs_per_second"], 1)
+        if ref["cpu_seconds_dispatch"] > 0:
+            share = 100 * ours["cpu_seconds_dispatch"] / ref["cpu_seconds_dispatch"]
+            results["cpu_percent_of_reference"] = round(share, 2)
     if args.track_runs > 0:
         results["tracking"] = await measure_tracking(
             _ours(args, "tracking", "restart"),
@@ -162,7 +165,63 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             window_seconds=args.window_seconds,
             say=_say,
         )
+    results["targets"] = targets(results)
     return results
+
+
+# Issue 28's targets, each against one figure of the same invocation.
+TRACKED_FOR_TARGETS = 10_000
+
+
+def _target(name: str, measured: float | None, met: bool | None, unit: str) -> dict[str, Any]:
+    shown = "not measured" if measured is None else f"{measured}{unit}"
+    return {"target": name, "measured": measured, "shown": shown, "met": met}
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 28's targets: met (True), not met (False) or not measured (None, e.g. without
+    the reference or with fewer than 10,000 tracked runs)."""
+    ours = results["ours"]
+    share = results.get("cpu_percent_of_reference")
+    ratio = results.get("throughput_ratio")
+    tracking = results.get("tracking") or {}
+    at_scale = tracking.get("runs", 0) >= TRACKED_FOR_TARGETS
+    adopt = tracking["restart"]["seconds_to_adopt"] if at_scale else None
+    rss = tracking["peak_rss_mb"] if at_scale else None
+    p99 = ours["pop_to_create_ms"]["p99"]
+    first = ours["seconds_to_first_pop"]
+
+    def check(value: float | None, ok: bool) -> bool | None:
+        return None if value is None else ok
+
+    return [
+        _target(
+            "agent CPU, start -> last workload <= 2% of the reference's",
+            share,
+            check(share, share is not None and share <= 2.0),
+            "%",
+        ),
+        _target(
+            "throughput >= 40x the reference's",
+            ratio,
+            check(ratio, ratio is not None and ratio >= 40),
+            "x",
+        ),
+        _target("p99 pop -> create < 50 ms", p99, p99 < 50, " ms"),
+        _target("agent start -> first pop < 0.4 s", first, first < 0.4, " s"),
+        _target(
+            "adoption of 10,000 runs < 4 s",
+            adopt,
+            check(adopt, adopt is not None and adopt < 4),
+            " s",
+        ),
+        _target(
+            "peak RSS at 10,000 tracked runs < 250 MB",
+            rss,
+            check(rss, rss is not None and rss < 250),
+            " MB",
+        ),
+    ]
 
 
 ROWS = (
@@ -175,6 +234,7 @@ ROWS = (
     ("W&B requests per run", "wandb_requests_per_run"),
     ("Kubernetes requests per run", "kube_requests_per_run"),
     ("CPU seconds, start -> last workload", "cpu_seconds_dispatch"),
+    ("CPU ms per run, start -> last workload", "cpu_ms_per_run"),
     ("CPU seconds, whole run", "cpu_seconds_total"),
     ("peak RSS, agent process (MB)", "peak_rss_mb"),
     ("peak RSS, process tree (MB)", "peak_tree_rss_mb"),
@@ -200,6 +260,11 @@ def _print(results: dict[str, Any]) -> None:
         print(f"{label:<{width}}  {_cell(ours, key):>14}  {_cell(ref, key):>14}")
     if "throughput_ratio" in results:
         print(f"throughput, ours / reference: {results['throughput_ratio']}x")
+    if "cpu_percent_of_reference" in results:
+        print(
+            "CPU, start -> last workload, ours as a share of the reference's:"
+            f" {results['cpu_percent_of_reference']}%"
+        )
     if "skipped" in ref:
         print(f"reference: skipped ({ref['skipped']})")
     tracking = results.get("tracking")
@@ -228,3 +293,12 @@ def _print(results: dict[str, Any]) -> None:
             f"  W&B requests/min, every run started 2 h ago: "
             f"{restart['aged_wandb_requests_per_minute']} {restart['aged_wandb_operations']}"
         )
+    _print_targets(results["targets"])
+
+
+def _print_targets(rows: list[dict[str, Any]]) -> None:
+    print("\nagainst the targets of issue 28")
+    width = max(len(row["target"]) for row in rows)
+    for row in rows:
+        verdict = {True: "met", False: "NOT met", None: "not measured"}[row["met"]]
+        print(f"  {row['target']:<{width}}  {row['shown']:>14}  {verdict}")
