@@ -97,9 +97,11 @@ class RunChecks:
         """Check, in its own task, that a succeeded run called wandb.init."""
         if not self.sweeps.check_wandb_init or record.scheduler or record.entity != self.entity:
             return
-        self._tasks = {t for t in self._tasks if not t.done()}
         task = asyncio.create_task(self._check_init(record), name=f"init check {record.rqi_id}")
         self._tasks.add(task)
+        # Each task leaves the set when it ends: sweeping the set at every success instead
+        # cost a scan of every check still waiting (thousands when thousands succeed at once).
+        task.add_done_callback(self._tasks.discard)
 
     async def close(self) -> None:
         for task in list(self._tasks):
