@@ -97,7 +97,11 @@ class Tracker:
         informer_settings: InformerSettings | None = None,
         clock: Clock = monotonic,
         worker_clusters: Workers | None = None,
+        adopting: bool = False,
     ) -> None:
+        # `adopting`: until the first `recheck(everything=True)` events only file runs and
+        # pods, and it assesses each run once (not at its workload's and pods' lists too).
+        self.adopting = adopting
         self.kube = kube
         self.runs = runs
         self.reporter = reporter
@@ -312,7 +316,7 @@ class Tracker:
         record.steady_until = None
         if not record.finishing:
             self._by_workload[(record.namespace, record.name)] = record.rqi_id
-        if record.finishing or not self.pods_synced(record.namespace):
+        if record.finishing or self.adopting or not self.pods_synced(record.namespace):
             # Without the pods a failure cannot be explained; the first list of the pods
             # informer is awaited (`recheck` comes back to this run).
             return
@@ -451,6 +455,8 @@ class Tracker:
         only the clock is left to recheck (10,000 starting runs without pods cost 10,000
         assessments a second otherwise)."""
         now = self.now()
+        if everything:
+            self.adopting = False
         for i, record in enumerate(self.runs):
             # A starting run fails at its start deadline with nothing changing in the cluster.
             waiting = (
