@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Sequence
 
@@ -41,7 +42,18 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(argv)
+    # The command's imports make hundreds of thousands of objects that live as long as the
+    # process: collecting while they are made finds nothing and costs a fifth of the import
+    # CPU, and scanning them again in every later full collection costs the agent per run.
+    # They are moved out of the collector's generations (`gc.freeze`) once imported.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        parser = build_parser(argv)
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))

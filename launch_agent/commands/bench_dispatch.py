@@ -15,15 +15,16 @@ from typing import Any
 
 import aiohttp
 
-from launch_agent.demo import bench_real
+from launch_agent.demo import bench_real, profiling
 from launch_agent.demo.apimetrics import MetricsError
 from launch_agent.demo.bench_runs import measure_dispatch, measure_tracking
-from launch_agent.demo.dispatch import BenchError
+from launch_agent.demo.dispatch import AgentLauncher, BenchError
 from launch_agent.demo.launchers import (
     OURS,
     REFERENCE,
     our_spec,
     ours,
+    profiled,
     reference_spec,
     reference_wandb,
 )
@@ -53,6 +54,12 @@ kube-apiserver's /metrics; then a third row, a plain client POSTing the same N J
 --client-in-flight requests in flight (the best of those tried): the create rate this
 machine's API server takes. The completion, idle, tracking and restart phases are sandbox
 only (--track-runs, --idle-seconds and --window-seconds are ignored).
+
+--profile DIR runs our agent under cProfile (CPU time; start-up included) and writes, for
+each of its processes, DIR/dispatch, DIR/tracking and DIR/restart as .pstats (for `python -m
+pstats` or snakeviz) and .md: own CPU ms per run by stage (render, Kubernetes client, JSON,
+logging, ...) and the top functions. The profiler slows the agent: its figures in that
+invocation are not the benchmark's.
 """
 
 
@@ -100,6 +107,12 @@ def register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         default=60.0,
         help="measurement window of the tracking run; sandbox only (default: %(default)s)",
     )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        type=Path,
+        help="profile our agent's processes with cProfile into DIR (slows them: see above)",
+    )
     parser.set_defaults(handler=_bench)
 
 
@@ -137,12 +150,16 @@ def _bench(args: argparse.Namespace) -> int:
         if value <= 0:
             print(f"error: {flag} must be positive, got {value}", file=sys.stderr)
             return 2
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     try:
         results = asyncio.run(_run(args))
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     _print(results)
+    if args.profile is not None:
+        _write_profiles(args)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
         print(f"\nresults written to {args.json}")
@@ -199,10 +216,25 @@ def _real_rows(skip_reference: bool) -> tuple[list[bench_real.AgentRow], str]:
     return rows, ""
 
 
+def _ours(args: argparse.Namespace, *names: str) -> AgentLauncher:
+    if args.profile is None:
+        return OURS
+    return profiled(OURS, args.profile, iter(names))
+
+
+def _write_profiles(args: argparse.Namespace) -> None:
+    runs = {"dispatch": args.runs, "tracking": args.track_runs, "restart": args.track_runs}
+    for name, count in runs.items():
+        stats = args.profile / f"{name}.pstats"
+        if stats.exists():
+            stats.with_suffix(".md").write_text(profiling.report(stats, count), encoding="utf-8")
+            _say(f"profile: {stats} and {stats.with_suffix('.md')}")
+
+
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"benchmark": "dispatch", "runs": args.runs}
     results["ours"] = await measure_dispatch(
-        OURS, our_spec(), args.runs, idle_seconds=args.idle_seconds, say=_say
+        _ours(args, "dispatch"), our_spec(), args.runs, idle_seconds=args.idle_seconds, say=_say
     )
     if args.skip_reference:
         results["reference"] = {"skipped": "--skip-reference"}
@@ -220,11 +252,74 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     ours, ref = results["ours"], results["reference"]
     if "runs_per_second" in ref:
         results["throughput_ratio"] = round(ours["runs_per_second"] / ref["runs_per_second"], 1)
+        if ref["cpu_seconds_dispatch"] > 0:
+            share = 100 * ours["cpu_seconds_dispatch"] / ref["cpu_seconds_dispatch"]
+            results["cpu_percent_of_reference"] = round(share, 2)
     if args.track_runs > 0:
         results["tracking"] = await measure_tracking(
-            OURS, our_spec(), args.track_runs, window_seconds=args.window_seconds, say=_say
+            _ours(args, "tracking", "restart"),
+            our_spec(),
+            args.track_runs,
+            window_seconds=args.window_seconds,
+            say=_say,
         )
+    results["targets"] = targets(results)
     return results
+
+
+# Issue 28's targets, each against one figure of the same invocation.
+TRACKED_FOR_TARGETS = 10_000
+
+
+def _target(name: str, measured: float | None, met: bool | None, unit: str) -> dict[str, Any]:
+    shown = "not measured" if measured is None else f"{measured}{unit}"
+    return {"target": name, "measured": measured, "shown": shown, "met": met}
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 28's targets: met (True), not met (False) or not measured (None, e.g. without
+    the reference or with fewer than 10,000 tracked runs)."""
+    ours = results["ours"]
+    share = results.get("cpu_percent_of_reference")
+    ratio = results.get("throughput_ratio")
+    tracking = results.get("tracking") or {}
+    at_scale = tracking.get("runs", 0) >= TRACKED_FOR_TARGETS
+    adopt = tracking["restart"]["seconds_to_adopt"] if at_scale else None
+    rss = tracking["peak_rss_mb"] if at_scale else None
+    p99 = ours["pop_to_create_ms"]["p99"]
+    first = ours["seconds_to_first_pop"]
+
+    def check(value: float | None, ok: bool) -> bool | None:
+        return None if value is None else ok
+
+    return [
+        _target(
+            "agent CPU, start -> last workload <= 2% of the reference's",
+            share,
+            check(share, share is not None and share <= 2.0),
+            "%",
+        ),
+        _target(
+            "throughput >= 40x the reference's",
+            ratio,
+            check(ratio, ratio is not None and ratio >= 40),
+            "x",
+        ),
+        _target("p99 pop -> create < 50 ms", p99, p99 < 50, " ms"),
+        _target("agent start -> first pop < 0.4 s", first, first < 0.4, " s"),
+        _target(
+            "adoption of 10,000 runs < 4 s",
+            adopt,
+            check(adopt, adopt is not None and adopt < 4),
+            " s",
+        ),
+        _target(
+            "peak RSS at 10,000 tracked runs < 250 MB",
+            rss,
+            check(rss, rss is not None and rss < 250),
+            " MB",
+        ),
+    ]
 
 
 ROWS = (
@@ -237,6 +332,7 @@ ROWS = (
     ("W&B requests per run", "wandb_requests_per_run"),
     ("Kubernetes requests per run", "kube_requests_per_run"),
     ("CPU seconds, start -> last workload", "cpu_seconds_dispatch"),
+    ("CPU ms per run, start -> last workload", "cpu_ms_per_run"),
     ("CPU seconds, whole run", "cpu_seconds_total"),
     ("peak RSS, agent process (MB)", "peak_rss_mb"),
     ("peak RSS, process tree (MB)", "peak_tree_rss_mb"),
@@ -262,6 +358,11 @@ def _print(results: dict[str, Any]) -> None:
         print(f"{label:<{width}}  {_cell(ours, key):>14}  {_cell(ref, key):>14}")
     if "throughput_ratio" in results:
         print(f"throughput, ours / reference: {results['throughput_ratio']}x")
+    if "cpu_percent_of_reference" in results:
+        print(
+            "CPU, start -> last workload, ours as a share of the reference's:"
+            f" {results['cpu_percent_of_reference']}%"
+        )
     if "skipped" in ref:
         print(f"reference: skipped ({ref['skipped']})")
     tracking = results.get("tracking")
@@ -290,6 +391,15 @@ def _print(results: dict[str, Any]) -> None:
             f"  W&B requests/min, every run started 2 h ago: "
             f"{restart['aged_wandb_requests_per_minute']} {restart['aged_wandb_operations']}"
         )
+    _print_targets(results["targets"])
+
+
+def _print_targets(rows: list[dict[str, Any]]) -> None:
+    print("\nagainst the targets of issue 28")
+    width = max(len(row["target"]) for row in rows)
+    for row in rows:
+        verdict = {True: "met", False: "NOT met", None: "not measured"}[row["met"]]
+        print(f"  {row['target']:<{width}}  {row['shown']:>14}  {verdict}")
 
 
 # (label, key in an agent's result, key in the plain client's) on the real API server.

@@ -168,6 +168,8 @@ async def _dispatch(
         "idle_wandb_operations": idle_wandb,
         "idle_kube_requests_per_hour": round(sum(idle_kube.values()) * per_hour),
         "cpu_seconds_dispatch": dispatch_usage["cpu_seconds"],
+        # Start-up included: the agent's CPU from its spawn to the last workload, per run.
+        "cpu_ms_per_run": round(dispatch_usage["cpu_seconds"] * 1000 / runs, 3),
         # The sandbox's share (this process): its CPU over the dispatch and its handlers' time.
         "sandbox_cpu_seconds_dispatch": round(sandbox_cpu, 2),
         "sandbox_handler_seconds_dispatch": round(handler, 2),

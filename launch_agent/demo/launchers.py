@@ -16,9 +16,10 @@ server.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +167,18 @@ def _ours_command(
         return argv, env
 
     return command
+
+
+def profiled(launcher: AgentLauncher, directory: Path, names: Iterator[str]) -> AgentLauncher:
+    """Our agent under cProfile (`launch_agent.demo.profiling`): each spawn writes the next
+    of `names` + `.pstats` into `directory` when the agent exits."""
+
+    def command(world: AgentStage, scratch: Path) -> tuple[list[str], dict[str, str]]:
+        argv, env = launcher.command(world, scratch)
+        out = directory / f"{next(names)}.pstats"
+        return [sys.executable, "-m", "launch_agent.demo.profiling", str(out), *argv[1:]], env
+
+    return dataclasses.replace(launcher, command=command)
 
 
 def _ours_finished(world: SandboxWorld, log: str) -> int:

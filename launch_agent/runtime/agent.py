@@ -395,6 +395,7 @@ class Agent:
             ),
             clock=self.clock,
             worker_clusters=self.workers,
+            adopting=True,  # every run assessed once, by the recheck below
         )
         await stack.enter_async_context(tracker.informers)
         await stack.enter_async_context(tracker.event_informers)

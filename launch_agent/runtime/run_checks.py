@@ -97,9 +97,18 @@ class RunChecks:
         """Check, in its own task, that a succeeded run called wandb.init."""
         if not self.sweeps.check_wandb_init or record.scheduler or record.entity != self.entity:
             return
-        self._tasks = {t for t in self._tasks if not t.done()}
-        task = asyncio.create_task(self._check_init(record), name=f"init check {record.rqi_id}")
+        task = asyncio.create_task(self._checked(record), name=f"init check {record.rqi_id}")
         self._tasks.add(task)
+
+    async def _checked(self, record: RunRecord) -> None:
+        # Each task leaves the set as it ends: sweeping the set at every success instead
+        # cost a scan of every check still waiting (thousands when thousands succeed at once).
+        try:
+            await self._check_init(record)
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self._tasks.discard(task)
 
     async def close(self) -> None:
         for task in list(self._tasks):

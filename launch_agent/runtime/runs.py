@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from launch_agent.model import labels as L
@@ -76,6 +77,9 @@ class RunRecord:
     live_pods: int = 0
     # A failed workload whose pods do not explain it yet: wait for them until then (monotonic).
     explain_until: float | None = None
+    # Until when its last assessment cannot change with time alone (`tracking.steady_until`;
+    # None: at any moment): the periodic recheck skips it until then, events never do.
+    steady_until: datetime | None = None
     # The `ttlSecondsAfterFinished` taken off its Job while its item is unsettled
     # (`runtime/ttl_hold.py`); after a restart the Job's annotation says it.
     held_ttl: int | None = None

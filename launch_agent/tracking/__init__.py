@@ -20,6 +20,7 @@ from launch_agent.tracking.assess import (
     TrackingPolicy,
     assess,
     assess_deleted,
+    steady_until,
 )
 from launch_agent.tracking.pods import MainContainer, main_container_of, summarize_pods
 from launch_agent.tracking.warnings import new_warnings
@@ -43,4 +44,5 @@ __all__ = [
     "main_container_of",
     "new_warnings",
     "pod_warnings",
+    "steady_until",
 ]

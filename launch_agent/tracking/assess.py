@@ -38,7 +38,7 @@ import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from launch_agent.model.config import TrackingConfig
@@ -75,6 +75,9 @@ _CREATION = frozenset(
         Reason.TRAINJOB_RESOURCES_CREATION_FAILED,
     }
 )
+
+# `steady_until` of a run that time alone never changes.
+NEVER = datetime.max.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +226,28 @@ def _started_at(
                 times.append(timestamp(cond.get("lastTransitionTime")))
     known = [t for t in times if t is not None]
     return max(known) if known else None
+
+
+def steady_until(
+    workload: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    policy: TrackingPolicy = DEFAULT_POLICY,
+    *,
+    kueue_workload: Mapping[str, Any] | None = None,
+) -> datetime | None:
+    """Until when `assess` of these same inputs cannot answer differently for a later `now`:
+    a run without pods changes with time alone only at its start deadline (`_late`; never
+    when nothing says when it became free to start). None when it may change at any moment:
+    pods have deadlines and graces of their own, and Kueue's admission moves the start."""
+    if pods or kueue_workload is not None:
+        return None
+    since = _started_at(workload, None)
+    if since is None:
+        return NEVER
+    try:
+        return since + policy.start_timeout
+    except OverflowError:  # a start time near year 9999: its deadline never comes
+        return NEVER
 
 
 def _event_diagnosis(found: ev.Explanation, severity: Severity, head: str = "") -> Diagnosis:

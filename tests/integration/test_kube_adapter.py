@@ -729,3 +729,26 @@ async def test_apfs_429_is_retried_after_retry_after_and_names_its_priority_leve
     assert took >= 1.0  # Retry-After: 1, though FAST's own backoff is at most 50 ms
     assert heard == [(flow.priority_level_uid, flow.flow_schema_uid)]
     assert [e.status for e in kube.log] == [200, 429, 200]
+
+
+async def test_a_body_is_sent_as_json_with_dates_as_the_library_writes_them(
+    client: KubeClient,
+) -> None:
+    """Bodies go out as JSON without the library's sanitizer walking them first; a date in one
+    is still written as ISO 8601 (what `sanitize_for_serialization` made of it)."""
+    configmaps = Resource("", "v1", "ConfigMap", "configmaps")
+    when = datetime(2026, 11, 30, 12, 0, 5, tzinfo=UTC)
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "dated", "labels": {"launch-agent.io/agent": "test-agent"}},
+        "data": {"when": when, "day": when.date(), "plain": "x"},
+    }
+    created = await client.request("POST", configmaps.path(NS), body=body)
+    assert created["data"] == {
+        "when": "2026-11-30T12:00:05+00:00",
+        "day": "2026-11-30",
+        "plain": "x",
+    }
+    got = await client.get(configmaps, NS, "dated")
+    assert got["data"]["when"] == "2026-11-30T12:00:05+00:00"

@@ -1,11 +1,15 @@
 """The agent's one Kubernetes client: kubernetes_asyncio's `ApiClient`, used as a transport.
 
 One `KubeClient` per process, opened with `async with` and closed on exit (the reference agent
-builds a new `ApiClient` per run and never closes it). Requests go through the real client's
-`call_api` (its auth, TLS and connection pool) with `_preload_content=False`, so this module
-sees the status, headers and raw body of every answer: it maps errors to typed exceptions
-(`errors.py`), honours `Retry-After`, and keeps objects as the plain dicts the API returned,
-which is what the pure tracking layer reads. No generated model classes are built.
+builds a new `ApiClient` per run and never closes it). Requests use the real client's auth
+(`update_params_for_auth`: the bearer token, refreshed by the configuration's hook), its TLS
+settings and its connection pool, and are sent on its aiohttp session as its REST client
+sends them (`_send`): the generic `call_api` path walked every body and header through
+`sanitize_for_serialization` first, a tenth of the agent's CPU per create, for dicts that are
+JSON already. This module sees the status, headers and raw body of every answer: it maps
+errors to typed exceptions (`errors.py`), honours `Retry-After`, and keeps objects as the
+plain dicts the API returned, which is what the pure tracking layer reads. No generated model
+classes are built.
 
 Operations are what the dispatcher and tracker need, and each has one policy:
 
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import functools
 import json
 import logging
@@ -51,10 +56,9 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequen
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient, Configuration
-from kubernetes_asyncio.config import ConfigException
 
 from launch_agent.adapters.bounded import (
     MAX_TOKEN_FILE,
@@ -78,6 +82,7 @@ from launch_agent.adapters.kube.errors import (
     error_from_response,
 )
 from launch_agent.adapters.kube.kinds import KindRegistry, Resource
+from launch_agent.adapters.kube.library import ApiClient, ConfigException, Configuration
 from launch_agent.adapters.rate_limit import RateLimiter
 from launch_agent.adapters.retry import (
     NETWORK_ERRORS,
@@ -235,18 +240,9 @@ class KubeClient:
             # Stopping, the request goes out anyway: see `adapters/rate_limit.py`.
             await self.limiter.acquire()
         self.requests += 1
-        response: aiohttp.ClientResponse = await self._api.call_api(
-            path,
-            method,
-            query_params=list(query),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
-            _request_timeout=limits,
+        return await _send(
+            self._api, method, path, query=list(query), headers=headers, body=body, limits=limits
         )
-        return response
 
     async def _fresh_token(self) -> None:
         if self._token_file is None:
@@ -606,6 +602,54 @@ class KubeClient:
                         yield event
         finally:
             response.close()
+
+
+# The methods kubernetes_asyncio's REST client sends a body with (`RESTClientObject.request`).
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "OPTIONS", "DELETE"})
+
+
+async def _send(
+    api: ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: list[tuple[str, str]],
+    headers: dict[str, str],
+    body: object,
+    limits: aiohttp.ClientTimeout,
+) -> aiohttp.ClientResponse:
+    """One request as `ApiClient.call_api(..., auth_settings=["BearerToken"],
+    _preload_content=False)` sends it (kubernetes_asyncio 36.1.0, pinned): the client's default
+    headers (its User-Agent), the bearer token, `host + path`, the query urlencoded, the body
+    as JSON (dates as ISO 8601, as its sanitizer writes them), the REST client's proxy and TLS
+    server name."""
+    headers.update(api.default_headers)
+    await api.update_params_for_auth(headers, query, ["BearerToken"])
+    rest = api.rest_client
+    url = str(api.configuration.host) + path
+    if query:
+        url += "?" + urlencode(query)
+    headers.setdefault("Content-Type", "application/json")
+    options: dict[str, Any] = {"timeout": limits, "headers": headers}
+    if rest.proxy:
+        options["proxy"] = rest.proxy
+    if rest.proxy_headers:
+        options["proxy_headers"] = rest.proxy_headers
+    if rest.server_hostname:
+        options["server_hostname"] = rest.server_hostname
+    if method in BODY_METHODS:
+        if isinstance(body, bytes) and "json" not in headers["Content-Type"].lower():
+            options["data"] = body  # sent as it is, as the REST client sends bytes
+        else:
+            options["data"] = None if body is None else json.dumps(body, default=_json_default)
+    response: aiohttp.ClientResponse = await rest.pool_manager.request(method, url, **options)
+    return response
+
+
+def _json_default(value: object) -> str:
+    if isinstance(value, datetime.date):  # a datetime too
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _selectors(label_selector: str | None, field_selector: str | None) -> list[tuple[str, str]]:

@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launch_agent.model.run_state import RunState
-from launch_agent.tracking import assess, assess_deleted, pod_warnings
+from launch_agent.tracking import (
+    TrackingPolicy,
+    assess,
+    assess_deleted,
+    pod_warnings,
+    steady_until,
+)
+from launch_agent.tracking.assess import NEVER
 from tests.unit.tracking.shapes import (
     NOW,
     cond,
@@ -181,3 +188,39 @@ def test_no_crash_on_partial_real_objects(data: st.DataObject, wl: dict[str, Any
     assert isinstance(state, RunState)
     assert diagnosis is None or isinstance(diagnosis.message, str)
     assess_deleted(workload, pods, NOW)
+
+
+@settings(max_examples=200)
+@given(
+    data=st.data(),
+    wl=st.sampled_from(TERMINAL_WORKLOADS + OTHER_WORKLOADS),
+    earlier=ages,
+    later=ages,
+)
+def test_a_run_without_pods_is_steady_until_its_start_deadline(
+    data: st.DataObject, wl: dict[str, Any], earlier: timedelta, later: timedelta
+) -> None:
+    """What lets the tracker's periodic recheck skip such a run: no `now` before
+    `steady_until` answers differently (the policy's deadline shortened to fall in range)."""
+    policy = TrackingPolicy(start_timeout=timedelta(minutes=30))
+    workload = data.draw(partial(wl))
+    until = steady_until(workload, [], policy)
+    assert until is not None
+    low, high = sorted((NOW + earlier, NOW + later))
+    if high < until:
+        assert assess(workload, [], low, policy) == assess(workload, [], high, policy)
+
+
+def test_steady_until_is_the_start_deadline_then_the_run_is_late() -> None:
+    policy = TrackingPolicy(start_timeout=timedelta(minutes=30))
+    workload = job()  # created a minute before NOW, no pods
+    until = steady_until(workload, [], policy)
+    assert until == NOW - timedelta(minutes=1) + timedelta(minutes=30)
+    assert assess(workload, [], until - timedelta(seconds=1), policy).state is RunState.STARTING
+    assert assess(workload, [], until, policy).state is RunState.FAILED
+
+
+def test_pods_or_kueue_make_a_run_unsteady_and_no_start_time_steady_forever() -> None:
+    assert steady_until(job(), [POD_SHAPES[1]]) is None
+    assert steady_until(job(), [], kueue_workload={"status": {}}) is None
+    assert steady_until({"kind": "Job", "apiVersion": "batch/v1"}, []) == NEVER
