@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 
 from launch_agent.demo.chaos import (
@@ -499,7 +500,45 @@ class RealChaos:
             orphans = [f"the manager could not be read: {exc}"]
         result.orphaned = len(orphans)
         result.problems += [f"orphaned: {o}" for o in orphans]
+        if result.problems:
+            try:
+                result.problems += await self._kueue_views()
+            except (ApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+                result.problems.append(f"kueue: the Workloads could not be read: {exc!r}")
         result.worker_kills = self.worker_kills_done
+
+    async def _kueue_views(self) -> list[str]:
+        """Where Kueue holds each workload still there: what a person reading a problem line
+        needs to tell the agent's part from MultiKueue's (the manager's Workload conditions and
+        checks, and which workers hold a copy)."""
+        http, namespace = self.world.manager, self.world.namespace
+        out = []
+        workloads = await http.get(path_of(KUEUE, "workloads", namespace))
+        for wl in workloads.get("items") or []:
+            status = wl.get("status") or {}
+            conditions = {c.get("type"): c for c in status.get("conditions") or []}
+            if "Finished" in conditions and conditions["Finished"].get("status") == "True":
+                continue
+            said = ", ".join(
+                f"{t}={c.get('status')}({c.get('reason')})" for t, c in sorted(conditions.items())
+            )
+            checks = "; ".join(
+                f"{a.get('name')} {a.get('state')}: {a.get('message')}"
+                for a in status.get("admissionChecks") or []
+            )
+            copies = []
+            for name, worker in self.world.workers.items():
+                remote = await worker.find(
+                    path_of(KUEUE, "workloads", namespace, wl["metadata"]["name"])
+                )
+                if remote is not None:
+                    copies.append(name)
+            out.append(
+                f"kueue: {wl['metadata']['name']}: {said}; checks: {checks or 'none'};"
+                f" cluster {status.get('clusterName')}, nominated"
+                f" {status.get('nominatedClusterNames')}, copies on {copies or 'no worker'}"
+            )
+        return out
 
 
 async def prepare_namespace(
