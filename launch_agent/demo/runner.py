@@ -123,6 +123,10 @@ class Stage(Protocol):
     def agent_settings(self) -> dict[str, Any]: ...
 
 
+# How long the pods of a stopped run's deleted workload may take to go (GC, then the pod's
+# termination: the default grace is 30 s).
+POD_GRACE_SECONDS = 45.0
+
 # Builds a stage for the demo's queues and namespaces (not entered yet).
 StageFactory = Callable[[tuple[str, ...], tuple[str, ...]], AbstractAsyncContextManager[Stage]]
 
@@ -394,7 +398,15 @@ class Demo:
         if t.record is None:
             return
         selector = f"launch-agent.io/run-id={t.run.run_id}"
-        left, pods = await stage.leftovers(workload_of(t.record), selector)
+        # The agent is done with a stopped run once its workload is deleted; its pods then go
+        # with the garbage collector and their termination grace, which on the real tier takes
+        # seconds more. A pod still there after `POD_GRACE_SECONDS` was left behind.
+        deadline = time.monotonic() + POD_GRACE_SECONDS
+        while True:
+            left, pods = await stage.leftovers(workload_of(t.record), selector)
+            if not pods or t.run.expect != "stopped" or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.5)
         t.seen.workload_left, t.seen.pods_left = left, pods
 
     def _clock(self) -> str:
