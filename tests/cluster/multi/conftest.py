@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from tests.cluster.multi.multiworld import (
     delete_namespace,
     wait_default_service_account,
 )
+from tests.cluster.world import until
 
 WORKERS = ("worker-1", "worker-2")
 # Short, so a lost worker is given up within a test (Kueue's default is 15 minutes).
@@ -115,6 +116,16 @@ def multi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiBackend]:
                 process.wait()
 
 
+async def all_active(manager: KubeHTTP, workers: Sequence[str]) -> bool:
+    """Whether Kueue says each worker's MultiKueueCluster is Active."""
+    for worker in workers:
+        got = await manager.find(f"/apis/kueue.x-k8s.io/v1beta2/multikueueclusters/{worker}")
+        conditions = ((got or {}).get("status") or {}).get("conditions") or []
+        if not any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions):
+            return False
+    return True
+
+
 @pytest.fixture
 async def mworld(multi: MultiBackend, tmp_path: Path) -> AsyncIterator[MultiWorld]:
     """A namespace with LocalQueue `lq` on the manager and both workers (`ensure_queues`),
@@ -156,6 +167,15 @@ async def mworld(multi: MultiBackend, tmp_path: Path) -> AsyncIterator[MultiWorl
                     "stringData": {"password": wandb.api_key},
                 },
             )
+
+        # Every worker one MultiKueue dispatches to: a test before may have stopped one
+        # (test_chaos, test_faults), and MultiKueue nominates only the workers active when a
+        # run comes, so a run would otherwise land where the test does not expect it.
+        await until(
+            lambda: all_active(manager, WORKERS),
+            within=120,
+            message=f"{', '.join(WORKERS)} active in MultiKueue",
+        )
 
         async def script(selector: str, outcome: str) -> None:
             # The pods run on whichever worker admits the run: script it everywhere.

@@ -3,7 +3,11 @@
 worker lost past `workerLostTimeout` and back. The harness (`launch_agent/demo/chaos_real.py`)
 runs on the session's clusters here rather than starting its own, with its verdict from the
 W&B server's records and the manager's objects: nothing lost, duplicated, orphaned or reported
-twice."""
+twice.
+
+Named to run last in the MultiKueue session: it stops workers, and a test after it that needs
+runs on both workers (test_dispatch's spread) failed in two of three runs even once both
+MultiKueueClusters were Active again (not explained yet)."""
 
 from __future__ import annotations
 
