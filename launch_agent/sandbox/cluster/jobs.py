@@ -103,8 +103,6 @@ class JobController:
                     self._untrack(ctx, pod)
             return
         succeeded, failed = int(status.get("succeeded", 0)), int(status.get("failed", 0))
-        indexed = spec.get("completionMode") == "Indexed"
-        done_indexes = parse_intervals(status.get("completedIndexes")) if indexed else set()
         policy = spec.get("podFailurePolicy")
         # `onlyReplaceFailedPods`: with a pod failure policy, a pod counts (and is replaced)
         # only once it is Failed, so the policy can read its final conditions and exit codes.
@@ -117,9 +115,6 @@ class JobController:
             if tracked and (phase in ("Succeeded", "Failed") or deleted):
                 if phase == "Succeeded":
                     succeeded += 1
-                    index = completion_index(pod)
-                    if indexed and index is not None:
-                        done_indexes.add(index)
                 else:
                     message, counts = match_pod_failure_policy(policy, pod)
                     if counts:
@@ -138,7 +133,8 @@ class JobController:
             for p in pods
             for cs in (p.get("status") or {}).get("containerStatuses") or []
         )
-        if indexed:
+        done_indexes = _succeeded_indexes(spec, status, pods)
+        if done_indexes is not None:
             # `trackJobStatusAndRemoveFinalizers`: an Indexed Job counts succeeded indexes,
             # not pods, and lists them in `completedIndexes`.
             succeeded = len(done_indexes)
@@ -235,7 +231,7 @@ class JobController:
             if retry_at is not None and ctx.t < retry_at:
                 ctx.wake_at(retry_at)
             else:
-                for index in _next_indexes(job, pods, missing, active, done_indexes):
+                for index in _next_indexes(job, pods, missing, active, done_indexes or set()):
                     if not self._create_pod(ctx, job, index):
                         break
                     created += 1
@@ -370,6 +366,19 @@ def _interim(job: Obj) -> dict[str, Any] | None:
         if c.get("type") in ("FailureTarget", "SuccessCriteriaMet") and c.get("status") == "True":
             return dict(c)
     return None
+
+
+def _succeeded_indexes(spec: Obj, status: Obj, pods: list[Obj]) -> set[int] | None:
+    """An Indexed Job's succeeded indexes: those already listed, and those of its Succeeded
+    pods; None for a Job of another completion mode."""
+    if spec.get("completionMode") != "Indexed":
+        return None
+    done = parse_intervals(status.get("completedIndexes"))
+    for pod in pods:
+        index = completion_index(pod)
+        if index is not None and (pod.get("status") or {}).get("phase") == "Succeeded":
+            done.add(index)
+    return done
 
 
 def _next_indexes(
